@@ -1,0 +1,5 @@
+import sys
+
+from anyjev.cli import main
+
+sys.exit(main())

@@ -1,0 +1,249 @@
+"""A client for a vLLM OpenAI-compatible server: many token-id prompts per `/v1/completions` request,
+label log-probabilities keyed by token id, and a loud refusal when any label is missing.
+
+Correct only against a server started with ``--logprobs-mode processed_logprobs``: in the default
+``raw_logprobs`` mode the top-K is taken over the whole vocabulary before ``allowed_token_ids`` masks it,
+so labels go missing and other tokens stand in their place (vllm.md). This client never fills a value.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+
+from anyjev.backends.base import restrict_and_normalise
+from anyjev.errors import BackendError, LabelTokenError
+
+log = logging.getLogger(__name__)
+
+FIX_HINT = (
+    "Start the vLLM server with `--logprobs-mode processed_logprobs` (vLLM >= 0.10), so that log-probs "
+    "are taken after the allowed_token_ids mask; the workflow's server rule pins this flag."
+)
+# A processed-logprobs response sums to one over the labels up to float32 rounding.
+SUM_TOLERANCE = 1e-3
+TOKEN_ID_PREFIX = "token_id:"
+
+
+class _Transient(Exception):
+    """A failure worth retrying (connection refused/reset, timeout, 5xx)."""
+
+
+def _quote(text: str, limit: int = 400) -> str:
+    text = text.strip().replace("\n", " ")
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _server_message(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return _quote(resp.text)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and "message" in err:
+            return _quote(str(err["message"]))
+        if "message" in body:
+            return _quote(str(body["message"]))
+    return _quote(json.dumps(body))
+
+
+class VLLMBackend:
+    """Label log-probabilities from a vLLM server.
+
+    Prompts are sent ``prompts_per_request`` at a time, with at most ``max_concurrency`` requests in
+    flight. Every request is greedy and explicit (``temperature=0, top_p=1, top_k=0, min_p=0``,
+    ``max_tokens=1``) so a model's ``generation_config.json`` cannot change the numbers.
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        prompts_per_request: int = 32,
+        max_concurrency: int = 4,
+        timeout: float = 600.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        decode: Callable[[int], str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if prompts_per_request < 1 or max_concurrency < 1:
+            raise ValueError("prompts_per_request and max_concurrency must be >= 1")
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/v1/completions"
+        self.model = model
+        self.prompts_per_request = prompts_per_request
+        self.max_concurrency = max_concurrency
+        self.retries = retries
+        self.backoff = backoff
+        self.decode = decode
+        self.system_fingerprints: set[str] = set()
+        self.requests_sent = 0
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout, connect=10.0),
+            limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> VLLMBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def describe(self) -> dict:
+        return {
+            "backend": self.name,
+            "url": self.base_url,
+            "served_model": self.model,
+            "prompts_per_request": self.prompts_per_request,
+            "max_concurrency": self.max_concurrency,
+            "system_fingerprint": sorted(self.system_fingerprints),
+        }
+
+    # -- public ---------------------------------------------------------------------------------
+    def label_logprobs(self, prompts: Sequence[Sequence[int]], label_ids: Sequence[int]) -> np.ndarray:
+        labels = [int(i) for i in label_ids]
+        if len(set(labels)) != len(labels):
+            raise LabelTokenError(f"label ids {labels} are not distinct")
+        if not prompts:
+            return np.zeros((0, len(labels)))
+        chunks = [list(range(s, min(s + self.prompts_per_request, len(prompts)))) for s in
+                  range(0, len(prompts), self.prompts_per_request)]
+        out = np.empty((len(prompts), len(labels)))
+
+        def run(chunk: list[int]) -> None:
+            out[chunk] = self._request([prompts[i] for i in chunk], labels, first_index=chunk[0])
+
+        if len(chunks) == 1 or self.max_concurrency == 1:
+            for chunk in chunks:
+                run(chunk)
+        else:
+            with ThreadPoolExecutor(self.max_concurrency) as pool:
+                for fut in [pool.submit(run, c) for c in chunks]:
+                    fut.result()
+        return out
+
+    # -- one request ----------------------------------------------------------------------------
+    def _payload(self, prompts: list[Sequence[int]], labels: list[int]) -> dict:
+        return {
+            "model": self.model,
+            "prompt": [list(map(int, p)) for p in prompts],
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "top_k": 0,
+            "min_p": 0.0,
+            "n": 1,
+            "logprobs": len(labels),
+            "allowed_token_ids": labels,
+            "return_tokens_as_token_ids": True,
+        }
+
+    def _post(self, payload: dict) -> dict:
+        attempts = self.retries + 1
+        last = ""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._post_once(payload)
+            except _Transient as exc:
+                last = str(exc)
+                if attempt < attempts:
+                    delay = self.backoff * 2 ** (attempt - 1)
+                    log.warning("%s: %s; retrying in %.1f s (attempt %d/%d)", self.url, last, delay, attempt, attempts)
+                    time.sleep(delay)
+        raise BackendError(f"POST {self.url} failed after {attempts} attempts; last error: {last}")
+
+    def _post_once(self, payload: dict) -> dict:
+        try:
+            resp = self._client.post(self.url, json=payload)
+        except httpx.TimeoutException as exc:
+            raise _Transient(f"timed out ({type(exc).__name__})") from exc
+        except httpx.TransportError as exc:  # connection refused / reset, protocol errors
+            raise _Transient(f"{type(exc).__name__}: {exc}") from exc
+        self.requests_sent += 1
+        if resp.status_code >= 500:
+            raise _Transient(f"HTTP {resp.status_code}: {_server_message(resp)}")
+        if resp.status_code >= 400:
+            raise BackendError(f"POST {self.url} answered HTTP {resp.status_code}: {_server_message(resp)}")
+        try:
+            return resp.json()
+        except ValueError as exc:
+            raise BackendError(f"POST {self.url} returned malformed JSON: {_quote(resp.text, 200)!r}") from exc
+
+    def _request(self, prompts: list[Sequence[int]], labels: list[int], first_index: int) -> np.ndarray:
+        body = self._post(self._payload(prompts, labels))
+        choices = body.get("choices") if isinstance(body, dict) else None
+        if not isinstance(choices, list) or len(choices) != len(prompts):
+            got = len(choices) if isinstance(choices, list) else "no"
+            raise BackendError(f"POST {self.url}: {got} choices for {len(prompts)} prompts (response: {_quote(json.dumps(body), 300)})")
+        if fp := body.get("system_fingerprint"):
+            self.system_fingerprints.add(str(fp))
+        out = np.empty((len(prompts), len(labels)))
+        seen: set[int] = set()
+        for pos, choice in enumerate(choices):
+            idx = choice.get("index", pos)
+            if not isinstance(idx, int) or not 0 <= idx < len(prompts) or idx in seen:
+                raise BackendError(f"POST {self.url}: choice index {idx!r} does not map to one of {len(prompts)} prompts")
+            seen.add(idx)
+            out[idx] = self._read_choice(choice, labels, prompt_number=first_index + idx)
+        return out
+
+    def _read_choice(self, choice: dict, labels: list[int], prompt_number: int) -> np.ndarray:
+        try:
+            top = choice["logprobs"]["top_logprobs"][0]
+        except (KeyError, IndexError, TypeError) as exc:
+            shown = _quote(json.dumps(choice), 300)
+            raise BackendError(f"prompt {prompt_number}: response has no logprobs.top_logprobs[0]: {shown}") from exc
+        returned: dict[int, float] = {}
+        for key, value in (top or {}).items():
+            if not key.startswith(TOKEN_ID_PREFIX):
+                raise BackendError(
+                    f"prompt {prompt_number}: top_logprobs key {key!r} is not 'token_id:<id>'; the server ignored "
+                    "return_tokens_as_token_ids (needs vLLM >= 0.10)"
+                )
+            returned[int(key[len(TOKEN_ID_PREFIX):])] = float(value)
+        missing = [i for i in labels if i not in returned]
+        extra = [i for i in returned if i not in set(labels)]
+        if missing or extra:
+            raise LabelTokenError(self._missing_message(prompt_number, labels, missing, returned), missing_ids=missing,
+                                  returned_ids=list(returned))
+        values = np.array([returned[i] for i in labels])
+        if not np.all(np.isfinite(values)) or np.any(values <= -9000):
+            raise LabelTokenError(f"prompt {prompt_number}: label log-probs {values.tolist()} include masked values. {FIX_HINT}")
+        total = float(np.logaddexp.reduce(values))
+        if abs(total) > SUM_TOLERANCE:
+            raise LabelTokenError(
+                f"prompt {prompt_number}: the log-probs of label ids {labels} sum to probability {math.exp(total):.4f}, "
+                f"not 1: they were not renormalised over the allowed labels. {FIX_HINT}",
+                returned_ids=list(returned),
+            )
+        return restrict_and_normalise(values)
+
+    def _text(self, ids: Sequence[int]) -> str:
+        if self.decode is None:
+            return ", ".join(str(i) for i in ids)
+        return ", ".join(f"{i} ({self.decode(i)!r})" for i in ids)
+
+    def _missing_message(self, prompt_number: int, labels: list[int], missing: list[int], returned: dict[int, float]) -> str:
+        parts = [f"prompt {prompt_number}: the server's top_logprobs do not hold exactly the label ids {labels}."]
+        if missing:
+            parts.append(f"Missing label ids: {self._text(missing)}.")
+        parts.append(f"Returned instead: {self._text(list(returned))}.")
+        parts.append("No value is filled in for a missing label.")
+        parts.append(FIX_HINT)
+        return " ".join(parts)

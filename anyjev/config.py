@@ -1,0 +1,122 @@
+"""Workflow config validation: the JSON schema (with defaults filled in), then what a schema cannot say
+(grid names defined, no duplicate names, pinned server flags untouched, local paths present).
+Every error names the key path, e.g. ``models.smollm2-135m.dtype``."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import yaml
+from jsonschema import Draft202012Validator, validators
+
+from anyjev.errors import ConfigError
+
+
+def _with_defaults(cls):
+    validate_properties = cls.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return validators.extend(cls, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(Draft202012Validator)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML loader that refuses duplicate keys (PyYAML silently keeps the last one)."""
+
+
+def _mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise ConfigError(
+                f"{key}", f"defined twice in {node.start_mark.name} (lines {seen[key] + 1} and {key_node.start_mark.line + 1})"
+            )
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+
+
+def load_strict(path: str | os.PathLike) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        return yaml.load(fh, Loader=_StrictLoader) or {}
+
+
+def _path(parts) -> str:
+    return ".".join(str(p) for p in parts) or "<top level>"
+
+
+def _schema_error(err) -> ConfigError:
+    where = _path(err.absolute_path)
+    if err.validator == "additionalProperties":
+        allowed = sorted(err.schema.get("properties", {}))
+        extra = sorted(set(err.instance) - set(allowed)) if isinstance(err.instance, dict) else []
+        keys = ", ".join(f"{where}.{k}" if where != "<top level>" else k for k in extra)
+        return ConfigError(keys or where, f"unknown key (allowed here: {', '.join(allowed)})")
+    if err.validator == "required":
+        return ConfigError(where, err.message)
+    return ConfigError(where, f"{err.message} (value {err.instance!r:.80})")
+
+
+def validate_config(config: dict, schema_path: str | os.PathLike, *, workdir: str | os.PathLike = ".") -> dict:
+    """Return a validated copy of ``config`` with defaults filled, or raise :class:`ConfigError`."""
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    config = copy.deepcopy(config)
+    errors = sorted(_Validator(schema).iter_errors(config), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        raise _schema_error(errors[0])
+    models, tasks = config["models"], config["tasks"]
+    for name, model in models.items():
+        src = model["source"]
+        need = {"hub": ["repo", "revision"], "local": ["path"], "url": ["url", "tokenizer"]}.get(src, [])
+        for key in need:
+            if key not in model:
+                raise ConfigError(f"models.{name}.{key}", f"required for source {src!r}")
+        if src == "local" and not (Path(workdir) / model["path"]).is_dir():
+            raise ConfigError(f"models.{name}.path", f"local model folder {model['path']!r} does not exist")
+        if src == "url" and not (Path(workdir) / model["tokenizer"]).is_dir():
+            raise ConfigError(f"models.{name}.tokenizer", f"tokenizer folder {model['tokenizer']!r} does not exist")
+        from anyjev.server import ServerSpec, build_argv
+
+        build_argv(ServerSpec(name=name, model="m", served_name=name, python="python", extra_flags=tuple(model["server_flags"])), 1)
+    for name, task in tasks.items():
+        if task["source"] == "file":
+            if "path" not in task:
+                raise ConfigError(f"tasks.{name}.path", "required for source 'file'")
+            if not (Path(workdir) / task["path"]).is_file():
+                raise ConfigError(f"tasks.{name}.path", f"task file {task['path']!r} does not exist")
+    if "grid" in config:
+        if not config["grid"]:
+            raise ConfigError("grid", "is empty: no (model, task) cell to score")
+        seen_models: set[str] = set()
+        for i, row in enumerate(config["grid"]):
+            if row["model"] not in models:
+                raise ConfigError(f"grid[{i}].model", f"model {row['model']!r} is not defined under models")
+            if row["model"] in seen_models:
+                raise ConfigError(f"grid[{i}].model", f"model {row['model']!r} appears twice in the grid")
+            seen_models.add(row["model"])
+            for j, t in enumerate(row["tasks"]):
+                if t not in tasks:
+                    raise ConfigError(f"grid[{i}].tasks[{j}]", f"task {t!r} is not defined under tasks")
+            if len(set(row["tasks"])) != len(row["tasks"]):
+                raise ConfigError(f"grid[{i}].tasks", "names a task twice")
+    return config
+
+
+def cells(config: dict) -> list[tuple[str, str]]:
+    """The (model, task) cells to score: the grid, or every model x every task."""
+    if "grid" in config:
+        return [(row["model"], t) for row in config["grid"] for t in row["tasks"]]
+    return [(m, t) for m in config["models"] for t in config["tasks"]]

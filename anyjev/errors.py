@@ -1,0 +1,57 @@
+"""Exceptions raised by anyjev. Every message names the culprit (field, file:line, token id, URL)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class AnyjevError(Exception):
+    """Base class for every error anyjev raises on purpose."""
+
+
+class QuestionError(AnyjevError, ValueError):
+    """A question is malformed; the message names the field and the offending value."""
+
+    def __init__(self, field: str, value: object, why: str) -> None:
+        self.field = field
+        self.value = value
+        super().__init__(f"invalid question field {field!r} = {value!r}: {why}")
+
+
+class TaskDataError(AnyjevError, ValueError):
+    """A task file is unreadable or holds an invalid item; names the file and line or item id."""
+
+    def __init__(self, path: str, where: str, why: str) -> None:
+        self.path = path
+        self.where = where
+        super().__init__(f"{path}:{where}: {why}")
+
+
+class ConfigError(AnyjevError, ValueError):
+    """A configuration value is invalid; names the key path."""
+
+    def __init__(self, key_path: str, why: str) -> None:
+        self.key_path = key_path
+        super().__init__(f"config key {key_path}: {why}")
+
+
+class LabelTokenError(AnyjevError):
+    """Label tokens cannot be read faithfully: a label is not one token in context, two labels
+    collide, or a server did not return every label's log-probability.
+
+    This is the error that prevents the silent failure this project exists for: never replace a
+    missing label with a fill value.
+    """
+
+    def __init__(self, message: str, *, missing_ids: Sequence[int] = (), returned_ids: Sequence[int] = ()) -> None:
+        self.missing_ids = list(missing_ids)
+        self.returned_ids = list(returned_ids)
+        super().__init__(message)
+
+
+class BackendError(AnyjevError):
+    """A backend could not deliver scores (transport failure, HTTP error, malformed response)."""
+
+
+class ServerError(AnyjevError):
+    """A model server could not be started, became unhealthy, or is not the expected model."""

@@ -1,0 +1,88 @@
+"""Label tokens, checked in the context where the model emits them.
+
+"A" being one token in isolation says little about what follows ``<|im_start|>assistant\\n``: BPE merges
+across the boundary can turn the label into another id, or into several. So each label is appended to
+the rendered prompt and must add exactly one token id, leaving the prompt's own ids untouched, and the
+K ids must be distinct."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from anyjev.errors import LabelTokenError
+from anyjev.questions import LETTERS, Question
+
+# Checking depends only on how the text just before the label tokenises; the template's end (the
+# generation prompt) is the same for every prompt, so results are cached on the prompt's tail.
+_TAIL_CHARS = 64
+
+
+def label_strings(question: Question, kind: str = "default") -> list[str]:
+    """Letters for choice, Yes/No for noul, digits 1..K for score (or letters when ``kind='letters'``)."""
+    if question.kind == "noul":
+        return ["Yes", "No"]
+    if question.kind == "score" and kind != "letters":
+        return [str(i + 1) for i in range(question.k)]
+    return list(LETTERS[: question.k])
+
+
+def _decode(tokenizer, ids: Sequence[int]) -> list[str]:
+    return [tokenizer.decode([i]) for i in ids]
+
+
+def check_in_context(tokenizer, prompt_text: str, labels: Sequence[str]) -> list[int]:
+    """Return the label ids after ``prompt_text`` or raise :class:`LabelTokenError` naming every
+    offending label, the ids it tokenises to there, and the label it collides with."""
+    base = tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
+    ids: list[int | None] = []
+    problems: list[str] = []
+    for label in labels:
+        full = tokenizer(prompt_text + label, add_special_tokens=False)["input_ids"]
+        added = full[len(base) :] if full[: len(base)] == base else None
+        if added is None:
+            tail = full[max(0, len(base) - 2) :]
+            problems.append(
+                f"label {label!r} merges with the end of the prompt (prompt + label ends in ids {tail} = "
+                f"{_decode(tokenizer, tail)})"
+            )
+            ids.append(None)
+        elif len(added) != 1:
+            problems.append(f"label {label!r} is {len(added)} tokens after the prompt: ids {added} = {_decode(tokenizer, added)}")
+            ids.append(None)
+        else:
+            ids.append(added[0])
+    seen: dict[int, str] = {}
+    for label, tid in zip(labels, ids, strict=True):
+        if tid is None:
+            continue
+        if tid in seen:
+            problems.append(f"label {label!r} collides with label {seen[tid]!r} on token id {tid}")
+        else:
+            seen[tid] = label
+    if problems:
+        raise LabelTokenError(
+            "labels are not single, distinct tokens in context: " + "; ".join(problems),
+            missing_ids=[],
+        )
+    return [int(t) for t in ids]  # type: ignore[arg-type]
+
+
+class LabelChecker:
+    """Caches in-context checks per (prompt tail, labels) for one tokenizer."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self._cache: dict[tuple[str, tuple[str, ...]], list[int] | LabelTokenError] = {}
+
+    def ids(self, prompt_text: str, labels: Sequence[str]) -> list[int]:
+        key = (prompt_text[-_TAIL_CHARS:], tuple(labels))
+        hit = self._cache.get(key)
+        if hit is None:
+            try:
+                hit = check_in_context(self.tokenizer, prompt_text, labels)
+            except LabelTokenError as exc:
+                hit = exc
+            self._cache[key] = hit
+        if isinstance(hit, LabelTokenError):
+            raise hit
+        return hit

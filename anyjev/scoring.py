@@ -1,0 +1,163 @@
+"""Scoring a (model, task) cell: render every layout of every item, check the labels in context before
+any request is sent, send the prompts in chunks, and checkpoint items as they complete."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from anyjev.backends.base import Backend
+from anyjev.errors import LabelTokenError
+from anyjev.labels import LabelChecker, label_strings
+from anyjev.layouts import Layout, layouts_for
+from anyjev.prompts import encode, prompt_hash, render_text
+from anyjev.store import PartialScores
+
+log = logging.getLogger(__name__)
+
+# Bump when the prompt text or layout scheme changes: partial scores made under another version are
+# not resumed.
+PROMPT_VERSION = "1"
+
+
+@dataclass
+class PreparedItem:
+    """An item's prompts (token ids per layout) and the label ids checked for them."""
+
+    item: object
+    group: str
+    labels: list[str]
+    label_ids: list[int]
+    label_kind: str
+    layouts: list[tuple[Layout, list[int]]]
+
+
+def prepare_item(tokenizer, checker: LabelChecker, item, group: str, *, permute: bool = True, flip: bool = True) -> PreparedItem:
+    """Render every layout and check its labels; score questions fall back from digits to letters."""
+    question = item.question
+    kinds = ["digits", "letters"] if question.kind == "score" else ["default"]
+    last_error: LabelTokenError | None = None
+    for kind in kinds:
+        labels = label_strings(question, "letters" if kind == "letters" else "default")
+        try:
+            layouts, ids = [], None
+            for group_layouts in layouts_for(question, permute=permute, flip=flip).values():
+                for layout in group_layouts:
+                    text = render_text(tokenizer, question, item.state, layout, labels)
+                    layout_ids = checker.ids(text, labels)
+                    if ids is not None and layout_ids != ids:
+                        raise LabelTokenError(f"label ids differ between layouts: {ids} vs {layout_ids} ({layout.name})")
+                    ids = layout_ids
+                    layouts.append((layout, encode(tokenizer, text)))
+        except LabelTokenError as exc:
+            last_error = exc
+            if kind == "digits":
+                log.warning("item %s: digit labels are not single tokens here (%s); using letters", item.id, exc)
+            continue
+        return PreparedItem(item, group, labels, ids, "letters" if kind == "letters" else kind, layouts)
+    raise LabelTokenError(f"item {item.id!r} (question {question.key()}): {last_error}") from last_error
+
+
+def item_record(p: PreparedItem, values: dict[str, list[float]]) -> dict:
+    return {
+        "type": "item",
+        "id": p.item.id,
+        "split": p.item.split,
+        "gold": p.item.gold,
+        "group": p.group,
+        "k": len(p.labels),
+        "labels": p.labels,
+        "label_ids": p.label_ids,
+        "label_kind": p.label_kind,
+        "question": p.item.question.key(),
+        "layouts": {
+            lay.name: {"order": list(lay.order), "swapped": lay.swapped, "prompt_sha": prompt_hash(ids), "lp": values[lay.name]}
+            for lay, ids in p.layouts
+        },
+    }
+
+
+def score_prepared(backend: Backend, chunk: Sequence[PreparedItem]) -> list[dict]:
+    """Score a chunk of items with as few prompts as possible (identical prompts are sent once)."""
+    by_labels: dict[tuple[int, ...], list[list[int]]] = {}
+    index: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+    for p in chunk:
+        key = tuple(p.label_ids)
+        bucket = by_labels.setdefault(key, [])
+        for _, ids in p.layouts:
+            k = (key, tuple(ids))
+            if k not in index:
+                index[k] = len(bucket)
+                bucket.append(ids)
+    results = {key: backend.label_logprobs(prompts, list(key)) for key, prompts in by_labels.items()}
+    records = []
+    for p in chunk:
+        key = tuple(p.label_ids)
+        values = {lay.name: results[key][index[(key, tuple(ids))]].tolist() for lay, ids in p.layouts}
+        records.append(item_record(p, values))
+    return records
+
+
+class Progress:
+    """Periodic log lines (a progress bar would flood Snakemake's job logs)."""
+
+    def __init__(self, total: int, done: int, every: float = 10.0) -> None:
+        self.total, self.done, self.every = total, done, every
+        self.start = self.last = time.monotonic()
+        self.start_done = done
+
+    def update(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self.last >= self.every or self.done == self.total:
+            rate = (self.done - self.start_done) / max(now - self.start, 1e-9)
+            eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+            log.info("scored %d/%d items (%.0f%%), %.2f items/s, eta %.0f s", self.done, self.total,
+                     100 * self.done / max(self.total, 1), rate, eta)
+            self.last = now
+
+
+def score_cell(
+    backend: Backend,
+    tokenizer,
+    items: Sequence,
+    groups: Sequence[str],
+    out: str,
+    identity: dict,
+    *,
+    chunk_items: int = 16,
+    permute: bool = True,
+    flip: bool = True,
+) -> dict:
+    """Score ``items`` into ``out`` (resuming a checkpoint made under the same ``identity``).
+
+    Every item's labels are checked before the first request, so a tokenizer that cannot emit a label
+    as one token fails the cell at once. Returns counts: items, scored now, resumed, prompts sent.
+    """
+    checker = LabelChecker(tokenizer)
+    prepared = [prepare_item(tokenizer, checker, it, g, permute=permute, flip=flip) for it, g in zip(items, groups, strict=True)]
+    partial = PartialScores(out, identity)
+    todo = [p for p in prepared if p.item.id not in partial.records]
+    resumed = len(prepared) - len(todo)
+    progress = Progress(len(prepared), resumed)
+    log.info("%d items, %d layouts each at most, %d to score (%d resumed)", len(prepared),
+             max((len(p.layouts) for p in prepared), default=0), len(todo), resumed)
+    prompts = 0
+    try:
+        for start in range(0, len(todo), chunk_items):
+            chunk = todo[start : start + chunk_items]
+            try:
+                records = score_prepared(backend, chunk)
+            except LabelTokenError as exc:
+                ids = ", ".join(repr(p.item.id) for p in chunk[:5])
+                raise LabelTokenError(f"scoring items {ids}{'...' if len(chunk) > 5 else ''}: {exc}",
+                                      missing_ids=exc.missing_ids, returned_ids=exc.returned_ids) from exc
+            partial.add(records)
+            prompts += sum(len({tuple(ids) for _, ids in p.layouts}) for p in chunk)
+            progress.update(len(chunk))
+    finally:
+        partial.close()
+    partial.finalise(out, [p.item.id for p in prepared])
+    return {"items": len(prepared), "scored": len(todo), "resumed": resumed, "prompts": prompts}

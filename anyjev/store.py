@@ -1,0 +1,128 @@
+"""Per-item score files that outlive the server.
+
+A cell's scores are a JSON-lines file: a header line with the cell's identity (what was read: model,
+task file, prompt version, layouts), then one line per item with its gold label, prior group, label
+strings and ids, and for every layout its order, prompt hash and label log-probabilities.
+
+While scoring, items are appended to ``<out>.partial`` and flushed as they complete, so a killed job
+loses at most the chunk in flight. The final file is written atomically in task order, so a resumed
+cell produces the same bytes as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from anyjev.errors import TaskDataError
+
+log = logging.getLogger(__name__)
+
+FORMAT = "anyjev.scores/1"
+
+
+def partial_path(out: str | os.PathLike) -> Path:
+    return Path(str(out) + ".partial")
+
+
+def _dumps(obj: dict) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+class PartialScores:
+    """Append-only checkpoint of a cell being scored; resumes only under the same identity."""
+
+    def __init__(self, out: str | os.PathLike, identity: dict) -> None:
+        self.path = partial_path(out)
+        self.identity = identity
+        self.records: dict[str, dict] = {}
+        self._load()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        new = not self.path.exists()
+        self._fh = open(self.path, "a", encoding="utf-8")
+        if new:
+            self._write({"type": "header", "format": FORMAT, "identity": identity})
+
+    def _load(self) -> None:
+        if not self.path.exists():
+            return
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        header = json.loads(lines[0]) if lines else None
+        if not header or header.get("identity") != self.identity:
+            stale = self.path.with_name(self.path.name + f".stale-{int(time.time())}")
+            os.replace(self.path, stale)
+            log.warning("partial scores %s were made under another identity; moved aside to %s", self.path, stale)
+            return
+        for n, line in enumerate(lines[1:], start=2):
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                # Only the last line can be torn by a kill mid-write; anything else is corruption.
+                if n == len(lines):
+                    log.warning("%s:%d: dropping a torn last line (the process was killed mid-write)", self.path, n)
+                    self._truncate_to(lines[: n - 1])
+                    break
+                raise TaskDataError(str(self.path), f"line {n}", "corrupt partial scores line") from None
+            self.records[rec["id"]] = rec
+        log.info("resuming %s: %d items already scored", self.path, len(self.records))
+
+    def _truncate_to(self, lines: list[str]) -> None:
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def _write(self, obj: dict) -> None:
+        self._fh.write(_dumps(obj) + "\n")
+
+    def add(self, records: Iterable[dict]) -> None:
+        for rec in records:
+            self._write(rec)
+            self.records[rec["id"]] = rec
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def finalise(self, out: str | os.PathLike, order: list[str]) -> None:
+        """Write the final file in task order (atomically) and remove the checkpoint."""
+        self.close()
+        missing = [i for i in order if i not in self.records]
+        if missing:
+            raise RuntimeError(f"cannot finalise {out}: {len(missing)} items unscored (first: {missing[:3]})")
+        write_scores(out, self.identity, [self.records[i] for i in order])
+        self.path.unlink()
+
+
+def write_scores(out: str | os.PathLike, identity: dict, records: list[dict]) -> None:
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(_dumps({"type": "header", "format": FORMAT, "identity": identity}) + "\n")
+        for rec in records:
+            fh.write(_dumps(rec) + "\n")
+    os.replace(tmp, out)
+
+
+def read_scores(path: str | os.PathLike) -> tuple[dict, list[dict]]:
+    """(identity, item records) of a final scores file."""
+    path = Path(path)
+    with open(path, encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    if not lines:
+        raise TaskDataError(str(path), "line 1", "empty scores file")
+    header = json.loads(lines[0])
+    if header.get("format") != FORMAT:
+        raise TaskDataError(str(path), "line 1", f"not an {FORMAT} file (header {header!r:.200})")
+    records = []
+    for n, line in enumerate(lines[1:], start=2):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise TaskDataError(str(path), f"line {n}", f"not JSON ({exc})") from None
+    return header["identity"], records

