@@ -666,11 +666,13 @@ def vllm_process_pids(match: str | None = None, *, include_supervisors: bool = T
     """Live (non-zombie) vLLM server processes on this machine (tests use it to count orphans).
 
     Counted: command lines containing the api_server module (our supervisors too, unless excluded), vLLM
-    processes renamed by setproctitle ("VLLM::EngineCore"), and any process started by anyjev.supervisor
-    (marked in its environment). MATCH filters on the command line and the anyjev name/token markers.
+    processes renamed by setproctitle ("VLLM::EngineCore", "VLLM::Worker"), and any process started by
+    anyjev.supervisor (marked in its environment). MATCH filters on the command line and the anyjev name/token
+    markers; since setproctitle overwrites /proc/PID/environ, a process also matches when it shares the process
+    group of a matching one (vLLM's engine processes stay in the server's group).
     """
     me = os.getpid()
-    found = []
+    candidates: list[tuple[int, int, bool]] = []  # pid, process group, matches MATCH by itself
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) == me:
             continue
@@ -680,8 +682,7 @@ def vllm_process_pids(match: str | None = None, *, include_supervisors: bool = T
             continue
         cmd = proc_cmdline(pid)
         line = " ".join(cmd)
-        is_supervisor = "anyjev.supervisor" in cmd
-        if is_supervisor and not include_supervisors:
+        if "anyjev.supervisor" in cmd and not include_supervisors:
             continue
         env: dict[str, str] | None = None
         hit = API_MODULE in line or line.startswith("VLLM::")
@@ -690,13 +691,13 @@ def vllm_process_pids(match: str | None = None, *, include_supervisors: bool = T
             hit = TOKEN_ENV in env
         if not hit:
             continue
+        matched = True
         if match is not None:
-            if env is None:
-                env = proc_environ(pid)
-            if match not in line and match not in env.get(NAME_ENV, "") and match not in env.get(TOKEN_ENV, ""):
-                continue
-        found.append(pid)
-    return sorted(found)
+            env = proc_environ(pid) if env is None else env
+            matched = match in line or match in env.get(NAME_ENV, "") or match in env.get(TOKEN_ENV, "")
+        candidates.append((pid, int(fields[2]), matched))
+    groups = {pgrp for _, pgrp, matched in candidates if matched}
+    return sorted(pid for pid, pgrp, matched in candidates if matched or pgrp in groups)
 
 
 __all__ = [

