@@ -119,6 +119,17 @@ class Progress:
             self.last = now
 
 
+def canary(backend: Backend, p: PreparedItem) -> None:
+    """One prompt first: proves the server returns exactly the label ids, renormalised over them (or
+    raises LabelTokenError naming the missing ids) before the cell's real work starts."""
+    try:
+        backend.label_logprobs([p.layouts[0][1]], p.label_ids)
+    except LabelTokenError as exc:
+        raise LabelTokenError(f"canary request (item {p.item.id!r}) failed: {exc}", missing_ids=exc.missing_ids,
+                              returned_ids=exc.returned_ids) from exc
+    log.info("canary ok: the server returned exactly the label ids %s, summing to one", p.label_ids)
+
+
 def score_cell(
     backend: Backend,
     tokenizer,
@@ -145,6 +156,8 @@ def score_cell(
     log.info("%d items, %d layouts each at most, %d to score (%d resumed)", len(prepared),
              max((len(p.layouts) for p in prepared), default=0), len(todo), resumed)
     prompts = 0
+    if todo:
+        canary(backend, todo[0])
     try:
         for start in range(0, len(todo), chunk_items):
             chunk = todo[start : start + chunk_items]

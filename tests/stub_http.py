@@ -1,0 +1,211 @@
+"""An in-process stand-in for vLLM's ``POST /v1/completions`` (stdlib only), told per test how to misbehave.
+
+    with StubCompletions() as stub:
+        stub.script = [Status(500), Reply()]          # first request 500, then a normal answer
+        backend = VLLMBackend(stub.url, "m", ...)
+
+Every request body is recorded (``stub.requests``) before the action runs. ``script`` is consumed one
+action per request; when it runs out, ``default`` answers (a normal completion). Actions:
+
+* ``Reply(mutate=...)``: a vLLM-shaped completion of every prompt; ``mutate(body, payload)`` may edit it
+* ``Status(code, body)``: an HTTP error with a JSON (dict) or raw (str) body
+* ``Raw(text)``: HTTP 200 with this body (e.g. malformed JSON)
+* ``Hang(seconds)``: read the request, then answer nothing for ``seconds`` (a stuck server)
+* ``Reset()``: read the request, then close the socket without a byte of answer (RST)
+
+The normal answer is keyed ``token_id:<id>`` like a server asked for ``return_tokens_as_token_ids``, and
+its label log-probs are ``model_logprobs(prompt, labels)``: a deterministic function of the prompt ids,
+renormalised over the labels like ``--logprobs-mode processed_logprobs``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+FINGERPRINT = "stub-fp-1"
+
+
+def model_logprobs(prompt: Sequence[int], labels: Sequence[int]) -> list[float]:
+    """Log-probs over ``labels`` that differ per prompt and per label (sum to one over the labels)."""
+    logits = []
+    for lab in labels:
+        digest = hashlib.sha256(f"{list(prompt)}|{lab}".encode()).digest()
+        logits.append(int.from_bytes(digest[:4], "big") / 2**32 * 6.0)
+    m = max(logits)
+    z = m + math.log(sum(math.exp(x - m) for x in logits))
+    return [x - z for x in logits]
+
+
+def completion(payload: dict) -> dict:
+    """A vLLM-shaped ``text_completion`` answer to ``payload`` (one choice per prompt, in prompt order)."""
+    labels = [int(i) for i in payload["allowed_token_ids"]]
+    choices = []
+    for index, prompt in enumerate(payload["prompt"]):
+        lps = model_logprobs(prompt, labels)
+        best = max(range(len(labels)), key=lambda j: lps[j])
+        key = f"token_id:{labels[best]}"
+        choices.append({
+            "index": index,
+            "text": key,
+            "logprobs": {
+                "text_offset": [0],
+                "token_logprobs": [lps[best]],
+                "tokens": [key],
+                "top_logprobs": [{f"token_id:{lab}": lp for lab, lp in zip(labels, lps, strict=True)}],
+            },
+            "finish_reason": "length",
+            "stop_reason": None,
+            "prompt_logprobs": None,
+        })  # fmt: skip
+    return {
+        "id": "cmpl-stub",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": payload.get("model"),
+        "choices": choices,
+        "system_fingerprint": FINGERPRINT,
+        "usage": {"prompt_tokens": sum(len(p) for p in payload["prompt"]), "completion_tokens": len(choices)},
+    }
+
+
+@dataclass
+class Reply:
+    mutate: Callable[[dict, dict], None] | None = None
+    delay: float = 0.0
+
+
+@dataclass
+class Status:
+    code: int
+    body: dict | str = field(default_factory=lambda: {"error": {"message": "stub failure", "type": "InternalServerError"}})
+
+
+@dataclass
+class Raw:
+    text: str
+
+
+@dataclass
+class Hang:
+    seconds: float
+
+
+@dataclass
+class Reset:
+    pass
+
+
+Action = Reply | Status | Raw | Hang | Reset
+
+
+class StubCompletions:
+    """A ThreadingHTTPServer on 127.0.0.1 (free port) in a background thread."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        self.paths: list[str] = []
+        self.script: list[Action] = []
+        self.default: Action = Reply()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:  # keep pytest output clean
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("Content-Length", "0"))
+                payload = json.loads(self.rfile.read(length) or b"null")
+                with stub._lock:
+                    stub.requests.append(payload)
+                    stub.paths.append(self.path)
+                    action = stub.script.pop(0) if stub.script else stub.default
+                    stub.in_flight += 1
+                    stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
+                try:
+                    stub._act(self, action, payload)
+                finally:
+                    with stub._lock:
+                        stub.in_flight -= 1
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="stub-vllm", daemon=True)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> StubCompletions:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()  # wakes hanging handlers
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> StubCompletions:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- behaviour ---------------------------------------------------------------------------------
+    def _act(self, h: BaseHTTPRequestHandler, action: Action, payload: dict) -> None:
+        if isinstance(action, Reset):
+            h.close_connection = True
+            # SO_LINGER 0: close() sends RST instead of FIN, as a crashed worker's socket does.
+            h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            h.connection.close()
+            return
+        if isinstance(action, Hang):
+            self._stop.wait(action.seconds)
+            h.close_connection = True
+            return
+        if isinstance(action, Raw):
+            self._send(h, 200, action.text)
+            return
+        if isinstance(action, Status):
+            body = action.body if isinstance(action.body, str) else json.dumps(action.body)
+            self._send(h, action.code, body)
+            return
+        if action.delay:
+            self._stop.wait(action.delay)
+        body = completion(payload)
+        if action.mutate is not None:
+            action.mutate(body, payload)
+        self._send(h, 200, json.dumps(body))
+
+    @staticmethod
+    def _send(h: BaseHTTPRequestHandler, code: int, text: str) -> None:
+        data = text.encode("utf-8")
+        try:
+            h.send_response(code)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Content-Length", str(len(data)))
+            h.end_headers()
+            h.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
+            h.close_connection = True
+
+
+def free_port() -> int:
+    """A port nobody listens on (bound once by the OS, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
