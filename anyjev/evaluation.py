@@ -92,7 +92,7 @@ def write_predictions(path: str | os.PathLike, evaluation: dict) -> None:
                 p = np.exp(lp)
                 for i, item in enumerate(ids):
                     pred = int(np.argmax(p[i]))
-                    w.writerow([item, level, group, int(gold[i]), pred, f"{p[i, pred]:.6f}", f"{p[i, gold[i]]:.6f}"])
+                    w.writerow([item, level, group, int(gold[i]), pred, repr(float(p[i, pred])), repr(float(p[i, gold[i]]))])
     os.replace(tmp, path)
 
 

@@ -167,6 +167,16 @@ def ece(conf: np.ndarray, correct: np.ndarray, n_bins: int = ECE_BINS) -> float:
     return float(_ece_b(c, ok, n_bins)[0])
 
 
+def reliability_bins(conf: np.ndarray, correct: np.ndarray, n_bins: int = ECE_BINS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The equal-mass bins ECE is computed on: mean confidence, accuracy and size per bin (for plots)."""
+    c, ok = _check_conf(conf, correct)
+    c, ok = c[0], ok[0]
+    order = np.argsort(c, kind="stable")
+    chunks = np.array_split(order, min(n_bins, len(c)))
+    return (np.array([c[i].mean() for i in chunks]), np.array([ok[i].mean() for i in chunks]),
+            np.array([len(i) for i in chunks]))
+
+
 def flip(lp: np.ndarray, lp_rev: np.ndarray) -> float:
     """Share of items whose argmax changes when the option order is reversed (order sensitivity)."""
     arr = _check_lp("lp", lp)

@@ -12,23 +12,23 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from anyjev.metrics import reliability_bins  # noqa: E402
 from anyjev.tables import METRIC_TITLES, TABLE_METRICS  # noqa: E402
 
 LEVEL_COLORS = {"raw": "#d62728", "L0-perm": "#ff7f0e", "L0-bc": "#bcbd22", "L0": "#1f77b4", "L1": "#2ca02c"}
+
+
+def _yerr(v, lo, hi) -> list:
+    """Error-bar lengths; a percentile bootstrap interval need not contain the point estimate (ECE is
+    biased upward under resampling), so a side that would be negative is drawn as zero."""
+    v, lo, hi = (np.asarray(x, dtype=float) for x in (v, lo, hi))
+    return [np.clip(v - lo, 0, None), np.clip(hi - v, 0, None)]
 
 
 def _save(fig, out: str) -> None:
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
-
-
-def reliability_points(conf: np.ndarray, correct: np.ndarray, n_bins: int = 15) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Equal-mass bins (as in ECE): mean confidence, accuracy and size per bin."""
-    order = np.argsort(-conf, kind="stable")
-    chunks = [c for c in np.array_split(order, min(n_bins, len(conf))) if len(c)]
-    return (np.array([conf[c].mean() for c in chunks]), np.array([correct[c].mean() for c in chunks]),
-            np.array([len(c) for c in chunks]))
 
 
 def plot_reliability(preds: pd.DataFrame, levels: Sequence[str], out: str, title: str = "") -> None:
@@ -40,7 +40,7 @@ def plot_reliability(preds: pd.DataFrame, levels: Sequence[str], out: str, title
             continue
         conf = d["conf"].to_numpy(float)
         correct = (d["pred"] == d["gold"]).to_numpy(float)
-        x, y, size = reliability_points(conf, correct)
+        x, y, size = reliability_bins(conf, correct)
         ece = float(np.sum(size / size.sum() * np.abs(x - y)))
         ax.plot(x, y, marker="o", ms=4, color=LEVEL_COLORS.get(level), label=f"{level} (ECE {ece:.3f})")
     ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence (top-1 probability)", ylabel="accuracy", title=title or "reliability")
@@ -64,7 +64,7 @@ def plot_metrics_by_level(summary: pd.DataFrame, out: str) -> None:
             d = summary[summary["cell"] == cell].set_index("level").reindex(levels)
             v, lo, hi = d[metric].to_numpy(float), d[f"{metric}_lo"].to_numpy(float), d[f"{metric}_hi"].to_numpy(float)
             off = (i - (len(_cell_labels(summary)) - 1) / 2) * 0.08
-            ax.errorbar(x + off, v, yerr=[v - lo, hi - v], marker="o", ms=3, capsize=2, lw=1, label=cell)
+            ax.errorbar(x + off, v, yerr=_yerr(v, lo, hi), marker="o", ms=3, capsize=2, lw=1, label=cell)
         ax.set_xticks(x, levels, fontsize=8)
         ax.set_title(METRIC_TITLES[metric])
     for ax in list(axes.flat)[len(TABLE_METRICS):]:
@@ -82,7 +82,7 @@ def plot_flip(summary: pd.DataFrame, out: str) -> None:
     for j, level in enumerate(["raw", "L0"]):
         d = summary[summary["level"] == level].set_index("cell").reindex(cells)
         v, lo, hi = d["flip"].to_numpy(float), d["flip_lo"].to_numpy(float), d["flip_hi"].to_numpy(float)
-        ax.bar(x + (j - 0.5) * 0.38, v, width=0.38, yerr=[v - lo, hi - v], capsize=3, color=LEVEL_COLORS[level], label=level)
+        ax.bar(x + (j - 0.5) * 0.38, v, width=0.38, yerr=_yerr(v, lo, hi), capsize=3, color=LEVEL_COLORS[level], label=level)
     ax.set_xticks(x, cells, rotation=20, ha="right", fontsize=8)
     ax.set(ylabel="flip rate (order reversed)", ylim=(0, 1), title="Order-flip rate: raw vs L0")
     ax.legend()
@@ -97,7 +97,7 @@ def plot_vs_published(df: pd.DataFrame, out: str) -> None:
         axes[0, 0].axis("off")
     for ax, metric in zip(axes.flat, metrics, strict=False):
         d = df[df["metric"] == metric]
-        ax.errorbar(d["published"], d["ours"], yerr=[d["ours"] - d["lo"], d["hi"] - d["ours"]], fmt="o", capsize=3)
+        ax.errorbar(d["published"], d["ours"], yerr=_yerr(d["ours"], d["lo"], d["hi"]), fmt="o", capsize=3)
         lim = (0, max(1e-3, float(max(d["published"].max(), d["hi"].max())) * 1.1))
         ax.plot(lim, lim, color="grey", ls="--", lw=1)
         ax.set(xlim=lim, ylim=lim, xlabel="published", ylabel="ours (95% CI)", title=METRIC_TITLES.get(metric, metric))

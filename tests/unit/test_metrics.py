@@ -184,3 +184,15 @@ def test_summarise_shape() -> None:
         assert set(out[name]) == {"value", "lo", "hi"}
         assert out[name]["value"] == values[name]
         assert out[name]["lo"] <= out[name]["value"] <= out[name]["hi"]
+
+
+def test_reliability_bins_are_the_bins_ece_uses():
+    from anyjev.metrics import ece, reliability_bins
+
+    rng = np.random.default_rng(3)
+    conf = rng.uniform(0.3, 1.0, size=100)
+    correct = rng.uniform(size=100) < conf
+    x, y, size = reliability_bins(conf, correct)
+    assert size.sum() == 100 and len(size) == 15 and set(size) == {6, 7}
+    assert np.all(np.diff(x) >= 0), "bins run from least to most confident"
+    assert float(np.sum(size / 100 * np.abs(x - y))) == pytest.approx(ece(conf, correct), abs=1e-12)

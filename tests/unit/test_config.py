@@ -1,0 +1,99 @@
+"""Workflow config validation: every bad config is refused before any job, naming the key path."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from anyjev.config import cells, load_strict, validate_config
+from anyjev.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+BASE = {
+    "models": {"m1": {"source": "smollm2"}, "m2": {"source": "smollm2", "dtype": "bfloat16"}},
+    "tasks": {"mmlu": {"source": "builtin"}, "rt": {"source": "builtin", "builtin": "rotten_tomatoes"}},
+}
+
+
+def check(config: dict, key_path: str, words: str = "") -> None:
+    with pytest.raises(ConfigError) as info:
+        validate_config(config, SCHEMA, workdir=REPO)
+    assert info.value.key_path == key_path, str(info.value)
+    assert key_path in str(info.value)
+    assert words in str(info.value)
+
+
+def edit(**changes) -> dict:
+    config = copy.deepcopy(BASE)
+    for path, value in changes.items():
+        node = config
+        keys = path.split("__")
+        for k in keys[:-1]:
+            node = node[k]
+        node[keys[-1]] = value
+    return config
+
+
+def test_defaults_are_filled_and_cells_are_every_model_by_task():
+    config = validate_config(BASE, SCHEMA, workdir=REPO)
+    assert config["models"]["m1"]["dtype"] == "auto" and config["models"]["m1"]["server_flags"] == []
+    assert config["tasks"]["mmlu"]["n_test"] == 300 and config["evaluation"]["n_boot"] == 1000
+    assert config["levels"] == ["raw", "L0-perm", "L0-bc", "L0", "L1"]
+    assert cells(config) == [("m1", "mmlu"), ("m1", "rt"), ("m2", "mmlu"), ("m2", "rt")]
+    assert BASE["models"]["m1"] == {"source": "smollm2"}, "the caller's config is not modified"
+
+
+def test_the_shipped_configs_are_valid():
+    for name in ("config.yaml", "paper.yaml"):
+        validate_config(load_strict(REPO / "config" / name), SCHEMA, workdir=REPO)
+
+
+def test_unknown_keys_are_named_with_their_path():
+    check(edit(models__m1__dtyp="bfloat16"), "models.m1.dtyp", "unknown key")
+    check(edit(colour="blue"), "colour", "unknown key")
+    check(edit(tasks__mmlu__n_tset=5), "tasks.mmlu.n_tset")
+
+
+def test_wrong_types_and_values():
+    check(edit(models__m1__dtype="fp8"), "models.m1.dtype")
+    check(edit(tasks__mmlu__n_test="ten"), "tasks.mmlu.n_test")
+    check(edit(models__m1__server_flags="--enforce-eager"), "models.m1.server_flags")
+    check(edit(evaluation={"n_boot": 100}), "evaluation.n_boot")
+    check(edit(levels=["raw", "L9"]), "levels.1")
+
+
+def test_missing_fields():
+    check(edit(models__m1={"dtype": "auto"}), "models.m1", "source")
+    check(edit(models__m1={"source": "hub", "repo": "org/model"}), "models.m1.revision", "required")
+    check({"tasks": BASE["tasks"]}, "<top level>", "models")
+
+
+def test_pinned_server_flag_cannot_be_overridden():
+    check(edit(models__m1__server_flags=["--enforce-eager", "--logprobs-mode", "raw_logprobs"]), "models.m1.server_flags",
+          "--logprobs-mode")
+    check(edit(models__m2__server_flags=["--seed=3"]), "models.m2.server_flags", "--seed")
+
+
+def test_grid_names_defined_models_and_tasks():
+    check(edit(grid=[{"model": "m3", "tasks": ["mmlu"]}]), "grid[0].model", "not defined")
+    check(edit(grid=[{"model": "m1", "tasks": ["mmlu", "nope"]}]), "grid[0].tasks[1]", "not defined")
+    check(edit(grid=[]), "grid", "empty")
+    check(edit(grid=[{"model": "m1", "tasks": ["mmlu"]}, {"model": "m1", "tasks": ["rt"]}]), "grid[1].model", "twice")
+    config = validate_config(edit(grid=[{"model": "m2", "tasks": ["rt"]}]), SCHEMA, workdir=REPO)
+    assert cells(config) == [("m2", "rt")]
+
+
+def test_missing_local_paths():
+    check(edit(models__m1={"source": "local", "path": "no/such/model"}), "models.m1.path", "does not exist")
+    check(edit(tasks__mmlu={"source": "file", "path": "no/such.jsonl"}), "tasks.mmlu.path", "does not exist")
+
+
+def test_duplicate_names_in_yaml_are_refused(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("models:\n  m1: {source: smollm2}\n  m1: {source: smollm2, dtype: float32}\ntasks: {}\n")
+    with pytest.raises(ConfigError) as info:
+        load_strict(f)
+    assert "m1" in str(info.value) and "defined twice" in str(info.value) and "lines 2 and 3" in str(info.value)
