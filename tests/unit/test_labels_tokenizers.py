@@ -33,22 +33,10 @@ SEVERITY5 = score("How severe is the incident?", ["negligible", "minor", "modera
 SEVERITY10 = score("How severe is the incident?", [f"level {i}" for i in range(1, 11)], scale=(0, 100))
 
 
-def smollm2_tokenizer_dir() -> Path:
-    first = Path(os.environ.get("ANYJEV_SMOLLM2_DIR") or REPO / "resources" / "models" / "smollm2-135m")
-    for path in (first, REPO / "resources" / "models" / "smollm2-135m-instruct"):
-        if (path / "tokenizer.json").is_file():
-            return path
-    from anyjev.models import prepare_smollm2
-
-    prepare_smollm2(first)
-    return first
-
-
 @pytest.fixture(scope="module")
-def smol():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(smollm2_tokenizer_dir())
+def smol(smollm2_tokenizer):
+    """The real SmolLM2 tokenizer (shared session fixture in tests/conftest.py)."""
+    return smollm2_tokenizer
 
 
 @pytest.fixture(scope="module")

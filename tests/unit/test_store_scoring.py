@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -32,22 +31,10 @@ SEVERITY = score("How severe is it?", ["low", "medium", "high"])
 LABEL_IDS = {"choice": [49, 50, 51], "noul": [10539, 5230], "score": [33, 34, 35]}
 
 
-def smollm2_tokenizer_dir() -> Path:
-    first = Path(os.environ.get("ANYJEV_SMOLLM2_DIR") or REPO / "resources" / "models" / "smollm2-135m")
-    for path in (first, REPO / "resources" / "models" / "smollm2-135m-instruct"):
-        if (path / "tokenizer.json").is_file():
-            return path
-    from anyjev.models import prepare_smollm2
-
-    prepare_smollm2(first)
-    return first
-
-
 @pytest.fixture(scope="module")
-def smol():
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(smollm2_tokenizer_dir())
+def smol(smollm2_tokenizer):
+    """The real SmolLM2 tokenizer (shared session fixture in tests/conftest.py)."""
+    return smollm2_tokenizer
 
 
 class Interrupted(Exception):
