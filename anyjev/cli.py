@@ -157,7 +157,9 @@ def cmd_score(args: argparse.Namespace) -> None:
             "model_source": model_record,
             "server": server_record,
             "backend": backend.describe(),
-            "seeds": {"split": task.source.get("split", {}).get("seed"), "server": server_record.get("spec", {}).get("seed")},
+            # A prepared task file records its split inside the header's "origin" (Task.source["origin"]).
+            "seeds": {"split": (task.source.get("split") or task.source.get("origin", {}).get("split") or {}).get("seed"),
+                      "server": server_record.get("spec", {}).get("seed")},
             "config_sha256": args.config_hash or os.environ.get("ANYJEV_CONFIG_SHA256"),
             "git": provenance.git_commit(Path(__file__).resolve().parent.parent),
             "versions": provenance.versions("transformers", "httpx", "numpy", "torch"),

@@ -19,6 +19,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shlex
 import signal
 import socket
@@ -57,6 +58,11 @@ from anyjev.supervisor import (
 API_MODULE = "vllm.entrypoints.openai.api_server"
 POLL_SECONDS = 0.5
 LOG_TAIL_LINES = 30
+# The last line of a Python exception ("RuntimeError: ..."), also behind vLLM's "(Worker pid=1) ERROR ... [f.py:9] "
+# prefix. A worker's root cause is often further up than the tail (the API server's own traceback follows it).
+EXCEPTION_LINE = re.compile(r"(?:^|\] )(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception)\b: ")
+EARLIER_EXCEPTIONS = 5
+START_MARK = "=== anyjev "  # begins the line written to the (appended) log before each start
 PORT_RETRIES = 3
 ADDRESS_IN_USE = "address already in use"
 
@@ -218,15 +224,25 @@ def _health(client: httpx.Client, url: str) -> int | None:
 
 
 def log_tail(log_path: str | os.PathLike[str], lines: int = LOG_TAIL_LINES, offset: int = 0) -> str:
-    """The last LINES lines of the log from byte OFFSET on (this start's part of an appended log)."""
+    """The last LINES lines of the log from byte OFFSET on (this start's part of an appended log), preceded by the
+    last exception lines above them (a worker's root cause), if any."""
     try:
         with open(log_path, "rb") as fh:
             fh.seek(offset)
             data = fh.read()
     except OSError as exc:
         return f"(log {log_path} unreadable: {exc})"
-    text = data.decode(errors="replace").splitlines()[-lines:]
-    return "\n".join("    " + line for line in text) if text else "    (log is empty)"
+    text = data.decode(errors="replace").splitlines()
+    if not text:
+        return "    (log is empty)"
+    tail, earlier = text[-lines:], text[:-lines]
+    # "See root cause above": quote the exceptions above the tail too, or the cause is not in the message.
+    # only this server's: the log is appended to by every start of the model's server
+    start = max((i for i, line in enumerate(earlier) if line.startswith(START_MARK)), default=0)
+    causes = [line for line in earlier[start:] if EXCEPTION_LINE.search(line)][-EARLIER_EXCEPTIONS:]
+    if causes:
+        tail = ["(exceptions further up:)", *causes, f"(last {lines} lines:)", *tail]
+    return "\n".join("    " + line for line in tail)
 
 
 @dataclass
@@ -344,7 +360,7 @@ def _start_once(spec: ServerSpec, port: int, log_path: Path, owner_pid: int, sta
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a") as log:
         offset = log.tell()
-        log.write(f"=== anyjev {now_iso()} starting server {spec.name!r} on port {port}: {shlex.join(argv)}\n")
+        log.write(f"{START_MARK}{now_iso()} starting server {spec.name!r} on port {port}: {shlex.join(argv)}\n")
     record: dict[str, Any] = {
         "name": spec.name,
         "token": token,

@@ -1,0 +1,62 @@
+"""Fixtures shared by the end-to-end modules: one local run of the reduced config per session.
+
+`finished_run` is session-scoped so that another module (tests/e2e/test_slurm.py) can compare its own run of
+the same config against the same local run instead of paying for a second one.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.workflow_helpers import make_workdir, reduced_config, run_snakemake, smollm2_model
+
+MODEL = "smol-e2e"
+SOURCE = '"test table, same shape as results/published/anyjev-2026.csv"'
+# A published table of the same shape as results/published/anyjev-2026.csv (comment lines, long form, a quoted
+# source with commas). Rows 1-5 are cells of this run; the last three must be left out of vs_published:
+# another model, a task this run does not have, and a metric the summary table does not report.
+PUBLISHED_CSV = (
+    "# Published numbers for the e2e test (same columns as results/published/anyjev-2026.csv).\n"
+    "# Long form: one row per (model, task, level, metric).\n"
+    "model,task,level,metric,value,source\n"
+    f"{MODEL},mmlu,raw,acc,0.25,{SOURCE}\n"
+    f"{MODEL},mmlu,L0,flip,0.10,{SOURCE}\n"
+    f"{MODEL},rotten_tomatoes,L1,ece,0.05,{SOURCE}\n"
+    # Yes/No at L0 flips nothing (interval [0, 0]): 0.000 is inside the interval, and 1.000 accuracy on
+    # SocialIQA for a 135M model is outside any interval it can get on 12 items.
+    f"{MODEL},rotten_tomatoes,L0,flip,0.000,{SOURCE}\n"
+    f"{MODEL},socialiqa,raw,acc,1.000,{SOURCE}\n"
+    f"OtherModel,mmlu,raw,acc,0.9,{SOURCE}\n"
+    f"{MODEL},banking20,raw,acc,0.8,{SOURCE}\n"
+    f"{MODEL},mmlu,raw,auroc,0.7,{SOURCE}\n"
+)
+
+
+def write_e2e_workdir(work: Path, smollm2_dir: Path) -> dict:
+    """The reduced config of `finished_run` (model MODEL, mmlu/socialiqa/rotten_tomatoes, ~20 items each) and
+    its published table, written into the scratch run directory WORK; returns the config."""
+    work.mkdir(parents=True, exist_ok=True)
+    published = work / "published.csv"
+    published.write_text(PUBLISHED_CSV)
+    config = reduced_config({MODEL: smollm2_model()}, published=str(published))
+    make_workdir(work, config, smollm2_dir)
+    return config
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory, smollm2_dir):
+    """One full local run of the reduced config; later tests (in any e2e module) inspect its outputs."""
+    from tests.conftest import require_vllm
+
+    require_vllm()
+    work = tmp_path_factory.mktemp("e2e")
+    config = write_e2e_workdir(work, smollm2_dir)
+    t0 = time.monotonic()
+    proc = run_snakemake(work)
+    seconds = time.monotonic() - t0
+    print(f"\n[e2e] local reduced run (3 cells, --cores 2): {seconds:.0f} s wall")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
+    return {"dir": work, "proc": proc, "seconds": seconds, "config": config}

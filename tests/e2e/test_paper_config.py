@@ -1,0 +1,182 @@
+"""Dry run of the published grid (config/paper.yaml) under the SLURM profile: which jobs, with which resources.
+
+`snakemake -n` replaces the executor by its dry-run executor, so no SLURM is needed: the test puts stub
+`sinfo`/`sacct`/`sbatch`/... first on PATH that record each call and fail, and asserts that the dry run succeeds
+and made no call but the plugin's `scontrol show config` probe. It runs in a scratch
+directory holding copies of config/config.yaml (so that a --configfile merged into the default config, instead
+of replacing it, would show up as extra cells), config/paper.yaml and the published table.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from tests.e2e.workflow_helpers import REPO, SNAKEFILE, SNAKEMAKE, env
+
+PROFILE = REPO / "workflow" / "profiles" / "slurm"
+PAPER = REPO / "config" / "paper.yaml"
+SLURM_COMMANDS = ("sinfo", "sacct", "sacctmgr", "sbatch", "squeue", "scancel", "scontrol", "srun", "sshare")
+
+MODELS = ["Qwen3-8B", "Qwen2.5-7B-Instruct", "Qwen3-30B-A3B-Instruct-2507"]
+TASKS = ["banking20", "newsgroups", "injection"]
+GPUS = {"Qwen3-8B": 1, "Qwen2.5-7B-Instruct": 1, "Qwen3-30B-A3B-Instruct-2507": 2}
+JOB_COUNTS = {"fetch_hub_task": 3, "prepare_model": 3, "server_spec": 3, "prepare_task": 3, "score_cell": 9,
+              "evaluate_cell": 9, "reliability_plot": 9, "summary_table": 1, "summary_plots": 1, "vs_published": 1,
+              "all": 1}
+# Every rule but score_cell runs in the main Snakemake process, never as a SLURM job (`all` has no action).
+LOCAL_RULES = {"prepare_model", "fetch_hub_task", "prepare_task", "server_spec", "evaluate_cell", "summary_table",
+               "summary_plots", "reliability_plot", "vs_published", "all"}
+
+# Loads the workflow through Snakemake's API (no DAG, no jobs) and prints, per rule, whether Snakemake keeps it
+# local: the rule is marked `localrule: True` (workflow._localrules) or has no action (`rule all`). That is
+# Workflow.is_local() minus its `local_exec` term, which needs an executor (the dry-run one makes everything local).
+LOCALRULES_SCRIPT = """
+import json, sys
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings, StorageSettings
+snakefile, workdir, configfile = map(Path, sys.argv[1:4])
+with SnakemakeApi(OutputSettings()) as api:
+    wf = api.workflow(snakefile=snakefile, workdir=workdir, config_settings=ConfigSettings(configfiles=[configfile]),
+                      resource_settings=ResourceSettings(), storage_settings=StorageSettings())
+    w = wf._workflow
+    print("LOCALRULES=" + json.dumps({r.name: (r.name in w._localrules or r.norun) and r.group is None
+                                      for r in w.rules}))
+"""
+
+
+def parse_dry_run(text: str) -> list[dict]:
+    """The job blocks of `snakemake -n` output: rule name plus each `key: value` line (wildcards and
+    resources split into dicts)."""
+    jobs: list[dict] = []
+    current: dict | None = None
+    for line in text.splitlines():
+        head = re.fullmatch(r"(local)?(?:rule|checkpoint) (\w+):", line)
+        if head:
+            current = {"rule": head.group(2), "local": bool(head.group(1))}
+            jobs.append(current)
+            continue
+        item = re.fullmatch(r"    (\w+): (.*)", line)
+        if current is not None and item:
+            key, value = item.groups()
+            if key in ("wildcards", "resources"):
+                current[key] = dict(kv.split("=", 1) for kv in value.split(", "))
+            else:
+                current[key] = value
+        else:
+            current = None
+    return jobs
+
+
+def parse_job_stats(text: str) -> dict[str, int]:
+    block = text[text.index("Job stats:"):]
+    counts = {}
+    for line in block.splitlines()[3:]:
+        m = re.fullmatch(r"(\w+)\s+(\d+)", line.strip())
+        if not m:
+            break
+        counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+@pytest.fixture(scope="module")
+def paper_dry_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("paper")
+    (work / "config").mkdir()
+    shutil.copy(REPO / "config" / "config.yaml", work / "config" / "config.yaml")
+    shutil.copy(PAPER, work / "config" / "paper.yaml")
+    published = yaml.safe_load(PAPER.read_text())["published"]
+    (work / published).parent.mkdir(parents=True)
+    shutil.copy(REPO / published, work / published)
+    # Stub SLURM commands: any call is recorded (and fails), so the test can tell that none was made.
+    stubs = work / "stub-bin"
+    stubs.mkdir()
+    calls = work / "slurm-calls.log"
+    for name in SLURM_COMMANDS:
+        stub = stubs / name
+        stub.write_text(f'#!/bin/sh\necho "{name} $*" >> "{calls}"\nexit 1\n')
+        stub.chmod(0o755)
+    e = env()
+    e["PATH"] = f"{stubs}{os.pathsep}{e['PATH']}"
+    cmd = [str(SNAKEMAKE), "-s", str(SNAKEFILE), "-d", str(work), "--configfile", str(work / "config" / "paper.yaml"),
+           "--executor", "slurm", "--workflow-profile", str(PROFILE), "-n"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=e, cwd=work)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    local = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-c", LOCALRULES_SCRIPT, str(SNAKEFILE), str(work),
+                            str(work / "config" / "paper.yaml")], capture_output=True, text=True, timeout=600,
+                           env=e, cwd=work)
+    assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
+    localrules = json.loads(re.search(r"^LOCALRULES=(.*)$", local.stdout, re.M).group(1))
+    return {"out": out, "jobs": parse_dry_run(out), "calls": calls, "localrules": localrules}
+
+
+def test_dry_run_needs_no_slurm(paper_dry_run):
+    """Every SLURM command fails here, and the dry run still succeeds: the plugin only probes the cluster's
+    limits with `scontrol show config` (MaxArraySize, MinJobAge; both fall back to defaults when it fails) and
+    never submits, queries jobs or partitions (no sbatch, squeue, sacct, sinfo, sacctmgr)."""
+    assert "Using workflow specific profile" in paper_dry_run["out"] and "profiles/slurm" in paper_dry_run["out"]
+    calls = paper_dry_run["calls"].read_text().splitlines() if paper_dry_run["calls"].exists() else []
+    assert set(calls) <= {"scontrol show config"}, calls
+
+
+def test_paper_grid_lists_the_expected_jobs(paper_dry_run):
+    jobs = paper_dry_run["jobs"]
+    assert parse_job_stats(paper_dry_run["out"]) == JOB_COUNTS | {"total": sum(JOB_COUNTS.values())}
+    assert {r: sum(j["rule"] == r for j in jobs) for r in JOB_COUNTS} == JOB_COUNTS
+    assert len(jobs) == sum(JOB_COUNTS.values())
+
+    def wildcards(rule, key):
+        return sorted(j["wildcards"][key] for j in jobs if j["rule"] == rule)
+
+    assert wildcards("prepare_model", "model") == sorted(MODELS)
+    assert wildcards("fetch_hub_task", "dataset") == sorted(TASKS)
+    assert wildcards("prepare_task", "task") == sorted(TASKS)
+    assert wildcards("server_spec", "model") == sorted(MODELS)
+    cells = sorted((j["wildcards"]["model"], j["wildcards"]["task"]) for j in jobs if j["rule"] == "score_cell")
+    assert cells == sorted(itertools.product(MODELS, TASKS))
+    assert cells == sorted((j["wildcards"]["model"], j["wildcards"]["task"]) for j in jobs if j["rule"] == "evaluate_cell")
+    vs = [j for j in jobs if j["rule"] == "vs_published"]
+    assert vs[0]["input"] == "results/tables/summary.csv, results/published/anyjev-2026.csv"
+    assert vs[0]["output"] == "results/tables/vs_published.csv, results/tables/vs_published.md, results/plots/vs_published.png"
+
+
+def test_score_cell_resources_come_from_config_gpus_and_profile(paper_dry_run):
+    profile = yaml.safe_load((PROFILE / "config.yaml").read_text())
+    site = profile["set-resources"]["score_cell"]
+    assert site == {"cpus_per_task": 8, "mem_mb": 64000, "runtime": 240}  # what the profile documents
+    paper = yaml.safe_load(PAPER.read_text())
+    assert {m: paper["models"][m]["gpus"] for m in MODELS} == GPUS
+    for job in (j for j in paper_dry_run["jobs"] if j["rule"] == "score_cell"):
+        res = job["resources"]
+        model = job["wildcards"]["model"]
+        assert res["gpu"] == str(GPUS[model]), (model, res)
+        assert (res["cpus_per_task"], res["mem_mb"], res["runtime"]) == (
+            str(site["cpus_per_task"]), str(site["mem_mb"]), str(site["runtime"])), res
+        assert "slurm_partition" not in res and "slurm_account" not in res
+
+
+def test_other_jobs_get_the_profile_default_resources_and_no_gpu(paper_dry_run):
+    default = yaml.safe_load((PROFILE / "config.yaml").read_text())["default-resources"]
+    assert default == {"mem_mb": 4000, "runtime": 60}
+    others = [j for j in paper_dry_run["jobs"] if j["rule"] != "score_cell"]
+    assert len(others) == sum(JOB_COUNTS.values()) - 9
+    for job in others:
+        res = job["resources"]
+        assert (res["mem_mb"], res["runtime"]) == ("4000", "60"), job
+        assert "gpu" not in res and "cpus_per_task" not in res, job
+
+
+def test_only_score_cell_goes_to_the_cluster(paper_dry_run):
+    localrules = paper_dry_run["localrules"]
+    assert set(localrules) == set(JOB_COUNTS)
+    assert {r for r, local in localrules.items() if local} == LOCAL_RULES
+    assert {r for r, local in localrules.items() if not local} == {"score_cell"}
