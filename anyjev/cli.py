@@ -105,8 +105,7 @@ def cmd_score(args: argparse.Namespace) -> None:
             from anyjev.server import ServerSpec, acquire_server
 
             spec_dict = json.loads(Path(args.server_spec).read_text())
-            spec = ServerSpec(**{k: (tuple(map(tuple, v)) if k == "env" else tuple(v) if isinstance(v, list) else v)
-                                 for k, v in spec_dict.items()})
+            spec = ServerSpec.from_dict(spec_dict)
             owner = int(args.owner_pid or os.environ.get("ANYJEV_OWNER_PID") or os.getppid())
             handle = acquire_server(spec, state_dir=args.state_dir, owner_pid=owner, log_path=args.server_log)
             url, served = handle.url, handle.served_name
@@ -186,8 +185,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     from anyjev.server import ServerSpec, acquire_server, stop_server
 
     spec_dict = json.loads(Path(args.server_spec).read_text())
-    spec = ServerSpec(**{k: (tuple(map(tuple, v)) if k == "env" else tuple(v) if isinstance(v, list) else v)
-                         for k, v in spec_dict.items()})
+    spec = ServerSpec.from_dict(spec_dict)
     handle = acquire_server(spec, state_dir=args.state_dir, owner_pid=os.getpid(), log_path=args.server_log)
     print(json.dumps(handle.to_dict(), indent=1), flush=True)
     try:

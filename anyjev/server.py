@@ -113,6 +113,14 @@ class ServerSpec:
     host: str = "127.0.0.1"
     stop_grace: float = 15.0
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ServerSpec:
+        """From JSON (the workflow's resources/servers/<model>.json): lists become the tuples the spec holds."""
+        fields = dict(data)
+        fields["extra_flags"] = tuple(fields.get("extra_flags", ()))
+        fields["env"] = tuple(tuple(kv) for kv in fields.get("env", ()))
+        return cls(**fields)
+
     def spec_hash(self) -> str:
         """Hash of what defines the server (not the timeouts): a lease is reused only for an identical spec."""
         data = {

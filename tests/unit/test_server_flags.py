@@ -153,3 +153,16 @@ def test_spec_hash_ignores_timeouts_but_not_argv_or_env() -> None:
     assert a.spec_hash() != make_spec(dtype="float32").spec_hash()
     assert a.spec_hash() != make_spec(env=(("VLLM_CPU_KVCACHE_SPACE", "2"),)).spec_hash()
     assert a.spec_hash() != make_spec(extra_flags=("--enforce-eager",)).spec_hash()
+
+
+def test_spec_from_the_workflows_json_keeps_argv_and_hash():
+    import json
+
+    from anyjev.server import ServerSpec, build_argv
+
+    spec = ServerSpec(name="m", model="models/m", served_name="m", python="py", dtype="bfloat16",
+                      extra_flags=("--enforce-eager",), env=(("VLLM_CPU_KVCACHE_SPACE", "2"),))
+    data = json.loads(json.dumps({k: getattr(spec, k) for k in spec.__dataclass_fields__}))  # tuples become lists
+    again = ServerSpec.from_dict(data)
+    assert again == spec and again.spec_hash() == spec.spec_hash()
+    assert build_argv(again, 8000) == build_argv(spec, 8000)

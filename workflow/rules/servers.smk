@@ -34,6 +34,6 @@ rule server_spec:
 
         spec = dict(params.spec)
         # Refuses a config flag that would override a pinned one, naming the key path.
-        build_argv(ServerSpec(**{**spec, "extra_flags": tuple(spec["extra_flags"]), "env": tuple(map(tuple, spec["env"]))}), 0)
+        build_argv(ServerSpec.from_dict(spec), 0)
         with open(output[0], "w") as fh:
             json.dump(spec, fh, indent=1, sort_keys=True)
