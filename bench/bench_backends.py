@@ -54,7 +54,7 @@ from anyjev.supervisor import group_pids, proc_stat
 
 REPO = Path(__file__).resolve().parents[1]
 SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
-SMOL_DIR = REPO / "resources" / "models" / "smollm2-135m-instruct"
+SMOL_DIR = REPO / "resources" / "models" / "smollm2-135m"  # converted by the workflow or tests/conftest.py
 TINY_DIR = REPO / "resources" / "models" / "tiny-random-smollm2"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
 TINY_SEED = 0
@@ -538,9 +538,11 @@ def main(argv: list[str] | None = None) -> int:
         out_dir = REPO / out_dir
     log_dir = out_dir / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    for path in (SERVER_PYTHON, SMOL_DIR / "config.json"):
-        if not path.exists():
-            raise SystemExit(f"missing {path}")
+    if not SERVER_PYTHON.exists():
+        raise SystemExit(f"missing {SERVER_PYTHON}: run scripts/setup_env.sh")
+    from anyjev.models import prepare_smollm2
+
+    prepare_smollm2(SMOL_DIR)  # no-op when already converted
 
     t_start = time.monotonic()
     report: dict = {

@@ -485,17 +485,15 @@ def test_start_server_directly(make_spec: Callable[..., ServerSpec], workdir: Pa
 
 # --------------------------------------------------------------------------- the real vLLM server
 
-MODEL_DIR = REPO / "resources" / "models" / "smollm2-135m-instruct"
 SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
 
 
 @pytest.mark.vllm
-def test_real_vllm_cpu_server_lifecycle(workdir: Path) -> None:
-    missing = [str(p) for p in (MODEL_DIR / "config.json", SERVER_PYTHON) if not p.exists()]
-    if missing:
-        if os.environ.get("ANYJEV_REQUIRE_VLLM") == "1":
-            pytest.fail(f"ANYJEV_REQUIRE_VLLM=1 but missing: {missing}")
-        pytest.skip(f"real vLLM server not available: missing {missing}")
+def test_real_vllm_cpu_server_lifecycle(workdir: Path, smollm2_dir: Path) -> None:
+    from tests.conftest import require_vllm
+
+    require_vllm()
+    MODEL_DIR = smollm2_dir  # noqa: N806 - the converted model of the session fixture
     spec = ServerSpec(
         name=f"{TAG}-real-smollm2",
         model=str(MODEL_DIR),

