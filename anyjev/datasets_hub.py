@@ -60,6 +60,10 @@ from anyjev.tasks import Item, Task, file_sha256, jsonl_rows
 # TO VERIFY: placeholder revision, not checked offline. Pin each spec to the commit sha recorded as
 # `resolved_sha` in <cache>/<task>/meta.json after the first fetch on a machine with network.
 REVISION_TO_VERIFY = "main"
+# Commit shas other public code pins for these datasets (MTEB's Banking77Classification task metadata;
+# a prompt-injection project's load_dataset call). Not fetched from here: confirm with resolved_sha.
+BANKING77_REVISION = "0fd18e25b25c072e09e0d92ab615fda904d66300"
+PROMPT_INJECTIONS_REVISION = "4f61ecb038e9c3fb77e21034b22511b523772cdd"
 
 BANKING_QUESTION = "What is the customer's intent?"
 NEWSGROUPS_QUESTION = "Which newsgroup topic is this post about?"
@@ -132,9 +136,9 @@ class HubTaskSpec:
 
 
 HUB_TASKS: dict[str, HubTaskSpec] = {
-    "banking20": HubTaskSpec("banking20", "mteb/banking77", None, REVISION_TO_VERIFY, ("train", "test")),
+    "banking20": HubTaskSpec("banking20", "mteb/banking77", None, BANKING77_REVISION, ("train", "test")),
     "newsgroups": HubTaskSpec("newsgroups", "SetFit/20_newsgroups", None, REVISION_TO_VERIFY, ("test",)),
-    "injection": HubTaskSpec("injection", "deepset/prompt-injections", None, REVISION_TO_VERIFY, ("train", "test")),
+    "injection": HubTaskSpec("injection", "deepset/prompt-injections", None, PROMPT_INJECTIONS_REVISION, ("train", "test")),
     "massive_route": HubTaskSpec("massive_route", "mteb/amazon_massive_scenario", "en", REVISION_TO_VERIFY, ("test",)),
     "clinc_escalate": HubTaskSpec("clinc_escalate", "clinc_oos", "plus", REVISION_TO_VERIFY, ("test",)),
 }

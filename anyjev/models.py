@@ -106,6 +106,12 @@ def prepare_hub(repo_id: str, revision: str, out_dir: str | os.PathLike) -> dict
 
         tmp = _atomic_folder(out)
         snapshot_download(repo_id, revision=revision, local_dir=tmp)
+        try:  # the commit the revision resolved to, so a branch name ("main") can be pinned afterwards
+            from huggingface_hub import HfApi
+
+            record["resolved_sha"] = HfApi().model_info(repo_id, revision=revision).sha
+        except Exception:  # noqa: BLE001 - best effort: the download itself succeeded
+            record["resolved_sha"] = None
     except Exception as exc:  # noqa: BLE001 - any hub failure gets the same actionable message
         raise ConfigError(
             "models.<name>.hub",

@@ -191,7 +191,7 @@ def test_build_without_cache_names_dataset_and_revision(tmp_path: Path) -> None:
     with pytest.raises(TaskDataError) as exc:
         hub.build("banking20", tmp_path / "empty")
     msg = str(exc.value)
-    assert "mteb/banking77" in msg and "'main'" in msg and "fetch-task banking20" in msg
+    assert "mteb/banking77" in msg and f"'{hub.BANKING77_REVISION}'" in msg and "fetch-task banking20" in msg
 
 
 def test_build_detects_edited_cache(tmp_path: Path) -> None:
