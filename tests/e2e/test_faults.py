@@ -32,9 +32,10 @@ from pathlib import Path
 
 import pytest
 
-from anyjev.server import vllm_process_pids
-from anyjev.store import read_scores
-from anyjev.supervisor import group_pids, proc_cmdline, read_state
+from anyjev.run.store import read_scores
+from anyjev.serving.proc import group_pids, proc_cmdline
+from anyjev.serving.state import read_record
+from anyjev.serving.stop import vllm_process_pids
 from tests.e2e.fault_report import COVERED, REPO, FaultReport
 from tests.e2e.workflow_helpers import env, make_workdir, reduced_config, run_snakemake, smollm2_model, snakemake_cmd
 
@@ -155,7 +156,8 @@ def describe(pids: list[int]) -> list[tuple[int, str]]:
 
 
 def server_record(work: Path, model: str = MODEL) -> dict:
-    return read_state(work / ".anyjev" / "servers" / f"{model}.json") or {}
+    record = read_record(work / ".anyjev" / "servers" / f"{model}.json")
+    return record.to_json() if record is not None else {}
 
 
 def score_log(work: Path, model: str = MODEL) -> str:
@@ -177,7 +179,7 @@ def stopped_line(out: str) -> str:
 
 
 def resumed_line(log: str) -> str:
-    return next((line.split("anyjev.scoring: ", 1)[1] for line in log.splitlines() if " resumed)" in line), "")
+    return next((line.split("anyjev.run.scoring: ", 1)[1] for line in log.splitlines() if " resumed)" in line), "")
 
 
 def new_workdir(tmp_path_factory, smollm2_dir: Path, name: str, models: dict, tasks: dict | None = None) -> Path:
@@ -576,7 +578,7 @@ def test_ctrl_c_to_snakemake_mid_cell(w2, report, request) -> None:
     out = run.output
     seen = next((x.strip() for x in out.splitlines() if "Terminating processes on user request" in x), out[-200:])
     server_log = (work / f"logs/servers/{MODEL}.log").read_text(errors="replace")
-    stop = [x for x in server_log.splitlines() if "anyjev.supervisor" in x and "stopping" in x]
+    stop = [x for x in server_log.splitlines() if "anyjev.serving.supervisor" in x and "stopping" in x]
     report.record(request.node.nodeid, "Ctrl-C (SIGINT to snakemake's process group) mid-cell",
                   f"{seen} {stopped_line(out)} [server log:] {stop[-1].split('] ', 1)[-1] if stop else ''}",
                   len(set(before) - set(after)), len(left), run.seconds)

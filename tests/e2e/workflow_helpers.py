@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from anyjev.server import vllm_process_pids
+from anyjev.serving.stop import vllm_process_pids
 
 REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = REPO / ".venv" / "bin" / "snakemake"

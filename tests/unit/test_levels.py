@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from anyjev.levels import (
+from anyjev.numbers.levels import (
     LEVELS,
     apply_temperature,
     batch_prior,

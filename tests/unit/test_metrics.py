@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from anyjev.metrics import (
+from anyjev.numbers.metrics import (
     METRICS,
     accuracy,
     aurc,
@@ -187,7 +187,7 @@ def test_summarise_shape() -> None:
 
 
 def test_reliability_bins_are_the_bins_ece_uses():
-    from anyjev.metrics import ece, reliability_bins
+    from anyjev.numbers.metrics import ece, reliability_bins
 
     rng = np.random.default_rng(3)
     conf = rng.uniform(0.3, 1.0, size=100)

@@ -6,11 +6,11 @@ import string
 
 import pytest
 
+from anyjev.decision.labels import label_strings
+from anyjev.decision.layouts import Layout, layouts_for, orders_array, rotations
+from anyjev.decision.prompts import SYSTEM_PROMPT, has_chat_template, render_text, user_message
+from anyjev.decision.questions import Question, choice, noul, score
 from anyjev.errors import QuestionError
-from anyjev.labels import label_strings
-from anyjev.layouts import Layout, layouts_for, orders_array, rotations
-from anyjev.prompts import SYSTEM_PROMPT, has_chat_template, render_text, user_message
-from anyjev.questions import Question, choice, noul, score
 
 # ------------------------------------------------------------------------------------------ validation
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from anyjev.errors import ConfigError
-from anyjev.server import API_MODULE, PINNED_FLAGS, REFUSED_FLAGS, ServerSpec, build_argv
+from anyjev.serving.argv import API_MODULE, PINNED_FLAGS, REFUSED_FLAGS, build_argv
+from anyjev.serving.spec import ServerSpec
 
 
 def make_spec(**kw: object) -> ServerSpec:
@@ -143,7 +144,7 @@ def test_pinned_value_in_flag_value_position_is_not_a_flag() -> None:
 
 
 def test_max_logprobs_must_be_positive() -> None:
-    with pytest.raises(ConfigError, match="models.smol.max_logprobs"):
+    with pytest.raises(ConfigError, match="server.max_logprobs"):
         build_argv(make_spec(max_logprobs=0), 8000)
 
 
@@ -158,7 +159,8 @@ def test_spec_hash_ignores_timeouts_but_not_argv_or_env() -> None:
 def test_spec_from_the_workflows_json_keeps_argv_and_hash():
     import json
 
-    from anyjev.server import ServerSpec, build_argv
+    from anyjev.serving.argv import build_argv
+    from anyjev.serving.spec import ServerSpec
 
     spec = ServerSpec(name="m", model="models/m", served_name="m", python="py", dtype="bfloat16",
                       extra_flags=("--enforce-eager",), env=(("VLLM_CPU_KVCACHE_SPACE", "2"),))

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from anyjev.backends.base import restrict_and_normalise
+from anyjev.data.tasks import Item
+from anyjev.decision.layouts import layouts_for
+from anyjev.decision.prompts import prompt_hash
+from anyjev.decision.questions import choice, noul, score
 from anyjev.errors import LabelTokenError, TaskDataError
-from anyjev.layouts import layouts_for
-from anyjev.prompts import prompt_hash
-from anyjev.questions import choice, noul, score
-from anyjev.scoring import score_cell
-from anyjev.store import FORMAT, partial_path, read_scores
-from anyjev.tasks import Item
+from anyjev.run.scoring import score_cell
+from anyjev.run.store import FORMAT, partial_path, read_scores
 
 REPO = Path(__file__).resolve().parents[2]
 IDENTITY = {"task": "mixed", "model": {"backend": "fake"}, "prompt_version": "test", "layouts": {"permute": True, "flip": True}}

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from anyjev.data.tasks import Item, Task, file_sha256, load_task_file, split_items, write_task_file
+from anyjev.decision.questions import choice, noul, score
 from anyjev.errors import TaskDataError
-from anyjev.questions import choice, noul, score
-from anyjev.tasks import Item, Task, file_sha256, load_task_file, split_items, write_task_file
 
 GOOD = [
     {"id": "a", "state": "s1", "question": "Pick one", "options": ["x", "y", "z"], "gold": "y"},
@@ -267,7 +267,7 @@ needs_scattertext = pytest.mark.skipif(not have("scattertext"), reason="pip inst
 
 @needs_evals
 def test_builtin_mmlu() -> None:
-    from anyjev.datasets_builtin import mmlu
+    from anyjev.data.builtin import mmlu
 
     t = mmlu()
     assert len(t.items) == 200 and t.k == 4 and t.prior_group == "task"
@@ -286,7 +286,7 @@ def test_builtin_mmlu() -> None:
 
 @needs_evals
 def test_builtin_socialiqa() -> None:
-    from anyjev.datasets_builtin import socialiqa
+    from anyjev.data.builtin import socialiqa
 
     t = socialiqa()
     # 2,224 lines; 5 repeat an answer verbatim and cannot be a choice of distinct options
@@ -301,7 +301,7 @@ def test_builtin_socialiqa() -> None:
 
 @needs_scattertext
 def test_builtin_rotten_tomatoes() -> None:
-    from anyjev.datasets_builtin import rotten_tomatoes
+    from anyjev.data.builtin import rotten_tomatoes
 
     t = rotten_tomatoes()
     assert len(t.items) == 12808 and t.k == 2 and t.prior_group == "question"
@@ -311,7 +311,7 @@ def test_builtin_rotten_tomatoes() -> None:
 
 
 def test_builtin_missing_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    import anyjev.datasets_builtin as b
+    import anyjev.data.builtin as b
 
     monkeypatch.setattr(b.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(TaskDataError, match=r"pip install --no-deps evals==3\.0\.1\.post1"):
@@ -319,7 +319,7 @@ def test_builtin_missing_package(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_builtin_bad_line_names_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import anyjev.datasets_builtin as b
+    import anyjev.data.builtin as b
 
     f = tmp_path / b.MMLU_FILE
     f.parent.mkdir(parents=True)

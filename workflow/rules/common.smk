@@ -110,7 +110,7 @@ def final_targets():
 
 
 def stop_run_servers(why):
-    from anyjev.server import stop_servers
+    from anyjev.serving.stop import stop_servers
 
     stopped = stop_servers(STATE_DIR, owner_pid=OWNER_PID)
     if stopped:

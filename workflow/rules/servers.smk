@@ -30,7 +30,8 @@ rule server_spec:
         spec=lambda wc: server_spec(wc.model),
     localrule: True
     run:
-        from anyjev.server import ServerSpec, build_argv
+        from anyjev.serving.argv import build_argv
+        from anyjev.serving.spec import ServerSpec
 
         spec = dict(params.spec)
         # Refuses a config flag that would override a pinned one, naming the key path.

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from anyjev.plots import plot_reliability
+from anyjev.outputs.plots import plot_reliability
 
 preds = pd.read_csv(snakemake.input[0])  # noqa: F821
 plot_reliability(preds, snakemake.params.levels, snakemake.output[0],  # noqa: F821

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from anyjev.plots import plot_flip, plot_metrics_by_level
+from anyjev.outputs.plots import plot_flip, plot_metrics_by_level
 
 summary = pd.read_csv(snakemake.input[0])  # noqa: F821
 plot_metrics_by_level(summary, snakemake.output.by_level)  # noqa: F821

@@ -2,7 +2,7 @@
 
 import logging
 
-from anyjev.tables import write_summary
+from anyjev.outputs.tables import write_summary
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO)  # noqa: F821
 df = write_summary(snakemake.input, snakemake.params.levels, snakemake.output.csv, snakemake.output.md)  # noqa: F821

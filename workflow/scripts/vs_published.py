@@ -4,8 +4,8 @@ import logging
 
 import pandas as pd
 
-from anyjev.plots import plot_vs_published
-from anyjev.tables import vs_published_frame, vs_published_markdown
+from anyjev.outputs.plots import plot_vs_published
+from anyjev.outputs.tables import vs_published_frame, vs_published_markdown
 
 logging.basicConfig(filename=snakemake.log[0], level=logging.INFO)  # noqa: F821
 summary = pd.read_csv(snakemake.input.summary)  # noqa: F821

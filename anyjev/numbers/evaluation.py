@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
+from anyjev.decision.layouts import GROUPS
 from anyjev.errors import TaskDataError
-from anyjev.layouts import GROUPS
-from anyjev.levels import LEVELS, compute_levels
-from anyjev.metrics import METRICS, summarise
-from anyjev.store import read_scores
+from anyjev.numbers.levels import LEVELS, compute_levels
+from anyjev.numbers.metrics import METRICS, summarise
+from anyjev.run.store import read_scores
 
 
 def _layout_names(rec: dict, group: str) -> list[str]:

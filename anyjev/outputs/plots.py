@@ -12,8 +12,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from anyjev.metrics import reliability_bins  # noqa: E402
-from anyjev.tables import METRIC_TITLES, TABLE_METRICS  # noqa: E402
+from anyjev.numbers.metrics import reliability_bins  # noqa: E402
+from anyjev.outputs.tables import METRIC_TITLES, TABLE_METRICS  # noqa: E402
 
 LEVEL_COLORS = {"raw": "#d62728", "L0-perm": "#ff7f0e", "L0-bc": "#bcbd22", "L0": "#1f77b4", "L1": "#2ca02c"}
 

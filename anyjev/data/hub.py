@@ -14,7 +14,7 @@ Two steps, so that scoring never needs the network:
    A cache whose meta.json has the same dataset, config and revision is reused without network.
    To use the tasks offline: ``python -m anyjev fetch-task <name> --cache resources/hub`` on a machine
    with network, then copy ``resources/hub/<name>`` over.
-2. :func:`build` turns the cached files into a :class:`~anyjev.tasks.Task` with the standard library only.
+2. :func:`build` turns the cached files into a :class:`~anyjev.data.tasks.Task` with the standard library only.
 
 Revisions: each spec carries the revision to download. The values below are placeholders (``"main"``)
 that could not be verified offline — TO VERIFY: replace them with the commit sha that ``meta.json``
@@ -22,7 +22,7 @@ records as ``resolved_sha`` after the first fetch. A revision can also be given 
 (``fetch(..., revision=...)``, ``build(..., revision=...)`` checks the cache against it).
 
 Tasks (item ids are ``<hub split>-<row index in that split>``; no item carries a split, the seeded
-:func:`anyjev.tasks.split_items` assigns test / calibration):
+:func:`anyjev.data.tasks.split_items` assigns test / calibration):
 
 * ``banking20`` (mteb/banking77; columns text, label int, label_text): the 20 intents most frequent in
   the train split (ties broken by lower label id); the items are the test rows with those intents;
@@ -53,9 +53,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from anyjev.data.tasks import Item, Task, file_sha256, jsonl_rows
+from anyjev.decision.questions import choice, noul
 from anyjev.errors import TaskDataError
-from anyjev.questions import choice, noul
-from anyjev.tasks import Item, Task, file_sha256, jsonl_rows
 
 # TO VERIFY: placeholder revision, not checked offline. Pin each spec to the commit sha recorded as
 # `resolved_sha` in <cache>/<task>/meta.json after the first fetch on a machine with network.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from anyjev.metrics import METRICS
+from anyjev.numbers.metrics import METRICS
 
 TABLE_METRICS = ("acc", "macro_f1", "nll", "brier", "ece", "flip", "cov@5", "aurc")
 METRIC_TITLES = {"acc": "acc", "macro_f1": "macro-F1", "nll": "NLL", "brier": "Brier", "ece": "ECE", "flip": "flip",

@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from anyjev.layouts import Layout
-from anyjev.questions import Question
+from anyjev.decision.layouts import Layout
+from anyjev.decision.questions import Question
 
 PROMPT_SYSTEM_VERSION = "1"
 SYSTEM_PROMPT = (

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from anyjev.questions import Question
+from anyjev.decision.questions import Question
 
 GROUPS = ("fwd", "rev")
 

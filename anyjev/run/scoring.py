@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from anyjev.backends.base import Backend
+from anyjev.decision.labels import LabelChecker, label_strings
+from anyjev.decision.layouts import Layout, layouts_for
+from anyjev.decision.prompts import encode, prompt_hash, render_text
 from anyjev.errors import LabelTokenError
-from anyjev.labels import LabelChecker, label_strings
-from anyjev.layouts import Layout, layouts_for
-from anyjev.prompts import encode, prompt_hash, render_text
-from anyjev.store import PartialScores
+from anyjev.run.store import PartialScores
 
 log = logging.getLogger(__name__)
 

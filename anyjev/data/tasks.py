@@ -64,8 +64,8 @@ from pathlib import Path
 
 import numpy as np
 
+from anyjev.decision.questions import KINDS, NOUL_OPTIONS, Question, choice, noul, score
 from anyjev.errors import QuestionError, TaskDataError
-from anyjev.questions import KINDS, NOUL_OPTIONS, Question, choice, noul, score
 
 SPLITS = ("test", "calib")
 PRIOR_GROUPS = ("question", "task")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from anyjev.decision.questions import LETTERS, Question
 from anyjev.errors import LabelTokenError
-from anyjev.questions import LETTERS, Question
 
 # Checking depends only on how the text just before the label tokenises; the template's end (the
 # generation prompt) is the same for every prompt, so results are cached on the prompt's tail.

@@ -1,0 +1,1 @@
+"""The outputs: tables and figures across cells."""

@@ -1,0 +1,109 @@
+"""The server's command line, assembled in one place: pinned flags from the spec, then the config's extra flags.
+
+A config may add flags (``models.<name>.server_flags``) but never override a pinned one: a silently different
+server mode (raw logprobs, sampling defaults, prefix caching) changes scores without an error.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from anyjev.errors import ConfigError
+from anyjev.serving.spec import ServerSpec
+
+API_MODULE = "vllm.entrypoints.openai.api_server"
+
+# Flags the project pins and a config may never override, with the reason given in the error message.
+PINNED_FLAGS: dict[str, str] = {
+    "--logprobs-mode": "processed_logprobs makes the top-K logprobs exactly the allowed label ids; "
+    "the default raw_logprobs silently drops labels outside the vocabulary top-K",
+    "--generation-config": "'vllm' ignores the model's generation_config.json sampling defaults "
+    "(a non-greedy temperature changes processed logprobs)",
+    "--seed": "a fixed seed is part of a reproducible run",
+    "--host": "anyjev only talks to a server on 127.0.0.1",
+    "--port": "anyjev picks the port (distinct per model) and records it in the lease",
+    "--served-model-name": "the lease checks /v1/models for this name so a job never reads another model's server",
+    "--max-logprobs": "must be at least the largest label count; set server.max_logprobs instead",
+    "--dtype": "set models.<name>.dtype instead, so it is recorded with the scores",
+    "--max-model-len": "set models.<name>.max_model_len instead, so it is recorded with the scores",
+    "--tensor-parallel-size": "set models.<name>.tensor_parallel_size instead",
+    "--enable-prefix-caching": "prefix-cache hits move logprobs by up to ~0.06 nat; set models.<name>.prefix_caching",
+    "--model": "the weights come from models.<name>.source (with its repo, path or url)",
+}
+# Flags that are not pinned themselves but would override pinned ones behind our back.
+REFUSED_FLAGS: dict[str, str] = {
+    "--config": "a vLLM config file can set pinned flags; put the flags in server_flags instead",
+    "--override-generation-config": "it overrides the pinned --generation-config vllm sampling defaults",
+}
+# vLLM's short aliases of pinned flags.
+FLAG_ALIASES: dict[str, str] = {"-tp": "--tensor-parallel-size"}
+
+
+def _flag_name(token: str) -> str | None:
+    """Canonical long name of a command-line flag token ('--no-x_y=1' -> '--x-y'), or None for a value."""
+    for alias, name in FLAG_ALIASES.items():
+        if token == alias or token.startswith(alias + "=") or (token.startswith(alias) and token[len(alias):].isdigit()):
+            return name
+    if not token.startswith("--") or token == "--":
+        return None
+    name = token[2:].split("=", 1)[0].split(".", 1)[0].replace("_", "-").lower()
+    name = name.removeprefix("no-")
+    return "--" + name
+
+
+def check_extra_flags(flags: tuple[str, ...] | list[str], key: str) -> None:
+    """Refuse a flag that would override (or abbreviate) a pinned or refused flag, or a list item holding
+    several words (it would reach vLLM as one argument and be taken as a positional). KEY names the config key."""
+    for token in flags:
+        if not isinstance(token, str):
+            raise ConfigError(key, f"server flag {token!r} is not a string")
+        if token.startswith("-") and any(ch.isspace() for ch in token.split("=", 1)[0]):
+            raise ConfigError(
+                key, f"{token!r} holds several words in one list item; give each flag and each value as its "
+                f"own item, e.g. {shlex.split(token)!r}"
+            )
+        name = _flag_name(token)
+        if name is None:
+            continue
+        if name in PINNED_FLAGS:
+            raise ConfigError(key, f"{token!r} would override the pinned flag {name}: {PINNED_FLAGS[name]}")
+        if name in REFUSED_FLAGS:
+            raise ConfigError(key, f"{token!r} is not allowed: {REFUSED_FLAGS[name]}")
+        # vLLM's argparse accepts unambiguous abbreviations, so '--max-log 5' would set --max-logprobs.
+        for guarded, why in {**PINNED_FLAGS, **REFUSED_FLAGS}.items():
+            if len(name) > 3 and guarded.startswith(name):
+                raise ConfigError(
+                    key, f"{token!r} abbreviates the pinned flag {guarded} (vLLM's argparse accepts "
+                    f"abbreviations): {why}"
+                )
+
+
+def build_argv(spec: ServerSpec, port: int) -> list[str]:
+    """The server command line: pinned flags from the spec, then the config's extra flags.
+
+    Raises ConfigError (key ``models.<name>.server_flags``) when an extra flag would override a pinned one,
+    because a silently different server mode (raw logprobs, sampling defaults, prefix caching) changes scores.
+    """
+    check_extra_flags(spec.extra_flags, f"models.{spec.name}.server_flags")
+    if spec.max_logprobs < 1:
+        raise ConfigError("server.max_logprobs", f"must be >= 1 (the largest label count), got {spec.max_logprobs}")
+    argv = [
+        spec.python, "-m", API_MODULE,
+        "--model", spec.model,
+        "--served-model-name", spec.served_name,
+        "--host", spec.host,
+        "--port", str(port),
+        "--logprobs-mode", "processed_logprobs",
+        "--generation-config", "vllm",
+        "--seed", str(spec.seed),
+        "--max-logprobs", str(spec.max_logprobs),
+        "--dtype", spec.dtype,
+        "--tensor-parallel-size", str(spec.tensor_parallel_size),
+        "--enable-prefix-caching" if spec.prefix_caching else "--no-enable-prefix-caching",
+    ]  # fmt: skip
+    if spec.max_model_len is not None:
+        argv += ["--max-model-len", str(spec.max_model_len)]
+
+    return argv + list(spec.extra_flags)
+
+

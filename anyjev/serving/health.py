@@ -1,0 +1,134 @@
+"""Is a server usable: HTTP probes, the server log's tail (with the root cause above it), and the handle a
+scoring job holds, which turns "connection refused" into the server's own story."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from anyjev.errors import ServerError
+from anyjev.serving.proc import pid_alive
+from anyjev.serving.state import ServerRecord, read_record
+
+LOG_TAIL_LINES = 30
+# The last line of a Python exception ("RuntimeError: ..."), also behind vLLM's "(Worker pid=1) ERROR ... [f.py:9] "
+# prefix. A worker's root cause is often further up than the tail (the API server's own traceback follows it).
+EXCEPTION_LINE = re.compile(r"(?:^|\] )(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*)?(?:Error|Exception)\b: ")
+EARLIER_EXCEPTIONS = 5
+START_MARK = "=== anyjev "  # begins the line written to the (appended) log before each start
+
+
+def http_client() -> httpx.Client:
+    # trust_env=False: an HTTP(S)_PROXY in the environment must never route 127.0.0.1 elsewhere.
+    return httpx.Client(timeout=httpx.Timeout(5.0, connect=2.0), trust_env=False)
+
+
+def served_names(client: httpx.Client, url: str) -> list[str] | None:
+    """Model ids listed by /v1/models, or None if the server does not answer."""
+    try:
+        resp = client.get(f"{url}/v1/models")
+        if resp.status_code != 200:
+            return None
+        return [str(m.get("id")) for m in resp.json().get("data", []) if isinstance(m, dict)]
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+
+
+def health(client: httpx.Client, url: str) -> int | None:
+    """Status code of /health, or None when nothing answers."""
+    try:
+        return client.get(f"{url}/health").status_code
+    except httpx.HTTPError:
+        return None
+
+
+def log_tail(log_path: str | os.PathLike[str], lines: int = LOG_TAIL_LINES, offset: int = 0) -> str:
+    """The last LINES lines of the log from byte OFFSET on (this start's part of an appended log), preceded by the
+    last exception lines above them (a worker's root cause), if any."""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except OSError as exc:
+        return f"(log {log_path} unreadable: {exc})"
+    text = data.decode(errors="replace").splitlines()
+    if not text:
+        return "    (log is empty)"
+    tail, earlier = text[-lines:], text[:-lines]
+    # "See root cause above": quote the exceptions above the tail too, or the cause is not in the message;
+    # only this server's, since the log is appended to by every start of the model's server.
+    start = max((i for i, line in enumerate(earlier) if line.startswith(START_MARK)), default=0)
+    causes = [line for line in earlier[start:] if EXCEPTION_LINE.search(line)][-EARLIER_EXCEPTIONS:]
+    if causes:
+        tail = ["(exceptions further up:)", *causes, f"(last {lines} lines:)", *tail]
+    return "\n".join("    " + line for line in tail)
+
+
+@dataclass
+class ServerHandle:
+    """A running server as recorded in its state file; what a scoring job needs to talk to it and check it."""
+
+    name: str
+    url: str
+    served_name: str
+    port: int
+    pid: int
+    pgid: int
+    supervisor_pid: int
+    argv: list[str]
+    log_path: str
+    owner_pid: int
+    host: str
+    started_at: str
+    start_seconds: float
+    vllm_version: str | None
+    state_file: str
+    token: str = ""
+    reused: bool = field(default=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict (JSON-ready), e.g. to record the server next to the scores."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_record(cls, record: ServerRecord, *, reused: bool = False) -> ServerHandle:
+        """Handle from a state record."""
+        names = [f.name for f in dataclasses.fields(cls) if f.name != "reused"]
+        data = record.to_json()
+        return cls(**{k: data[k] for k in names}, reused=reused)
+
+    def _fail(self, why: str) -> ServerError:
+        record = read_record(self.state_file)
+        code = record.exit_code if record else None
+        extra = f"; exit code {code}" if code is not None else "; exit code unknown"
+        if record and record.stopped:
+            extra += f"; stopped: {record.stopped}"
+        return ServerError(
+            f"vLLM server for model {self.name!r} ({self.url}, pid {self.pid}) is not usable: {why}{extra}. "
+            f"Last lines of {self.log_path}:\n{log_tail(self.log_path)}"
+        )
+
+    def check_alive(self) -> None:
+        """Raise ServerError if the server process is gone, /health is not 200 or it serves another model.
+
+        Scoring calls it after a transport error, to turn "connection refused" into the server's own story.
+        """
+        if not pid_alive(self.pid):
+            # Give the supervisor a moment to record the exit code.
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline and getattr(read_record(self.state_file), "exit_code", None) is None:
+                time.sleep(0.1)
+            raise self._fail("the server process is gone")
+        with http_client() as client:
+            status = health(client, self.url)
+            if status != 200:
+                raise self._fail(f"GET /health answered {status if status is not None else 'nothing'}")
+            names = served_names(client, self.url)
+        if names is None or self.served_name not in names:
+            raise self._fail(f"/v1/models lists {names}, not {self.served_name!r}")

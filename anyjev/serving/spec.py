@@ -1,0 +1,56 @@
+"""What defines one model's server: the spec the workflow writes to ``resources/servers/<model>.json``."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+# Fields that say how long to wait, not what runs: a lease is reused across different values of these.
+TIMING_FIELDS = ("start_timeout", "stop_grace")
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """Everything that defines one model's server. Defaults are the config schema's (``models.<name>.*``,
+    ``server.*``); the workflow always passes every field."""
+
+    name: str
+    model: str
+    served_name: str
+    python: str
+    dtype: str = "auto"
+    max_model_len: int | None = None
+    max_logprobs: int = 26
+    tensor_parallel_size: int = 1
+    seed: int = 0
+    prefix_caching: bool = False
+    extra_flags: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    start_timeout: float = 900
+    port: int | None = None
+    host: str = "127.0.0.1"
+    stop_grace: float = 15.0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ServerSpec:
+        """From JSON (the workflow's resources/servers/<model>.json): lists become the tuples the spec holds."""
+        fields = dict(data)
+        fields["extra_flags"] = tuple(fields.get("extra_flags", ()))
+        fields["env"] = tuple(tuple(kv) for kv in fields.get("env", ()))
+        return cls(**fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (tuples as lists); ``from_dict(to_dict())`` is the identity."""
+        data = dataclasses.asdict(self)
+        data["extra_flags"] = list(self.extra_flags)
+        data["env"] = [list(kv) for kv in self.env]
+        return data
+
+    def spec_hash(self) -> str:
+        """Hash of what defines the server (every field but the timings): a lease is reused only for an
+        identical spec."""
+        data = {k: v for k, v in self.to_dict().items() if k not in TIMING_FIELDS}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,153 @@
+"""Stopping servers: one server from its record, every server of a run, and the census of vLLM processes
+that tests use to prove none is left."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from anyjev.serving.argv import API_MODULE
+from anyjev.serving.health import ServerHandle
+from anyjev.serving.proc import (
+    NAME_ENV,
+    SUPERVISOR_MODULE,
+    TOKEN_ENV,
+    group_carries_token,
+    is_our_supervisor,
+    pid_alive,
+    proc_cmdline,
+    proc_environ,
+    proc_stat,
+    signal_quietly,
+    terminate,
+)
+from anyjev.serving.state import ServerRecord, read_record, update_record
+
+DEFAULT_GRACE = 15.0
+SUPERVISOR_EXTRA_GRACE = 2.0  # the supervisor stops the group itself within its grace, then records why
+
+
+def stop_record(record: ServerRecord, grace: float = DEFAULT_GRACE, supervisor: subprocess.Popen[bytes] | None = None) -> bool:
+    """Stop the server group and the supervisor of RECORD; True if anything of it was still alive.
+
+    Only processes carrying the record's token are signalled, so a stale record never kills a process that
+    reused a recorded pid. The supervisor is asked first (it stops the group and records why).
+    """
+    token = record.token
+    pgid, sup_pid = record.pgid, record.supervisor_pid or (supervisor.pid if supervisor is not None else None)
+    if (sup_pid is None or pgid is None) and record.state_file:
+        # The supervisor may have recorded its pid and group since the record was read.
+        current = read_record(record.state_file)
+        if current is not None and current.token == token:
+            sup_pid, pgid = sup_pid or current.supervisor_pid, pgid or current.pgid
+
+    def group_alive() -> bool:
+        return bool(pgid) and group_carries_token(int(pgid), token)
+
+    def sup_alive() -> bool:
+        if supervisor is not None:
+            supervisor.poll()
+            return pid_alive(supervisor.pid)
+        return bool(sup_pid) and is_our_supervisor(int(sup_pid), token)
+
+    had_sup = sup_alive()
+    if not (had_sup or group_alive()):
+        return False
+
+    def term() -> None:
+        if had_sup:
+            signal_quietly(os.kill, sup_pid, signal.SIGTERM)
+        else:
+            signal_quietly(os.killpg, pgid, signal.SIGTERM)
+
+    def kill() -> None:
+        if group_alive():
+            signal_quietly(os.killpg, pgid, signal.SIGKILL)
+        if sup_alive():
+            signal_quietly(os.kill, sup_pid, signal.SIGKILL)
+
+    terminate(lambda: group_alive() or sup_alive(), term, kill, grace + (SUPERVISOR_EXTRA_GRACE if had_sup else 0.0))
+    if record.state_file and token:
+        current = read_record(record.state_file)
+        update_record(record.state_file, token, state="stopped",
+                      stopped=(current.stopped if current else None) or "stopped by anyjev")
+    return True
+
+
+def stop_server(handle_or_state_file: ServerHandle | str | os.PathLike[str], grace: float = DEFAULT_GRACE) -> bool:
+    """SIGTERM the server's process group and its supervisor, SIGKILL after GRACE seconds.
+
+    Returns True if something was still running. Zombies count as gone (PID 1 may reap them late).
+    """
+    if isinstance(handle_or_state_file, ServerHandle):
+        handle = handle_or_state_file
+        record = read_record(handle.state_file)
+        if record is None or record.token != handle.token:
+            record = ServerRecord(name=handle.name, token=handle.token, state_file=handle.state_file,
+                                  pid=handle.pid, pgid=handle.pgid, supervisor_pid=handle.supervisor_pid)
+    else:
+        record = read_record(handle_or_state_file)
+        if record is None:
+            return False
+        record.state_file = record.state_file or str(handle_or_state_file)
+    return stop_record(record, grace=grace)
+
+
+def stop_servers(state_dir: str | os.PathLike[str], owner_pid: int | None = None, grace: float = DEFAULT_GRACE) -> list[str]:
+    """Stop every server recorded in STATE_DIR (only OWNER_PID's if given); names of those that were running.
+
+    The workflow's onsuccess/onerror call it, so a run tears its servers down at once instead of waiting for
+    the supervisors to notice that the owner exited.
+    """
+    state_dir = Path(state_dir)
+    stopped: list[str] = []
+    if not state_dir.is_dir():
+        return stopped
+    for state_file in sorted(state_dir.glob("*.json")):
+        record = read_record(state_file)
+        if record is None or (owner_pid is not None and record.owner_pid != owner_pid):
+            continue
+        record.state_file = record.state_file or str(state_file)
+        if stop_record(record, grace=grace):
+            stopped.append(record.name or state_file.stem)
+    return stopped
+
+
+def vllm_process_pids(match: str | None = None, *, include_supervisors: bool = True) -> list[int]:
+    """Live (non-zombie) vLLM server processes on this machine (tests use it to count orphans).
+
+    Counted: command lines containing the api_server module (our supervisors too, unless excluded), vLLM
+    processes renamed by setproctitle ("VLLM::EngineCore", "VLLM::Worker"), and any process started by
+    the supervisor (marked in its environment). MATCH filters on the command line and the anyjev name/token
+    markers; since setproctitle overwrites /proc/PID/environ, a process also matches when it shares the process
+    group of a matching one (vLLM's engine processes stay in the server's group).
+    """
+    me = os.getpid()
+    candidates: list[tuple[int, int, bool]] = []  # pid, process group, matches MATCH by itself
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        pid = int(entry)
+        fields = proc_stat(pid)
+        if fields is None or fields[0] in ("Z", "X"):
+            continue
+        cmd = proc_cmdline(pid)
+        line = " ".join(cmd)
+        if SUPERVISOR_MODULE in cmd and not include_supervisors:
+            continue
+        env: dict[str, str] | None = None
+        hit = API_MODULE in line or line.startswith("VLLM::")
+        if not hit:
+            env = proc_environ(pid)
+            hit = TOKEN_ENV in env
+        if not hit:
+            continue
+        matched = True
+        if match is not None:
+            env = proc_environ(pid) if env is None else env
+            matched = match in line or match in env.get(NAME_ENV, "") or match in env.get(TOKEN_ENV, "")
+        candidates.append((pid, int(fields[2]), matched))
+    groups = {pgrp for _, pgrp, matched in candidates if matched}
+    return sorted(pid for pid, pgrp, matched in candidates if matched or pgrp in groups)
