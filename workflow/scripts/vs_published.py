@@ -1,13 +1,17 @@
 """Snakemake script: our summary beside the published numbers (only the cells both have)."""
 
 import logging
+import sys
 
-import pandas as pd
+# Everything this job prints (logging, warnings, a traceback, import errors included) goes to its log.
+sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821
+logging.basicConfig(stream=sys.stderr, level=logging.INFO)
 
-from anyjev.outputs.plots import plot_vs_published
-from anyjev.outputs.tables import vs_published_frame, vs_published_markdown
+import pandas as pd  # noqa: E402
 
-logging.basicConfig(filename=snakemake.log[0], level=logging.INFO)  # noqa: F821
+from anyjev.outputs.plots import plot_vs_published  # noqa: E402
+from anyjev.outputs.tables import vs_published_frame, vs_published_markdown  # noqa: E402
+
 summary = pd.read_csv(snakemake.input.summary)  # noqa: F821
 published = pd.read_csv(snakemake.input.published, comment="#")  # noqa: F821
 df = vs_published_frame(summary, published)
