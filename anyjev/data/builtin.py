@@ -177,10 +177,3 @@ def rotten_tomatoes() -> Task:
 
 
 BUILTIN: dict[str, Callable[..., Task]] = {"mmlu": mmlu, "socialiqa": socialiqa, "rotten_tomatoes": rotten_tomatoes}
-
-
-def load_builtin(name: str, **kwargs) -> Task:
-    """Build a built-in task by name; an unknown name lists the known ones."""
-    if name not in BUILTIN:
-        raise TaskDataError(f"<builtin {name}>", "name", f"unknown built-in task; known: {sorted(BUILTIN)}")
-    return BUILTIN[name](**kwargs)

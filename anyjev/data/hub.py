@@ -460,8 +460,3 @@ def build(task_name: str, cached_dir: str | os.PathLike, revision: str | None = 
     if not items:
         raise TaskDataError(str(task_dir), "cache", f"task {task_name!r} has no items after filtering")
     return Task(name=task_name, items=items, prior_group="question", source=source)
-
-
-def load(task_name: str, cache_dir: str | os.PathLike, revision: str | None = None) -> Task:
-    """Fetch (a no-op when cached) then build: the one-call path for interactive use."""
-    return build(task_name, fetch(task_name, cache_dir, revision), revision=revision)

@@ -4,7 +4,7 @@ its bootstrap interval, plus per-item predictions for reliability diagrams."""
 from __future__ import annotations
 
 import csv
-import json
+import logging
 import os
 from pathlib import Path
 
@@ -12,9 +12,13 @@ import numpy as np
 
 from anyjev.decision.layouts import GROUPS
 from anyjev.errors import TaskDataError
+from anyjev.files import write_json_atomic
 from anyjev.numbers.levels import LEVELS, compute_levels
 from anyjev.numbers.metrics import METRICS, summarise
 from anyjev.run.store import read_scores
+from anyjev.settings import EvaluationSettings
+
+log = logging.getLogger(__name__)
 
 
 def _layout_names(rec: dict, group: str) -> list[str]:
@@ -101,14 +105,17 @@ def public(evaluation: dict) -> dict:
     return {k: v for k, v in evaluation.items() if not k.startswith("_")}
 
 
-def evaluate_file(scores: str, metrics_out: str, predictions_out: str | None = None, **kwargs) -> dict:
+def evaluate_file(scores: str, metrics_out: str, predictions_out: str | None = None,
+                  settings: EvaluationSettings | None = None) -> dict:
+    """Evaluate a scores file into metrics.json (and predictions.csv), with the config's evaluation settings."""
+    s = settings or EvaluationSettings()
     identity, records = read_scores(scores)
-    evaluation = evaluate_records(records, source=scores, **kwargs)
+    evaluation = evaluate_records(records, source=scores, strength=s.prior_strength, min_items=s.prior_min_items,
+                                  batch_size=s.prior_batch_size, n_boot=s.n_boot, seed=s.bootstrap_seed)
     out = public(evaluation) | {"identity": identity, "metric_names": list(METRICS)}
-    Path(metrics_out).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(metrics_out + ".tmp")
-    tmp.write_text(json.dumps(out, indent=1, sort_keys=True, allow_nan=True) + "\n")
-    os.replace(tmp, metrics_out)
+    write_json_atomic(metrics_out, out)
+    acc = {lv: round(out["metrics"][lv]["acc"]["value"], 3) for lv in out["levels"]}
+    log.info("evaluated %s: n=%d K=%s acc %s", scores, out["n"], out["k"], acc)
     if predictions_out:
         write_predictions(predictions_out, evaluation)
     return out

@@ -1,22 +1,26 @@
-"""What every result records about how it was made."""
+"""What every result records about how it was made: the settings it ran with, the model's and the data's
+hashes, the server's argv, version and fingerprints, package versions, the git commit, host and times."""
 
 from __future__ import annotations
 
-import datetime as _dt
+import hashlib
 import importlib.metadata
+import json
+import os
 import platform
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import anyjev
+from anyjev.files import now_iso
+from anyjev.serving.models import PROVENANCE_FILE, describe_local
+
+REPO = Path(__file__).resolve().parents[2]
 
 
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-
-
-def git_commit(repo: str | Path = ".") -> dict:
+def git_commit(repo: str | Path = REPO) -> dict[str, Any]:
     """HEAD commit of the working tree and whether it had uncommitted changes."""
     try:
         head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
@@ -29,8 +33,8 @@ def git_commit(repo: str | Path = ".") -> dict:
     return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
 
 
-def versions(*packages: str) -> dict:
-    out = {"python": platform.python_version(), "anyjev": anyjev.__version__}
+def versions(*packages: str) -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": platform.python_version(), "anyjev": anyjev.__version__}
     for name in packages:
         try:
             out[name] = importlib.metadata.version(name)
@@ -39,5 +43,35 @@ def versions(*packages: str) -> dict:
     return out
 
 
-def host() -> str:
-    return socket.gethostname()
+def model_source(model_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Where the weights came from: the record the prepare step wrote, or a hash of a user's local folder."""
+    record = Path(model_dir) / PROVENANCE_FILE
+    if record.is_file():
+        return json.loads(record.read_text())
+    return describe_local(model_dir)
+
+
+def cell_record(*, job: dict[str, Any], task, task_path: Path, identity: dict[str, Any], server: dict[str, Any],
+                backend: dict[str, Any], started: str, seconds: float, counts: dict[str, int]) -> dict[str, Any]:
+    """The provenance.json of one scored cell."""
+    split = task.source.get("split") or task.source.get("origin", {}).get("split") or {}
+    return {
+        "cell": {"task": task.name, "model": job["model"]},
+        "settings": job,
+        "settings_sha256": hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest(),
+        "identity": identity,
+        "task_source": task.source,
+        "task_file": {"path": str(task_path), "sha256": identity["task_sha256"]},
+        "model_source": identity["model_source"],
+        "server": server,
+        "backend": backend,
+        "seeds": {"split": split.get("seed"), "server": server.get("spec", {}).get("seed")},
+        "git": git_commit(),
+        "versions": versions("transformers", "httpx", "numpy", "torch"),
+        "vllm_version": server.get("vllm_version"),
+        "host": socket.gethostname(),
+        "started": started,
+        "finished": now_iso(),
+        "seconds": round(seconds, 1),
+        "counts": counts,
+    }

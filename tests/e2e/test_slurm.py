@@ -190,7 +190,7 @@ def test_slurm_run_submits_every_score_cell_through_sbatch(slurm_run):
     # Every other job ran in the main process: Snakemake heads it "localrule" when the executor is not local.
     others = [j for j in slurm_run["jobs"] if j["rule"] != "score_cell"]
     assert {j["rule"] for j in others} >= {"evaluate_cell", "summary_table", "summary_plots", "reliability_plot",
-                                          "vs_published", "server_spec", "prepare_task", "all"}
+                                          "vs_published", "prepare_task", "all"}
     assert all(j["local"] for j in others), [j["rule"] for j in others if not j["local"]]
 
 

@@ -58,7 +58,7 @@ def test_provenance_records_what_made_each_cell(finished_run):
         assert prov["seeds"] == {"split": 0, "server": 0}
         assert prov["versions"]["anyjev"] and prov["versions"]["transformers"] == "5.19.0"
         assert re.fullmatch(r"[0-9a-f]{40}", prov["git"]["commit"] or "")
-        assert len(prov["config_sha256"]) == 64
+        assert len(prov["settings_sha256"]) == 64 and prov["settings"]["model"] == MODEL
         assert prov["vllm_version"] == "0.32.0"
         argv = prov["server"]["argv"]
         assert argv[argv.index("--logprobs-mode") + 1] == "processed_logprobs"

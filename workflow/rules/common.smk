@@ -1,15 +1,18 @@
-# Helpers shared by every rule file: validated config, cell list, paths and command lines.
-import hashlib
+# Helpers shared by all rule files (the validated config as typed settings, the cells, and each job's settings).
+import dataclasses
 import json
 import os
 import re
+import shutil
 import sys
+from pathlib import Path
 
-from anyjev.config import cells, load_strict, validate_config
+from anyjev.config import load_strict, validate_config
 from anyjev.errors import ConfigError
+from anyjev.settings import STATE_DIR, Settings
 
 
-def _load_validated_config():
+def _load_settings():
     # Re-read the config files strictly (duplicate keys are an error PyYAML would hide), then validate.
     for path in workflow.configfiles:
         try:
@@ -17,79 +20,63 @@ def _load_validated_config():
         except ConfigError as exc:
             raise WorkflowError(f"invalid config {path}: {exc}")
     try:
-        return validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
+        return Settings.from_config(validate_config(config, workflow.source_path("../schemas/config.schema.yaml")))
     except ConfigError as exc:
         files = ", ".join(map(str, workflow.configfiles))
         raise WorkflowError(f"invalid config ({files}): {exc}")
 
 
-CONFIG = _load_validated_config()
-CELLS = cells(CONFIG)
+def _check_rule_python():
+    # Rules run `python -m anyjev` from PATH: the activated environment, or each rule's conda env under
+    # --sdm conda. Without either, PATH's python may be another interpreter (or another checkout's anyjev).
+    if "conda" in str(workflow.deployment_settings.deployment_method).lower():
+        return
+    found = shutil.which("python")
+    here = Path(sys.executable).parent
+    if found is None or Path(found).parent.resolve() != here.resolve():
+        raise WorkflowError(
+            f"rules run `python` from PATH, which is {found or 'missing'}, not this Snakemake's environment ({here}): "
+            f"activate it first (`. {here}/activate`) or run with --sdm conda"
+        )
+
+
+SETTINGS = _load_settings()
+_check_rule_python()
+CELLS = SETTINGS.cells
 MODELS = sorted({m for m, _ in CELLS})
 TASKS = sorted({t for _, t in CELLS})
-STATE_DIR = ".anyjev/servers"
-# The run's owner: a managed vLLM server lives as long as this Snakemake process (see docs/servers.md).
-# Each Snakemake process that parses this file (the main one, or a cluster job's) owns its servers.
+# The run's owner: a managed vLLM server lives as long as this Snakemake process (docs/servers.md). Each
+# Snakemake process that parses this file (the main one, or a cluster job's) owns the servers its jobs start;
+# a job passes its parent's pid ($PPID, this process) to `anyjev score`.
 OWNER_PID = os.getpid()
-os.environ["ANYJEV_OWNER_PID"] = str(OWNER_PID)
-# Recorded in every cell's provenance without being a rule parameter (a param would rerun every cell
-# whenever any unrelated part of the config changes).
-os.environ["ANYJEV_CONFIG_SHA256"] = hashlib.sha256(json.dumps(CONFIG, sort_keys=True).encode()).hexdigest()
-PY = sys.executable
 
 
-wildcard_constraints:
-    model="|".join(map(re.escape, CONFIG["models"])) or "__none__",
-    task="|".join(map(re.escape, CONFIG["tasks"])) or "__none__",
+def as_json(obj):
+    """A job's settings as one shell argument (always passed quoted, with :q)."""
+    if dataclasses.is_dataclass(obj):
+        obj = dataclasses.asdict(obj)
+    return json.dumps(obj, sort_keys=True)
 
 
-def model_conf(model):
-    return CONFIG["models"][model]
-
-
-def model_dir(model):
-    m = model_conf(model)
-    if m["source"] == "local":
-        return m["path"]
-    if m["source"] == "url":
-        return m["tokenizer"]
-    return f"resources/models/{model}"
-
-
-def model_inputs(wildcards):
-    """A prepared model folder's marker file, when the workflow prepares it."""
-    if model_conf(wildcards.model)["source"] in ("smollm2", "hub"):
-        return [f"resources/models/{wildcards.model}/anyjev-model.json"]
+def model_marker(model):
+    """The prepared model folder's marker file, when the workflow prepares the model (else nothing)."""
+    if SETTINGS.models[model].source in ("smollm2", "hub"):
+        return [f"resources/models/{model}/anyjev-model.json"]
     return []
 
 
-def server_args(wildcards, input):
-    """How the scoring job reaches its model: a managed server from a spec, or the user's URL."""
-    m = model_conf(wildcards.model)
-    if m["source"] == "url":
-        served = m.get("served_name", wildcards.model)
-        return f"--server-url {m['url']} --served-name {served} --tokenizer {m['tokenizer']}"
-    return (
-        f"--server-spec {input.spec} --state-dir {STATE_DIR} "
-        f"--server-log logs/servers/{wildcards.model}.log --tokenizer {model_dir(wildcards.model)}"
-    )
+def task_inputs(wildcards):
+    t = SETTINGS.tasks[wildcards.task]
+    if t.source == "file":
+        return [t.path]
+    if t.source == "hub":
+        return [f"resources/hub/{t.dataset(wildcards.task)}/meta.json"]
+    return []
 
 
-def client_args():
-    c = CONFIG["client"]
-    return (
-        f"--prompts-per-request {c['prompts_per_request']} --max-concurrency {c['max_concurrency']} "
-        f"--timeout {c['timeout']} --retries {c['retries']} --chunk-items {c['chunk_items']}"
-    )
-
-
-def evaluation_args():
-    e = CONFIG["evaluation"]
-    batch = f" --batch-size {e['prior_batch_size']}" if e["prior_batch_size"] else ""
-    return (
-        f"--strength {e['prior_strength']} --min-items {e['prior_min_items']} --n-boot {e['n_boot']} "
-        f"--seed {e['bootstrap_seed']}{batch}"
-    )
+def hub_revision_args(wildcards):
+    revision = SETTINGS.hub_datasets()[wildcards.dataset]
+    return ["--revision", revision] if revision else []
 
 
 def cell_files(name):
@@ -104,8 +91,12 @@ def final_targets():
         "results/plots/flip_raw_vs_L0.png",
         *[f"results/plots/reliability/{m}/{t}.png" for m, t in CELLS],
     ]
-    if CONFIG.get("published"):
-        targets += ["results/tables/vs_published.csv", "results/tables/vs_published.md", "results/plots/vs_published.png"]
+    if SETTINGS.published:
+        targets += [
+            "results/tables/vs_published.csv",
+            "results/tables/vs_published.md",
+            "results/plots/vs_published.png",
+        ]
     return targets
 
 

@@ -4,16 +4,13 @@
 rule prepare_model:
     output:
         "resources/models/{model}/anyjev-model.json",
-    params:
-        args=lambda wc: (
-            "--source smollm2"
-            if model_conf(wc.model)["source"] == "smollm2"
-            else f"--source hub --repo {model_conf(wc.model)['repo']} --revision {model_conf(wc.model)['revision']}"
-        ),
     log:
         "logs/prepare_model/{model}.log",
     localrule: True
     conda:
         "../envs/client.yaml"
+    params:
+        settings=lambda wc: as_json(SETTINGS.model_job(wc.model)),
+        out=lambda wc: f"resources/models/{wc.model}",
     shell:
-        "{PY} -m anyjev prepare-model {params.args} --out resources/models/{wildcards.model} > {log} 2>&1"
+        "python -m anyjev prepare-model --settings {params.settings:q} --out {params.out:q} > {log:q} 2>&1"

@@ -12,13 +12,13 @@ rule reliability_plot:
             subcategory="Reliability",
             labels={"model": "{model}", "task": "{task}"},
         ),
-    params:
-        levels=CONFIG["levels"],
     log:
         "logs/plots/reliability/{model}/{task}.log",
     localrule: True
     conda:
         "../envs/client.yaml"
+    params:
+        levels=SETTINGS.levels,
     script:
         "../scripts/reliability_plot.py"
 

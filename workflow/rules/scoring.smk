@@ -1,33 +1,28 @@
 # One job per (model, task) cell: score it against the model's server, then evaluate it offline.
-
-
-def score_inputs(wildcards):
-    inputs = {"task": f"resources/tasks/{wildcards.task}.jsonl", "model": model_inputs(wildcards)}
-    if model_conf(wildcards.model)["source"] != "url":
-        inputs["spec"] = f"resources/servers/{wildcards.model}.json"
-    return inputs
+# The server is started once per model and run, and leased by each cell (docs/servers.md).
 
 
 rule score_cell:
     input:
-        unpack(score_inputs),
+        task="resources/tasks/{task}.jsonl",
+        model=lambda wc: model_marker(wc.model),
     output:
         scores="results/cells/{model}/{task}/scores.jsonl",
         provenance="results/cells/{model}/{task}/provenance.json",
-    params:
-        server=server_args,
-        client=client_args(),
     log:
         "logs/score/{model}/{task}.log",
     benchmark:
         "benchmarks/score/{model}/{task}.tsv"
-    resources:
-        gpu=lambda wc: model_conf(wc.model)["gpus"],
     conda:
         "../envs/client.yaml"
+    resources:
+        gpu=lambda wc: SETTINGS.models[wc.model].gpus,
+    params:
+        settings=lambda wc: as_json(SETTINGS.score_job(wc.model, wc.task)),
     shell:
-        "{PY} -m anyjev score --task {input.task} --out {output.scores} --provenance {output.provenance} "
-        "--model-name {wildcards.model} {params.server} {params.client} > {log} 2>&1"
+        # $PPID: the Snakemake process running this job owns the server (it stops when that process exits).
+        "python -m anyjev score --settings {params.settings:q} --task {input.task:q} --out {output.scores:q} "
+        "--provenance {output.provenance:q} --owner-pid $PPID > {log:q} 2>&1"
 
 
 rule evaluate_cell:
@@ -36,13 +31,13 @@ rule evaluate_cell:
     output:
         metrics="results/cells/{model}/{task}/metrics.json",
         predictions="results/cells/{model}/{task}/predictions.csv",
-    params:
-        args=evaluation_args(),
     log:
         "logs/evaluate/{model}/{task}.log",
     localrule: True
     conda:
         "../envs/client.yaml"
+    params:
+        settings=as_json(SETTINGS.evaluation),
     shell:
-        "{PY} -m anyjev evaluate --scores {input} --out {output.metrics} --predictions {output.predictions} "
-        "{params.args} > {log} 2>&1"
+        "python -m anyjev evaluate --settings {params.settings:q} --scores {input:q} --out {output.metrics:q} "
+        "--predictions {output.predictions:q} > {log:q} 2>&1"

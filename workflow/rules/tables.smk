@@ -7,13 +7,13 @@ rule summary_table:
     output:
         csv=report("results/tables/summary.csv", caption="../report/summary.rst", category="Tables"),
         md="results/tables/summary.md",
-    params:
-        levels=CONFIG["levels"],
     log:
         "logs/tables/summary.log",
     localrule: True
     conda:
         "../envs/client.yaml"
+    params:
+        levels=SETTINGS.levels,
     script:
         "../scripts/summary_table.py"
 
@@ -21,7 +21,7 @@ rule summary_table:
 rule vs_published:
     input:
         summary="results/tables/summary.csv",
-        published=CONFIG.get("published") or [],
+        published=SETTINGS.published or [],
     output:
         csv=report("results/tables/vs_published.csv", caption="../report/vs_published.rst", category="Tables"),
         md="results/tables/vs_published.md",

@@ -1,0 +1,89 @@
+"""Scoring one (model, task) cell as the workflow's score job does: reach the model's server (a leased managed
+server, or the user's URL), score every item with resume, and write the cell's provenance."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from anyjev.data.tasks import load_task_file
+from anyjev.decision.prompts import PROMPT_SYSTEM_VERSION
+from anyjev.errors import BackendError, ConfigError
+from anyjev.files import file_sha256, now_iso, write_json_atomic
+from anyjev.run import provenance, scoring
+from anyjev.settings import ClientSettings, from_mapping
+
+log = logging.getLogger(__name__)
+
+
+def load_tokenizer(path: str | os.PathLike[str]):
+    """The model's tokenizer (transformers), loaded once per job."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def check_label_capacity(task, max_logprobs: int) -> None:
+    """Before any server starts: every item's labels must fit in one request's logprobs."""
+    worst = max(task.items, key=lambda it: len(it.question.options))
+    k = len(worst.question.options)
+    if k > max_logprobs:
+        raise ConfigError("server.max_logprobs", f"is {max_logprobs}, but task {task.name!r} item {worst.id!r} has {k} "
+                          f"options: a request reads K label log-probs at once; set server.max_logprobs >= {k}")
+
+
+def score_job(job: dict[str, Any], task_path: str | os.PathLike[str], out: str | os.PathLike[str],
+              provenance_path: str | os.PathLike[str] | None, owner_pid: int) -> dict[str, int]:
+    """Score the cell described by JOB (``Settings.score_job``) into OUT; returns the scoring counts."""
+    from anyjev.backends.vllm import VLLMBackend
+
+    started, t0 = now_iso(), time.monotonic()
+    task = load_task_file(task_path)
+    client = from_mapping(ClientSettings, job["client"], "client")
+    tokenizer = load_tokenizer(job["tokenizer"])
+    handle = None
+    if "server" in job:
+        from anyjev.serving.lease import acquire_server
+        from anyjev.serving.spec import ServerSpec
+
+        spec = ServerSpec.from_dict(job["server"])
+        check_label_capacity(task, spec.max_logprobs)
+        handle = acquire_server(spec, state_dir=job["state_dir"], owner_pid=owner_pid, log_path=job["server_log"])
+        url, served = handle.url, handle.served_name
+        server_record: dict[str, Any] = handle.to_dict() | {"spec": job["server"]}
+        model_id: dict[str, Any] = {"backend": "vllm", "model": spec.model, "dtype": spec.dtype, "served_name": served,
+                                    "server_flags": list(spec.extra_flags), "max_model_len": spec.max_model_len,
+                                    "seed": spec.seed, "prefix_caching": spec.prefix_caching}
+    else:
+        url, served = job["url"], job["served_name"]
+        server_record = {"url": url, "served_name": served, "external": True}
+        model_id = {"backend": "vllm", "url": url, "served_name": served}
+    backend = VLLMBackend(url, served, prompts_per_request=client.prompts_per_request, max_concurrency=client.max_concurrency,
+                          timeout=client.timeout, retries=client.retries, decode=lambda i: tokenizer.decode([i]))
+    model_source = provenance.model_source(job["tokenizer"])
+    identity = {
+        "task": task.name,
+        "task_sha256": file_sha256(task_path),
+        "model": model_id,
+        "model_source": model_source,
+        "prompt_version": f"{scoring.PROMPT_VERSION}.{PROMPT_SYSTEM_VERSION}",
+        "layouts": {"permute": True, "flip": True},
+    }
+    try:
+        counts = scoring.score_cell(backend, tokenizer, task.items, task.prior_groups(), str(out), identity,
+                                    chunk_items=client.chunk_items)
+    except BackendError:
+        if handle is not None:
+            handle.check_alive()  # raises ServerError (exit code, log tail) when the server itself is gone
+        raise
+    if provenance_path:
+        server_record.setdefault("system_fingerprint", sorted(backend.system_fingerprints))
+        write_json_atomic(provenance_path, provenance.cell_record(
+            job=job, task=task, task_path=Path(task_path), identity=identity, server=server_record,
+            backend=backend.describe(), started=started, seconds=time.monotonic() - t0, counts=counts,
+        ))
+    log.info("scored %s: %s", out, counts)
+    return counts

@@ -1,0 +1,237 @@
+"""Typed settings, built once from the validated config; each setting keeps its schema key's name.
+
+The schema (``workflow/schemas/config.schema.yaml``) is the one place a default lives: the dataclass defaults
+below are read from it, the workflow hands each job its resolved settings as one JSON argument, and the CLI
+has no defaults of its own for these settings (``tests/unit/test_settings.py`` proves it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from anyjev.errors import ConfigError
+
+SCHEMA_PATH = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+STATE_DIR = ".anyjev/servers"
+HUB_CACHE = "resources/hub"
+
+
+@functools.cache
+def schema() -> dict[str, Any]:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def schema_node(*keys: str) -> dict[str, Any]:
+    """The schema of a config key path; ``*`` steps into a name-keyed mapping (``models.*.dtype``)."""
+    node = schema()
+    for key in keys:
+        node = node["additionalProperties"] if key == "*" else node["properties"][key]
+    return node
+
+
+def default(*keys: str) -> Any:
+    """The schema's default of a config key path (a fresh copy)."""
+    return json.loads(json.dumps(schema_node(*keys)["default"]))
+
+
+def _field(*keys: str) -> Any:
+    return field(default_factory=lambda: default(*keys))
+
+
+T = TypeVar("T")
+
+
+def from_mapping(cls: type[T], data: dict[str, Any], where: str) -> T:
+    """Build a settings dataclass from a config mapping, refusing keys it does not know (naming WHERE)."""
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}", f"unknown setting (known: {', '.join(sorted(known))})")
+    return cls(**data)
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """How the scoring client talks to a vLLM server (``client.*``)."""
+
+    prompts_per_request: int = _field("client", "prompts_per_request")
+    max_concurrency: int = _field("client", "max_concurrency")
+    timeout: float = _field("client", "timeout")
+    retries: int = _field("client", "retries")
+    chunk_items: int = _field("client", "chunk_items")
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """Levels, priors and bootstrap of the offline evaluation (``evaluation.*``)."""
+
+    prior_strength: float = _field("evaluation", "prior_strength")
+    prior_min_items: int = _field("evaluation", "prior_min_items")
+    prior_batch_size: int | None = _field("evaluation", "prior_batch_size")
+    n_boot: int = _field("evaluation", "n_boot")
+    bootstrap_seed: int = _field("evaluation", "bootstrap_seed")
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """What every managed server shares (``server.*``)."""
+
+    python: str = _field("server", "python")
+    seed: int = _field("server", "seed")
+    max_logprobs: int = _field("server", "max_logprobs")
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """One model (``models.<name>.*``); the keys without a default depend on the source."""
+
+    source: str
+    repo: str | None = None
+    revision: str | None = None
+    path: str | None = None
+    url: str | None = None
+    served_name: str | None = None
+    tokenizer: str | None = None
+    dtype: str = _field("models", "*", "dtype")
+    max_model_len: int | None = _field("models", "*", "max_model_len")
+    tensor_parallel_size: int = _field("models", "*", "tensor_parallel_size")
+    gpus: int = _field("models", "*", "gpus")
+    server_flags: list[str] = _field("models", "*", "server_flags")
+    server_env: dict[str, str] = _field("models", "*", "server_env")
+    port: int | None = _field("models", "*", "port")
+    start_timeout: float = _field("models", "*", "start_timeout")
+    prefix_caching: bool = _field("models", "*", "prefix_caching")
+
+    @property
+    def managed(self) -> bool:
+        """The workflow starts this model's server (every source but ``url``)."""
+        return self.source != "url"
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """One task (``tasks.<name>.*``)."""
+
+    source: str
+    builtin: str | None = None
+    path: str | None = None
+    revision: str | None = None
+    n_test: int = _field("tasks", "*", "n_test")
+    n_calib: int = _field("tasks", "*", "n_calib")
+    allow_fewer: bool = _field("tasks", "*", "allow_fewer")
+
+    def dataset(self, name: str) -> str:
+        """The built-in or hub dataset the task loads (``builtin``, default: the task's name)."""
+        return self.builtin or name
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The whole validated config, typed."""
+
+    models: dict[str, ModelSettings]
+    tasks: dict[str, TaskSettings]
+    cells: list[tuple[str, str]]
+    levels: list[str] = _field("levels")
+    split_seed: int = _field("split_seed")
+    evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
+    client: ClientSettings = field(default_factory=ClientSettings)
+    published: str | None = _field("published")
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> Settings:
+        """From a config already validated (and default-filled) by :func:`anyjev.config.validate_config`."""
+        from anyjev.config import cells
+
+        return cls(
+            models={n: from_mapping(ModelSettings, m, f"models.{n}") for n, m in config["models"].items()},
+            tasks={n: from_mapping(TaskSettings, t, f"tasks.{n}") for n, t in config["tasks"].items()},
+            cells=cells(config),
+            levels=list(config["levels"]),
+            split_seed=config["split_seed"],
+            evaluation=from_mapping(EvaluationSettings, config["evaluation"], "evaluation"),
+            server=from_mapping(ServerSettings, config["server"], "server"),
+            client=from_mapping(ClientSettings, config["client"], "client"),
+            published=config.get("published"),
+        )
+
+    # ------------------------------------------------------------------ what each job is handed
+    def model_dir(self, model: str) -> str:
+        """The model's weights/tokenizer folder: prepared under resources/, or the user's."""
+        m = self.models[model]
+        if m.source == "local":
+            return str(m.path)
+        if m.source == "url":
+            return str(m.tokenizer)
+        return f"resources/models/{model}"
+
+    def server_spec(self, model: str) -> dict[str, Any]:
+        """The model's server spec (anyjev.serving.spec.ServerSpec fields) from the config."""
+        m = self.models[model]
+        return {
+            "name": model,
+            "model": self.model_dir(model),
+            "served_name": model,
+            "python": self.server.python,
+            "dtype": m.dtype,
+            "max_model_len": m.max_model_len,
+            "max_logprobs": self.server.max_logprobs,
+            "tensor_parallel_size": m.tensor_parallel_size,
+            "seed": self.server.seed,
+            "prefix_caching": m.prefix_caching,
+            "extra_flags": list(m.server_flags),
+            "env": sorted([k, v] for k, v in m.server_env.items()),
+            "start_timeout": m.start_timeout,
+            "port": m.port,
+        }
+
+    def score_job(self, model: str, task: str) -> dict[str, Any]:
+        """Everything a score job needs besides its files: how to reach the model, and the client settings."""
+        m = self.models[model]
+        job: dict[str, Any] = {"model": model, "task": task, "tokenizer": self.model_dir(model),
+                               "client": dataclasses.asdict(self.client)}
+        if m.managed:
+            job["server"] = self.server_spec(model)
+            job["server_log"] = f"logs/servers/{model}.log"
+            job["state_dir"] = STATE_DIR
+        else:
+            job["url"] = m.url
+            job["served_name"] = m.served_name or model
+        return job
+
+    def prepare_job(self, task: str) -> dict[str, Any]:
+        """Everything the prepare step needs to build and split a task."""
+        t = self.tasks[task]
+        return {"name": task, "split_seed": self.split_seed, "hub_cache": HUB_CACHE, **dataclasses.asdict(t)}
+
+    def model_job(self, model: str) -> dict[str, Any]:
+        """What the prepare-model step needs."""
+        return {"name": model, **dataclasses.asdict(self.models[model])}
+
+    def hub_datasets(self) -> dict[str, str | None]:
+        """Hub datasets to fetch, each with the revision its tasks ask for (refusing two different ones)."""
+        wanted: dict[str, tuple[str, str | None]] = {}
+        for name, t in self.tasks.items():
+            if t.source != "hub":
+                continue
+            ds = t.dataset(name)
+            if ds in wanted and wanted[ds][1] != t.revision:
+                raise ConfigError(f"tasks.{name}.revision", f"dataset {ds!r} is also fetched at revision "
+                                  f"{wanted[ds][1]!r} for task {wanted[ds][0]!r}: one dataset, one revision")
+            wanted[ds] = (name, t.revision)
+        return {ds: rev for ds, (_, rev) in wanted.items()}
+
+
+def load_job(text_or_path: str, cls: type[T] | None = None) -> Any:
+    """A job's settings from the JSON argument the workflow passes (or a file holding it)."""
+    text = Path(text_or_path).read_text() if not text_or_path.lstrip().startswith("{") else text_or_path
+    data = json.loads(text)
+    return from_mapping(cls, data, "settings") if cls is not None else data
