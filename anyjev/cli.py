@@ -77,6 +77,14 @@ def cmd_serve(args: argparse.Namespace) -> None:
         stop_server(handle)
 
 
+def cmd_check_config(args: argparse.Namespace) -> None:
+    from anyjev.config import check_config_file
+
+    for path in args.configfile:
+        check_config_file(path)
+        print(f"{path}: ok")
+
+
 def cmd_stop_servers(args: argparse.Namespace) -> None:
     from anyjev.serving.stop import stop_servers
 
@@ -124,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="start a managed vLLM server from a score job's settings and hold it until Ctrl-C")
     s.add_argument("--settings", required=True, help=SETTINGS_HELP + " (Settings.score_job of a managed model)")
     s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("check-config", help="check config files as the workflow will (YAML syntax with line numbers, schema)")
+    s.add_argument("configfile", nargs="+", help="config YAML file(s)")
+    s.set_defaults(func=cmd_check_config)
 
     s = sub.add_parser("stop-servers", help="stop managed servers recorded in a state folder")
     s.add_argument("--state-dir", default=STATE_DIR, help="lease folder")

@@ -11,7 +11,8 @@ from pathlib import Path
 import yaml
 from jsonschema import Draft202012Validator, validators
 
-from anyjev.errors import ConfigError
+from anyjev.errors import ConfigError, ConfigSyntaxError
+from anyjev.serving.argv import check_extra_flags
 
 
 def _with_defaults(cls):
@@ -50,8 +51,15 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _m
 
 
 def load_strict(path: str | os.PathLike) -> dict:
-    with open(path, encoding="utf-8") as fh:
-        return yaml.load(fh, Loader=_StrictLoader) or {}
+    """Read a YAML config, refusing duplicate keys and naming the file and line of a syntax error."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return yaml.load(fh, Loader=_StrictLoader) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigSyntaxError(where, f"YAML syntax error: {problem} (check the indentation and quoting there)") from None
 
 
 def _path(parts) -> str:
@@ -88,11 +96,11 @@ def validate_config(config: dict, schema_path: str | os.PathLike, *, workdir: st
             raise ConfigError(f"models.{name}.path", f"local model folder {model['path']!r} does not exist")
         if src == "url" and not (Path(workdir) / model["tokenizer"]).is_dir():
             raise ConfigError(f"models.{name}.tokenizer", f"tokenizer folder {model['tokenizer']!r} does not exist")
-        from anyjev.serving.argv import build_argv
-        from anyjev.serving.spec import ServerSpec
-
-        build_argv(ServerSpec(name=name, model="m", served_name=name, python="python", extra_flags=tuple(model["server_flags"])), 1)
+        check_extra_flags(model["server_flags"], f"models.{name}.server_flags")
     for name, task in tasks.items():
+        if task["n_calib"] == 0 and "L1" in config["levels"]:
+            raise ConfigError(f"tasks.{name}.n_calib", "is 0, but levels lists L1, whose temperature is fitted on the "
+                              "calibration items: set n_calib > 0 or remove L1 from levels")
         if task["source"] == "file":
             if "path" not in task:
                 raise ConfigError(f"tasks.{name}.path", "required for source 'file'")
@@ -114,6 +122,13 @@ def validate_config(config: dict, schema_path: str | os.PathLike, *, workdir: st
             if len(set(row["tasks"])) != len(row["tasks"]):
                 raise ConfigError(f"grid[{i}].tasks", "names a task twice")
     return config
+
+
+def check_config_file(path: str | os.PathLike, *, workdir: str | os.PathLike = ".") -> dict:
+    """Read and validate one config file as the workflow will: syntax (file:line), duplicate keys, schema."""
+    from anyjev.settings import SCHEMA_PATH
+
+    return validate_config(load_strict(path), SCHEMA_PATH, workdir=workdir)
 
 
 def cells(config: dict) -> list[tuple[str, str]]:

@@ -35,6 +35,14 @@ class ConfigError(AnyjevError, ValueError):
         super().__init__(f"config key {key_path}: {why}")
 
 
+class ConfigSyntaxError(ConfigError):
+    """A config file cannot be parsed; names the file, line and column."""
+
+    def __init__(self, where: str, why: str) -> None:
+        self.key_path = where
+        AnyjevError.__init__(self, f"{where}: {why}")
+
+
 class LabelTokenError(AnyjevError):
     """Label tokens cannot be read faithfully: a label is not one token in context, two labels
     collide, or a server did not return every label's log-probability.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,15 @@ def check_label_capacity(task, max_logprobs: int) -> None:
                           f"options: a request reads K label log-probs at once; set server.max_logprobs >= {k}")
 
 
+def check_server_python(python: str) -> None:
+    """Before any server starts: the vLLM environment's interpreter must exist here (on this node)."""
+    found = shutil.which(python) if os.sep not in python else (python if os.access(python, os.X_OK) and Path(python).is_file() else None)
+    if found is None:
+        raise ConfigError("server.python", f"{python!r} is not an executable interpreter here (working directory "
+                          f"{os.getcwd()}): point it at the vLLM environment's python (`bash scripts/setup_env.sh` "
+                          "creates .venv-server/bin/python; on a GPU cluster, the CUDA vLLM environment's)")
+
+
 def score_job(job: dict[str, Any], task_path: str | os.PathLike[str], out: str | os.PathLike[str],
               provenance_path: str | os.PathLike[str] | None, owner_pid: int) -> dict[str, int]:
     """Score the cell described by JOB (``Settings.score_job``) into OUT; returns the scoring counts."""
@@ -51,6 +61,7 @@ def score_job(job: dict[str, Any], task_path: str | os.PathLike[str], out: str |
 
         spec = ServerSpec.from_dict(job["server"])
         check_label_capacity(task, spec.max_logprobs)
+        check_server_python(spec.python)
         handle = acquire_server(spec, state_dir=job["state_dir"], owner_pid=owner_pid, log_path=job["server_log"])
         url, served = handle.url, handle.served_name
         server_record: dict[str, Any] = handle.to_dict() | {"spec": job["server"]}
