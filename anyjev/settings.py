@@ -18,7 +18,9 @@ import yaml
 
 from anyjev.errors import ConfigError
 
-SCHEMA_PATH = Path(__file__).resolve().parents[1] / "workflow" / "schemas" / "config.schema.yaml"
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA_PATH = REPO / "workflow" / "schemas" / "config.schema.yaml"
+DEFAULT_CONFIG = REPO / "config" / "config.yaml"
 STATE_DIR = ".anyjev/servers"
 HUB_CACHE = "resources/hub"
 
@@ -162,6 +164,13 @@ class Settings:
             client=from_mapping(ClientSettings, config["client"], "client"),
             published=config.get("published"),
         )
+
+    @classmethod
+    def load(cls, path: str | Path, *, workdir: str | Path = ".") -> Settings:
+        """Read, validate and type one config file (as the workflow does with its config)."""
+        from anyjev.config import check_config_file
+
+        return cls.from_config(check_config_file(path, workdir=workdir))
 
     # ------------------------------------------------------------------ what each job is handed
     def model_dir(self, model: str) -> str:

@@ -24,6 +24,7 @@ process group.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import gc
 import itertools
@@ -54,6 +55,7 @@ from anyjev.serving.lease import acquire_server
 from anyjev.serving.proc import group_pids, proc_stat
 from anyjev.serving.spec import ServerSpec
 from anyjev.serving.stop import stop_server
+from anyjev.settings import DEFAULT_CONFIG, Settings
 
 REPO = Path(__file__).resolve().parents[1]
 SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
@@ -378,17 +380,10 @@ class Case:
 
 
 def server_spec(case: Case) -> ServerSpec:
-    return ServerSpec(
-        name=f"bench{os.getpid()}-{case.key}",
-        model=str(case.model),
-        served_name=case.served_name,
-        python=str(SERVER_PYTHON),
-        dtype="bfloat16",
-        max_model_len=2048,
-        extra_flags=("--enforce-eager",),
-        env=(("VLLM_CPU_KVCACHE_SPACE", "2"),),
-        start_timeout=600,
-    )
+    """The default experiment's CPU server (config/config.yaml holds its flags) for this case's model."""
+    base = ServerSpec.from_dict(Settings.load(DEFAULT_CONFIG, workdir=REPO).server_spec("smollm2-135m"))
+    return dataclasses.replace(base, name=f"bench{os.getpid()}-{case.key}", model=str(case.model),
+                               served_name=case.served_name, python=str(SERVER_PYTHON))
 
 
 def explore_grid(n_prompts: int, quick: bool) -> list[tuple[int, int]]:

@@ -18,7 +18,6 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
 SMOLLM2_DIR = REPO / "resources" / "models" / "smollm2-135m"
-CPU_SERVER_ENV = (("VLLM_CPU_KVCACHE_SPACE", "2"),)
 
 
 def require_vllm() -> None:
@@ -46,11 +45,17 @@ def smollm2_tokenizer(smollm2_dir):
     return AutoTokenizer.from_pretrained(smollm2_dir)
 
 
-def smollm2_spec(name: str, dtype: str, model_dir: Path):
-    from anyjev.serving.spec import ServerSpec
+def smollm2_spec(name: str, dtype: str, model_dir: Path, **changes):
+    """The default experiment's CPU server for SmolLM2 (config/config.yaml is the one place its flags live),
+    under another name, dtype and model folder."""
+    import dataclasses
 
-    return ServerSpec(name=name, model=str(model_dir), served_name=name, python=str(SERVER_PYTHON), dtype=dtype,
-                      max_model_len=2048, extra_flags=("--enforce-eager",), env=CPU_SERVER_ENV, start_timeout=600)
+    from anyjev.serving.spec import ServerSpec
+    from anyjev.settings import DEFAULT_CONFIG, Settings
+
+    base = ServerSpec.from_dict(Settings.load(DEFAULT_CONFIG, workdir=REPO).server_spec("smollm2-135m"))
+    return dataclasses.replace(base, name=name, model=str(model_dir), served_name=name, python=str(SERVER_PYTHON),
+                               dtype=dtype, **changes)
 
 
 @pytest.fixture(scope="session")
@@ -84,7 +89,7 @@ def vllm_raw(smollm2_dir, tmp_path_factory):
     i = argv.index("--logprobs-mode")
     del argv[i : i + 2]
     log_path = tmp_path_factory.mktemp("raw") / "server.log"
-    env = dict(os.environ) | dict(CPU_SERVER_ENV)
+    env = dict(os.environ) | dict(spec.env)
     env.pop("PYTHONPATH", None)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -8,7 +8,7 @@ import re
 import shlex
 from pathlib import Path
 
-from workflow_helpers import make_workdir, run_snakemake
+from tests.e2e.workflow_helpers import make_workdir, run_snakemake
 
 
 def shell_commands(out: str) -> list[str]:

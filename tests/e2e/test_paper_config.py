@@ -19,7 +19,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.e2e.workflow_helpers import REPO, SNAKEFILE, SNAKEMAKE, env
+from tests.e2e.workflow_helpers import REPO, SNAKEFILE, SNAKEMAKE, env, job_blocks
 
 PROFILE = REPO / "workflow" / "profiles" / "slurm"
 PAPER = REPO / "config" / "paper.yaml"
@@ -51,29 +51,6 @@ with SnakemakeApi(OutputSettings()) as api:
     print("LOCALRULES=" + json.dumps({r.name: (r.name in w._localrules or r.norun) and r.group is None
                                       for r in w.rules}))
 """
-
-
-def parse_dry_run(text: str) -> list[dict]:
-    """The job blocks of `snakemake -n` output: rule name plus each `key: value` line (wildcards and
-    resources split into dicts)."""
-    jobs: list[dict] = []
-    current: dict | None = None
-    for line in text.splitlines():
-        head = re.fullmatch(r"(local)?(?:rule|checkpoint) (\w+):", line)
-        if head:
-            current = {"rule": head.group(2), "local": bool(head.group(1))}
-            jobs.append(current)
-            continue
-        item = re.fullmatch(r"    (\w+): (.*)", line)
-        if current is not None and item:
-            key, value = item.groups()
-            if key in ("wildcards", "resources"):
-                current[key] = dict(kv.split("=", 1) for kv in value.split(", "))
-            else:
-                current[key] = value
-        else:
-            current = None
-    return jobs
 
 
 def parse_job_stats(text: str) -> dict[str, int]:
@@ -116,7 +93,7 @@ def paper_dry_run(tmp_path_factory):
                            env=e, cwd=work)
     assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
     localrules = json.loads(re.search(r"^LOCALRULES=(.*)$", local.stdout, re.M).group(1))
-    return {"out": out, "jobs": parse_dry_run(out), "calls": calls, "localrules": localrules}
+    return {"out": out, "jobs": job_blocks(out), "calls": calls, "localrules": localrules}
 
 
 def test_dry_run_needs_no_slurm(paper_dry_run):

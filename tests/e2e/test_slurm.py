@@ -29,7 +29,7 @@ import pytest
 
 from tests.conftest import require_vllm
 from tests.e2e.conftest import MODEL, write_e2e_workdir
-from tests.e2e.workflow_helpers import REPO, SNAKEFILE, SNAKEMAKE, env, leftover_vllm
+from tests.e2e.workflow_helpers import REPO, SNAKEFILE, SNAKEMAKE, env, job_blocks, leftover_vllm
 
 pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow]
 
@@ -43,7 +43,6 @@ STOP_SLACK_S = 15
 
 # The snakemake-executor-plugin-slurm 2.8.0 line logged for each sbatch submission.
 SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.")
-JOB_HEAD = re.compile(r"(local)?rule (\w+):")
 SUPERVISOR = re.compile(r"\[anyjev\.supervisor (\S+) pid (\d+)\] (.*)")
 
 
@@ -84,24 +83,6 @@ def slurm_cluster():
         assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def _job_blocks(out: str) -> list[dict]:
-    """Jobs as Snakemake printed them: rule, local ("localrule" head) and jobid / wildcards."""
-    jobs: list[dict] = []
-    current: dict | None = None
-    for line in out.splitlines():
-        head = JOB_HEAD.fullmatch(line.strip())
-        if head:
-            current = {"rule": head.group(2), "local": bool(head.group(1))}
-            jobs.append(current)
-            continue
-        item = re.fullmatch(r"    (\w+): (.*)", line)
-        if current is not None and item:
-            current[item.group(1)] = item.group(2)
-        else:
-            current = None
-    return jobs
-
-
 @pytest.fixture(scope="module")
 def slurm_run(slurm_cluster, tmp_path_factory, smollm2_dir):
     """The reduced config through SLURM, in a fresh scratch directory."""
@@ -134,7 +115,7 @@ def slurm_run(slurm_cluster, tmp_path_factory, smollm2_dir):
         pytest.fail(f"the SLURM run did not finish in {RUN_TIMEOUT} s:\n{out[-8000:]}")
     seconds = time.monotonic() - t0
     print(f"\n[slurm] reduced run through SLURM (3 score_cell jobs, -j 4): {seconds:.0f} s wall")
-    jobs = _job_blocks(out)
+    jobs = job_blocks(out)
     submitted = [(int(a), int(b), log) for a, b, log in SUBMITTED.findall(out)]
     return {"dir": work, "out": out, "rc": proc.returncode, "seconds": seconds, "main_pid": proc.pid, "jobs": jobs,
             "submitted": submitted}
@@ -172,13 +153,13 @@ def test_slurm_run_submits_every_score_cell_through_sbatch(slurm_run):
     assert slurm_run["rc"] == 0, out[-10000:]
     assert re.search(r"SLURM run ID: \S+", out), out[-4000:]
     score = _score_jobs(slurm_run)
-    cells = sorted(tuple(dict(kv.split("=") for kv in j["wildcards"].split(", ")).values()) for j in score.values())
+    cells = sorted(tuple(j["wildcards"].values()) for j in score.values())
     assert cells == sorted((MODEL, t) for t in TASKS)
     # Exactly one submission per score_cell job, and nothing else submitted.
     assert sorted(j for j, _, _ in slurm_run["submitted"]) == sorted(score)
     for j in score.values():
         assert len(j["slurm"]) == 1, j
-        task = dict(kv.split("=") for kv in j["wildcards"].split(", "))["task"]
+        task = j["wildcards"]["task"]
         assert j["slurm_log"].endswith(f"/.snakemake/slurm_logs/rule_score_cell/{MODEL}_{task}/{j['slurm'][0]}.log"), j
         assert not j["local"], j
         # The job's own log (kept by --slurm-keep-successful-logs): the jobstep Snakemake ran this cell's rule.
@@ -254,7 +235,7 @@ def test_each_job_owns_its_server_and_the_server_dies_with_it(slurm_run):
     # Which job owned which server: the provenance of each cell records the server it used.
     acct = _sacct([j["slurm"][0] for j in score.values()])
     for j in score.values():
-        task = dict(kv.split("=") for kv in j["wildcards"].split(", "))["task"]
+        task = j["wildcards"]["task"]
         prov = json.loads((work / f"results/cells/{MODEL}/{task}/provenance.json").read_text())
         server = prov["server"]
         assert server["reused"] is False, "a job's server is never another job's"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -67,3 +68,23 @@ def leftover_vllm(match: str, wait: float = 30.0) -> list[int]:
         if not pids or time.monotonic() > deadline:
             return pids
         time.sleep(0.5)
+
+
+def job_blocks(text: str) -> list[dict]:
+    """The jobs Snakemake printed (a dry run's or a real run's): rule, whether it ran as a "localrule", and each
+    `key: value` line (wildcards and resources split into dicts)."""
+    jobs: list[dict] = []
+    current: dict | None = None
+    for line in text.splitlines():
+        head = re.fullmatch(r"(local)?(?:rule|checkpoint) (\w+):", line.strip())
+        if head:
+            current = {"rule": head.group(2), "local": bool(head.group(1))}
+            jobs.append(current)
+            continue
+        item = re.fullmatch(r"    (\w+): (.*)", line)
+        if current is not None and item:
+            key, value = item.groups()
+            current[key] = dict(kv.split("=", 1) for kv in value.split(", ")) if key in ("wildcards", "resources") else value
+        else:
+            current = None
+    return jobs

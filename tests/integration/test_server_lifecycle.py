@@ -488,21 +488,12 @@ SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
 
 @pytest.mark.vllm
 def test_real_vllm_cpu_server_lifecycle(workdir: Path, smollm2_dir: Path) -> None:
-    from tests.conftest import require_vllm
+    from tests.conftest import require_vllm, smollm2_spec
 
     require_vllm()
     MODEL_DIR = smollm2_dir  # noqa: N806 - the converted model of the session fixture
-    spec = ServerSpec(
-        name=f"{TAG}-real-smollm2",
-        model=str(MODEL_DIR),
-        served_name="smollm2-135m-instruct",
-        python=str(SERVER_PYTHON),
-        dtype="bfloat16",
-        max_model_len=2048,
-        extra_flags=("--enforce-eager",),
-        env=(("VLLM_CPU_KVCACHE_SPACE", "2"),),
-        start_timeout=300,
-    )
+    spec = smollm2_spec(f"{TAG}-real-smollm2", "bfloat16", MODEL_DIR, served_name="smollm2-135m-instruct",
+                        start_timeout=300)
     t0 = time.monotonic()
     handle = acquire(spec, workdir)
     wall = time.monotonic() - t0
