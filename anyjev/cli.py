@@ -1,4 +1,4 @@
-"""Command line: ``python -m anyjev {prepare-model,prepare-task,fetch-task,score,evaluate,serve,stop-servers}``.
+"""Command line: ``python -m anyjev <command>`` (the commands are listed below).
 
 The workflow's rules call these commands with one ``--settings`` JSON argument built from the validated config
 (``anyjev.settings.Settings``); each command parses its arguments and calls one library function.
@@ -93,20 +93,26 @@ def cmd_stop_servers(args: argparse.Namespace) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- parser
+def _command(sub, name: str, func, help: str, settings: str | None = None) -> argparse.ArgumentParser:
+    """A subcommand calling FUNC; with SETTINGS (what builds them), it takes the job's --settings JSON."""
+    s = sub.add_parser(name, help=help)
+    s.set_defaults(func=func)
+    if settings:
+        s.add_argument("--settings", required=True, help=f"{SETTINGS_HELP} ({settings})")
+    return s
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="anyjev", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("prepare-model", help="prepare model weights once into a Hugging Face folder")
-    s.add_argument("--settings", required=True, help=SETTINGS_HELP + " (Settings.model_job)")
+    s = _command(sub, "prepare-model", cmd_prepare_model, "prepare model weights once into a Hugging Face folder",
+                 "Settings.model_job")
     s.add_argument("--out", required=True, help="output folder")
-    s.set_defaults(func=cmd_prepare_model)
-
-    s = sub.add_parser("prepare-task", help="build a task, split it (seeded) and write it as a JSONL task file")
-    s.add_argument("--settings", required=True, help=SETTINGS_HELP + " (Settings.prepare_job)")
+    s = _command(sub, "prepare-task", cmd_prepare_task, "build a task, split it (seeded), write it as a JSONL task file",
+                 "Settings.prepare_job")
     s.add_argument("--out", required=True, help="output JSONL task file")
-    s.set_defaults(func=cmd_prepare_task)
 
     s = sub.add_parser("fetch-task", help="download a published task's dataset from the hub into a local cache")
     s.add_argument("dataset", help="hub task name (banking20, newsgroups, injection, massive_route, clinc_escalate)")
@@ -114,24 +120,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--revision", help="dataset revision (tasks.<name>.revision; default: the pinned one)")
     s.set_defaults(func=cmd_fetch_task)
 
-    s = sub.add_parser("score", help="score one (model, task) cell; resumes an interrupted run")
-    s.add_argument("--settings", required=True, help=SETTINGS_HELP + " (Settings.score_job)")
+    s = _command(sub, "score", cmd_score, "score one (model, task) cell; resumes an interrupted run", "Settings.score_job")
     s.add_argument("--task", required=True, help="JSONL task file (from prepare-task)")
     s.add_argument("--out", required=True, help="output scores file (JSON lines); the checkpoint is OUT.partial")
     s.add_argument("--provenance", help="write the cell's provenance record (JSON) here")
     s.add_argument("--owner-pid", type=int, help="the process whose exit stops a managed server (default: the parent)")
-    s.set_defaults(func=cmd_score)
 
-    s = sub.add_parser("evaluate", help="levels and metrics (with bootstrap intervals) of a scored cell; no server needed")
-    s.add_argument("--settings", required=True, help=SETTINGS_HELP + " (the evaluation section)")
+    s = _command(sub, "evaluate", cmd_evaluate, "levels and metrics (bootstrap intervals) of a scored cell; no server needed",
+                 "the evaluation section")
     s.add_argument("--scores", required=True, help="scores file from `anyjev score`")
     s.add_argument("--out", required=True, help="metrics JSON")
     s.add_argument("--predictions", help="per-item predictions CSV (for reliability diagrams)")
-    s.set_defaults(func=cmd_evaluate)
-
-    s = sub.add_parser("serve", help="start a managed vLLM server from a score job's settings and hold it until Ctrl-C")
-    s.add_argument("--settings", required=True, help=SETTINGS_HELP + " (Settings.score_job of a managed model)")
-    s.set_defaults(func=cmd_serve)
+    _command(sub, "serve", cmd_serve, "start a managed vLLM server from a score job's settings and hold it until Ctrl-C",
+             "Settings.score_job of a managed model")
 
     s = sub.add_parser("check-config", help="check config files as the workflow will (YAML syntax with line numbers, schema)")
     s.add_argument("configfile", nargs="+", help="config YAML file(s)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,10 +44,6 @@ def default(*keys: str) -> Any:
     return json.loads(json.dumps(schema_node(*keys)["default"]))
 
 
-def _field(*keys: str) -> Any:
-    return field(default_factory=lambda: default(*keys))
-
-
 T = TypeVar("T")
 
 
@@ -59,38 +56,52 @@ def from_mapping(cls: type[T], data: dict[str, Any], where: str) -> T:
     return cls(**data)
 
 
-@dataclass(frozen=True)
+def schema_section(*section: str) -> Callable[[type[T]], type[T]]:
+    """Make a frozen dataclass of a config section whose field defaults are the schema's: each annotated field
+    with a schema default gets it (a fresh copy per instance); the others keep their own (or none)."""
+
+    def wrap(cls: type[T]) -> type[T]:
+        keys = schema_node(*section).get("properties", {}) if section else schema()["properties"]
+        for name in cls.__annotations__:
+            if name in keys and "default" in keys[name] and name not in vars(cls):
+                setattr(cls, name, field(default_factory=functools.partial(default, *section, name)))
+        return dataclass(frozen=True)(cls)
+
+    return wrap
+
+
+@schema_section("client")
 class ClientSettings:
     """How the scoring client talks to a vLLM server (``client.*``)."""
 
-    prompts_per_request: int = _field("client", "prompts_per_request")
-    max_concurrency: int = _field("client", "max_concurrency")
-    timeout: float = _field("client", "timeout")
-    retries: int = _field("client", "retries")
-    chunk_items: int = _field("client", "chunk_items")
+    prompts_per_request: int
+    max_concurrency: int
+    timeout: float
+    retries: int
+    chunk_items: int
 
 
-@dataclass(frozen=True)
+@schema_section("evaluation")
 class EvaluationSettings:
     """Levels, priors and bootstrap of the offline evaluation (``evaluation.*``)."""
 
-    prior_strength: float = _field("evaluation", "prior_strength")
-    prior_min_items: int = _field("evaluation", "prior_min_items")
-    prior_batch_size: int | None = _field("evaluation", "prior_batch_size")
-    n_boot: int = _field("evaluation", "n_boot")
-    bootstrap_seed: int = _field("evaluation", "bootstrap_seed")
+    prior_strength: float
+    prior_min_items: int
+    prior_batch_size: int | None
+    n_boot: int
+    bootstrap_seed: int
 
 
-@dataclass(frozen=True)
+@schema_section("server")
 class ServerSettings:
     """What every managed server shares (``server.*``)."""
 
-    python: str = _field("server", "python")
-    seed: int = _field("server", "seed")
-    max_logprobs: int = _field("server", "max_logprobs")
+    python: str
+    seed: int
+    max_logprobs: int
 
 
-@dataclass(frozen=True)
+@schema_section("models", "*")
 class ModelSettings:
     """One model (``models.<name>.*``); the keys without a default depend on the source."""
 
@@ -101,15 +112,15 @@ class ModelSettings:
     url: str | None = None
     served_name: str | None = None
     tokenizer: str | None = None
-    dtype: str = _field("models", "*", "dtype")
-    max_model_len: int | None = _field("models", "*", "max_model_len")
-    tensor_parallel_size: int = _field("models", "*", "tensor_parallel_size")
-    gpus: int = _field("models", "*", "gpus")
-    server_flags: list[str] = _field("models", "*", "server_flags")
-    server_env: dict[str, str] = _field("models", "*", "server_env")
-    port: int | None = _field("models", "*", "port")
-    start_timeout: float = _field("models", "*", "start_timeout")
-    prefix_caching: bool = _field("models", "*", "prefix_caching")
+    dtype: str
+    max_model_len: int | None
+    tensor_parallel_size: int
+    gpus: int
+    server_flags: list[str]
+    server_env: dict[str, str]
+    port: int | None
+    start_timeout: float
+    prefix_caching: bool
 
     @property
     def managed(self) -> bool:
@@ -117,7 +128,7 @@ class ModelSettings:
         return self.source != "url"
 
 
-@dataclass(frozen=True)
+@schema_section("tasks", "*")
 class TaskSettings:
     """One task (``tasks.<name>.*``)."""
 
@@ -125,28 +136,28 @@ class TaskSettings:
     builtin: str | None = None
     path: str | None = None
     revision: str | None = None
-    n_test: int = _field("tasks", "*", "n_test")
-    n_calib: int = _field("tasks", "*", "n_calib")
-    allow_fewer: bool = _field("tasks", "*", "allow_fewer")
+    n_test: int
+    n_calib: int
+    allow_fewer: bool
 
     def dataset(self, name: str) -> str:
         """The built-in or hub dataset the task loads (``builtin``, default: the task's name)."""
         return self.builtin or name
 
 
-@dataclass(frozen=True)
+@schema_section()
 class Settings:
     """The whole validated config, typed."""
 
     models: dict[str, ModelSettings]
     tasks: dict[str, TaskSettings]
     cells: list[tuple[str, str]]
-    levels: list[str] = _field("levels")
-    split_seed: int = _field("split_seed")
+    levels: list[str]
+    split_seed: int
+    published: str | None
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     client: ClientSettings = field(default_factory=ClientSettings)
-    published: str | None = _field("published")
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Settings:

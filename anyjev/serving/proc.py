@@ -124,24 +124,25 @@ def signal_quietly(send: Callable[[int, int], None], target: int | None, sig: in
             send(int(target), sig)
 
 
+def _wait_until_gone(alive: Callable[[], bool], seconds: float, reap: Callable[[], None], step: float) -> bool:
+    """Poll ``alive()`` for up to SECONDS; True once it turned false."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        reap()
+        if not alive():
+            return True
+        time.sleep(step)
+    return False
+
+
 def terminate(alive: Callable[[], bool], term: Callable[[], None], kill: Callable[[], None], grace: float,
               reap: Callable[[], None] = lambda: None) -> None:
     """The one termination routine: TERM, wait up to GRACE seconds for ``alive()`` to turn false, then KILL
-    and wait up to a few seconds more. REAP runs while waiting (poll a child so it does not linger as a zombie)."""
+    and wait a few seconds more. REAP runs while waiting (poll a child so it does not linger as a zombie)."""
     term()
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        reap()
-        if not alive():
-            return
-        time.sleep(0.1)
-    kill()
-    deadline = time.monotonic() + KILL_WAIT_SECONDS
-    while time.monotonic() < deadline:
-        reap()
-        if not alive():
-            return
-        time.sleep(0.05)
+    if not _wait_until_gone(alive, grace, reap, 0.1):
+        kill()
+        _wait_until_gone(alive, KILL_WAIT_SECONDS, reap, 0.05)
 
 
 def stop_group(pgid: int, grace: float, reap: Callable[[], None] = lambda: None) -> None:
