@@ -355,6 +355,24 @@ def jsonl_rows(path: Path) -> list[tuple[int, dict]]:
     return rows
 
 
+def find_item_line(path: str | os.PathLike, item_id: str) -> int | None:
+    """The line of ``path`` that holds item ``item_id`` (None when there is none or the file cannot be
+    read): for messages about an item found wrong after loading."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    for n, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            obj = json.loads(raw.removeprefix(b"\xef\xbb\xbf"))
+        except ValueError:
+            continue
+        rid = obj.get("id") if isinstance(obj, dict) else None
+        if isinstance(rid, str | int) and not isinstance(rid, bool) and str(rid) == item_id:
+            return n
+    return None
+
+
 def load_task_file(path: str | os.PathLike, name: str | None = None) -> Task:
     """Read and validate a JSONL task file (format in the module docstring), failing on the first problem."""
     p = Path(path)
