@@ -8,7 +8,8 @@ inspectable and re-loadable.
 JSONL task format
 -----------------
 UTF-8 text, one JSON object per line; blank lines are ignored. Line numbers in error messages count
-every physical line from 1.
+every physical line from 1. No string, key or value, may hold a lone UTF-16 surrogate (a JSON escape
+such as ``"\\ud800"`` without its other half): it is not a character and cannot be written as UTF-8.
 
 Optional header (first non-blank line only). A line is the header when it is a JSON object that has a
 ``"task"`` key and no ``"question"`` key::
@@ -48,9 +49,7 @@ Item lines::
 * score only: optional ``"scale": [lo, hi]`` (lo < hi) and ``"centers"`` (one number per level).
 * ``name``: optional display name of the question (not part of its identity key).
 
-Any other key is refused (it is most often a typo, e.g. ``"optoins"``). No string, key or value, may
-hold a lone UTF-16 surrogate (a JSON escape such as ``"\\ud800"`` without its other half): it is not a
-character and cannot be written as UTF-8. Every problem raises
+Any other key is refused (it is most often a typo, e.g. ``"optoins"``). Every problem raises
 :class:`~anyjev.errors.TaskDataError` naming the file and the line. All items of a task must have the
 same number of options K. :func:`write_task_file` writes this format (header first, gold as option
 text) and a written file loads back to an equal task; writing a loaded task again gives the same bytes.
