@@ -8,7 +8,8 @@ inspectable and re-loadable.
 JSONL task format
 -----------------
 UTF-8 text, one JSON object per line; blank lines are ignored. Line numbers in error messages count
-every physical line from 1.
+every physical line from 1. No string, key or value, may hold a lone UTF-16 surrogate (a JSON escape
+such as ``"\\ud800"`` without its other half): it is not a character and cannot be written as UTF-8.
 
 Optional header (first non-blank line only). A line is the header when it is a JSON object that has a
 ``"task"`` key and no ``"question"`` key::
@@ -38,7 +39,10 @@ Item lines::
 * ``kind``: ``"choice"`` (default), ``"noul"`` (Yes/No) or ``"score"`` (ordered levels).
 * ``options``: required for choice (2–26 distinct non-empty strings) and score (2–10 levels); not
   allowed for noul, whose options are always ``["Yes", "No"]`` (option 0 = Yes) — a noul line may
-  repeat exactly ``["Yes", "No"]``.
+  repeat exactly ``["Yes", "No"]``. Each option is shown on its own prompt line, so an option may not
+  hold a line break (``\n``, ``\r``, ``\v``, ``\f``, ``\x1c``-``\x1e``, ``\x85``, ``\u2028``,
+  ``\u2029``: every character :meth:`str.splitlines` breaks on). The state and the question text are
+  free text and may span several lines (7 of the 200 built-in MMLU questions do).
 * ``gold`` (required): the option text (exact, or equal after stripping spaces) or its 0-based index
   (an integer; negative indices are refused).
 * ``split``: optional, ``"test"``, ``"calib"`` or ``null``.
@@ -57,8 +61,9 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,6 +77,10 @@ PRIOR_GROUPS = ("question", "task")
 FORMAT = "anyjev-jsonl"
 ITEM_KEYS = frozenset({"id", "state", "question", "kind", "options", "gold", "split", "scale", "centers", "name"})
 HEADER_KEYS = frozenset({"task", "prior_group", "origin"})
+# Every character str.splitlines() breaks on: inside an option it would start a fake prompt line.
+LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+_LINE_BREAK = re.compile("[" + re.escape(LINE_BREAKS) + "]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -118,6 +127,9 @@ class Task:
             seen.add(it.id)
             if not isinstance(it.state, str):
                 raise TaskDataError(where, f"item {it.id}", f"state must be a string, got {type(it.state).__name__}")
+            problem = _surrogate_problem(_item_strings(it)) or _option_line_break(it.question.options)
+            if problem:
+                raise TaskDataError(where, f"item {ascii(it.id)}", problem)
             if isinstance(it.gold, bool) or not isinstance(it.gold, int) or not 0 <= it.gold < it.question.k:
                 raise TaskDataError(where, f"item {it.id}", f"gold {it.gold!r} is not an option index 0..{it.question.k - 1}")
             if it.split is not None and it.split not in SPLITS:
@@ -155,6 +167,62 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------
+# strings a prompt or a UTF-8 file cannot hold
+
+
+def _json_strings(value: object, field: str = "") -> Iterator[tuple[str, str]]:
+    """(what, string) for every string in a parsed JSON value, object keys included; ``what`` names
+    the field as a user finds it (``field 'options[1]'``, ``key '...' of 'origin'``)."""
+    if isinstance(value, str):
+        yield f"field {field!r}", value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield f"key {ascii(k)}" + (f" of {field!r}" if field else ""), k
+            yield from _json_strings(v, f"{field}.{k}" if field else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _json_strings(v, f"{field}[{i}]")
+
+
+def _item_strings(item: Item) -> Iterator[tuple[str, str]]:
+    q = item.question
+    yield "field 'id'", item.id
+    yield "field 'state'", item.state
+    yield "field 'question'", q.text
+    for i, o in enumerate(q.options):
+        yield f"field 'options[{i}]'", o
+    if q.name is not None:
+        yield "field 'name'", q.name
+
+
+def _surrogate_problem(strings: Iterator[tuple[str, str]]) -> str | None:
+    """Why the first string holding a lone surrogate cannot be used (it cannot be encoded as UTF-8)."""
+    for what, text in strings:
+        m = _SURROGATE.search(text)
+        if m:
+            return (
+                f"{what} holds a lone UTF-16 surrogate {ascii(m.group())} at character {m.start()} "
+                f"(around {ascii(text[max(0, m.start() - 20) : m.start() + 20])}): it is half of a surrogate pair, "
+                "not a character, and cannot be written as UTF-8. Write the character itself, or both halves "
+                "of its pair (in JSON, e.g. \\ud83d\\ude00 for U+1F600)"
+            )
+    return None
+
+
+def _option_line_break(options: Sequence[str]) -> str | None:
+    """Why an option holding a line break cannot be shown: each option is one prompt line."""
+    for i, o in enumerate(options):
+        m = _LINE_BREAK.search(o)
+        if m:
+            return (
+                f"field 'options[{i}]' = {ascii(o)} holds a line break ({ascii(m.group())}): each option is shown on "
+                "its own prompt line, so the rest would read as another line of the prompt (a fake option). "
+                "Put each option on one line (replace the line break with a space)"
+            )
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
 # reading
 
 
@@ -163,6 +231,9 @@ def _is_header(obj: object) -> bool:
 
 
 def _parse_header(obj: dict, path: str, where: str) -> dict:
+    problem = _surrogate_problem(_json_strings(obj))
+    if problem:
+        raise TaskDataError(path, where, f"header: {problem}")
     unknown = sorted(set(obj) - HEADER_KEYS)
     if unknown:
         raise TaskDataError(path, where, f"unknown header key(s) {unknown}; allowed: {sorted(HEADER_KEYS)}")
@@ -198,6 +269,11 @@ def _gold_index(gold: object, options: Sequence[str], path: str, where: str, ite
 def _parse_item(obj: object, path: str, where: str) -> Item:
     if not isinstance(obj, dict):
         raise TaskDataError(path, where, f"expected a JSON object, got {type(obj).__name__}")
+    problem = _surrogate_problem(_json_strings(obj))
+    if problem:
+        rid = obj.get("id")
+        named = isinstance(rid, str | int) and not isinstance(rid, bool)
+        raise TaskDataError(path, where, (f"item {ascii(str(rid))}: " if named else "") + problem)
     unknown = sorted(set(obj) - ITEM_KEYS)
     if unknown:
         raise TaskDataError(path, where, f"unknown key(s) {unknown}; allowed: {sorted(ITEM_KEYS)}")
@@ -250,6 +326,9 @@ def _parse_item(obj: object, path: str, where: str) -> Item:
                 q = score(text, options, scale=scale, centers=centers, name=name)
     except QuestionError as e:
         raise TaskDataError(path, where, f"item {item_id!r}: field {e.field!r}: {e}") from e
+    problem = _option_line_break(q.options)
+    if problem:
+        raise TaskDataError(path, where, f"item {item_id!r}: {problem}")
     gold = _gold_index(obj["gold"], q.options, path, where, item_id)
     return Item(id=item_id, state=obj["state"], question=q, gold=gold, split=split)
 
@@ -273,6 +352,24 @@ def jsonl_rows(path: Path) -> list[tuple[int, dict]]:
                 raise TaskDataError(str(path), f"line {n}", "expected a JSON object")
             rows.append((n, obj))
     return rows
+
+
+def find_item_line(path: str | os.PathLike, item_id: str) -> int | None:
+    """The line of ``path`` that holds item ``item_id`` (None when there is none or the file cannot be
+    read): for messages about an item found wrong after loading."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    for n, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            obj = json.loads(raw.removeprefix(b"\xef\xbb\xbf"))
+        except ValueError:
+            continue
+        rid = obj.get("id") if isinstance(obj, dict) else None
+        if isinstance(rid, str | int) and not isinstance(rid, bool) and str(rid) == item_id:
+            return n
+    return None
 
 
 def load_task_file(path: str | os.PathLike, name: str | None = None) -> Task:
@@ -372,6 +469,9 @@ def write_task_file(task: Task, path: str | os.PathLike) -> Path:
     origin = task.source.get("origin") if task.source.get("format") == FORMAT else task.source
     if origin:
         header["origin"] = origin
+    problem = _surrogate_problem(_json_strings(header))
+    if problem:
+        raise TaskDataError(task._where(), "header", problem)
     lines = [json.dumps(header, ensure_ascii=False)]
     lines += [json.dumps(item_to_dict(it), ensure_ascii=False) for it in task.items]
     payload = ("\n".join(lines) + "\n").encode("utf-8")

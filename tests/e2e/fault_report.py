@@ -81,6 +81,19 @@ COVERED: list[tuple[str, str, str]] = [
      "tests/unit/test_config.py::test_unknown_keys_are_named_with_their_path"),
     ("bad task data (library level)", "TaskDataError: <file>:line 2: not valid JSON ...",
      "tests/unit/test_tasks.py::test_not_json_names_line"),
+    ("task built in code: an option with a line break (library level)",
+     "TaskDataError: <task t>:item 'i2': field 'options[0]' = 'a\\nb' holds a line break ('\\n'): each option is shown "
+     "on its own prompt line, ... Put each option on one line",
+     "tests/unit/test_tasks.py::test_line_break_in_an_option_is_refused_for_a_task_built_in_code"),
+    ("writing a task whose state holds a lone surrogate (library level)",
+     "TaskDataError: <task t>:item 'i2': field 'state' holds a lone UTF-16 surrogate '\\ud800' at character 4 ... "
+     "cannot be written as UTF-8",
+     "tests/unit/test_tasks.py::test_writing_a_lone_surrogate_is_refused_naming_item_and_field"),
+    ("a 50,000-character state against max_model_len 2048 (library level, SmolLM2 tokenizer)",
+     "TaskDataError: <dir>/ctx.jsonl:line 3: item 'long': its longest prompt (layout fwd/r0) is N tokens; with the 1 "
+     "answer token that is N+1 > 2048, the model's context length (models.smol.max_model_len). Raise "
+     "models.smol.max_model_len (up to what the model supports) or shorten the item's state (50000 characters).",
+     "tests/unit/test_context.py::test_a_50000_character_state_is_refused_naming_item_line_tokens_and_key"),
     ("resume at the library level (torn last line)", "partial scores resumed; byte-identical final file",
      "tests/unit/test_store_scoring.py::test_interrupted_then_resumed_is_byte_identical_and_scores_only_the_rest"),
 ]

@@ -9,6 +9,9 @@ and then completed; their final scores must equal those of an uninterrupted run 
 * run "w2": the server's engine process killed mid-cell, then the server's whole process group killed mid-cell,
   then Ctrl-C (SIGINT to Snakemake's process group) mid-cell, then completion.
 
+Inputs as users write them (issue 13; `-k inputs`): bad configs through `snakemake -n`, bad task files through
+the prepare step, a task path full of shell syntax used literally; none may start a server.
+
 After every run, the vLLM processes of the run (servers, engines, supervisors) and its scoring processes are
 counted: none may be left once the documented grace period (15 s, plus polling) is over. Every test records a
 row of docs/fault-report.md (tests/e2e/fault_report.py), written when the session ends.
@@ -32,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from anyjev.data.tasks import load_task_file
 from anyjev.run.store import read_scores
 from anyjev.serving.proc import group_pids, proc_cmdline
 from anyjev.serving.state import read_record
@@ -336,6 +340,216 @@ def test_bad_task_line_fails_prepare_task_naming_file_and_line(tmp_path, smollm2
     assert "tasks/broken.jsonl:line 3: not valid JSON" in line, out[-3000:]
     assert not (work / "resources/tasks/broken.jsonl").exists()
     assert not (work / ".anyjev").exists() and left == [], "no server may start for a task that failed"
+
+
+# ------------------------------------------- inputs as users write them (issue 13): `pytest -k inputs`
+#
+# Every case ends before any server starts, naming the config key or the task file and line. Config cases run
+# `snakemake -n`, task-file cases the prepare step (`--until prepare_task`), except the context-length case,
+# which runs the workflow: its check needs the model's tokenizer (prepare or scoring, before the server).
+
+INPUT_MODEL = f"{TAG}-inp"
+ITEM = {"id": "q1", "state": "", "question": "Which colour?", "kind": "choice", "options": ["red", "green", "blue"],
+        "gold": 0}
+ITEM2 = json.dumps(ITEM | {"id": "q2"})
+
+
+def inputs_workdir(tmp_path: Path, smollm2_dir: Path, tasks: dict | None = None, model: dict | None = None,
+                   **extra) -> Path:
+    config = reduced_config({INPUT_MODEL: smollm2_model() | (model or {})}, tasks or TASKS)
+    for key, value in extra.items():
+        config[key] = config[key] | value if isinstance(config.get(key), dict) else value
+    return make_workdir(tmp_path / "w", config, smollm2_dir)
+
+
+def task_file_config(path: str, name: str = "bad", **extra) -> dict:
+    return {name: {"source": "file", "path": path, "n_test": 2, "n_calib": 0} | extra}
+
+
+def write_task(work: Path, rel: str, lines: list[str]) -> Path:
+    p = work / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return p
+
+
+def nothing_started(work: Path) -> list[str]:
+    """What a refused run must not have: a server state, a server log, a scored cell, a process of ours."""
+    found = [str(p.relative_to(work)) for p in (work / ".anyjev" / "servers").glob("*.json")]
+    found += [str(p.relative_to(work)) for p in (work / "logs" / "servers").glob("*.log")]
+    found += [str(p.relative_to(work)) for p in (work / "results" / "cells").rglob("scores.jsonl*")]
+    return found + [f"pid {p}" for p in ours()]
+
+
+def seen_line(out: str, *needles: str) -> str:
+    """The first output line holding every needle; else the first error line of anyjev (then of anything) with
+    the line after it (Snakemake puts its message there), else the last line."""
+    lines = [x for x in out.splitlines() if x.strip()]
+    hit = next((x for x in lines if needles and all(n in x for n in needles)), None)
+    if hit is not None:
+        return hit
+    for pick in (lambda x: re.match(r"anyjev [\w-]+: ", x), lambda x: "Error" in x or "error:" in x):
+        i = next((i for i, x in enumerate(lines) if pick(x)), None)
+        if i is not None:
+            return " ".join(lines[i : i + 2]) if lines[i].rstrip().endswith(":") else lines[i]
+    return lines[-1] if lines else ""
+
+
+def write_broken_yaml(work: Path) -> tuple[Path, int]:
+    """The config with a YAML syntax error on its last line; returns (file, 1-based line of the error)."""
+    cfg = work / "config" / "config.yaml"
+    text = cfg.read_text().rstrip("\n") + "\nsplit_seed: 0: 1\n"
+    cfg.write_text(text)
+    return cfg, text.count("\n")
+
+
+# case: (item of issue 13, model change, config changes, lines of a task file "three" or None, needles in the
+# message); {m} is the model name, {cfg} the config file, {line} the YAML error's line.
+INPUT_CONFIGS = {
+    "server-flag-with-spaces": (2, {"server_flags": ["--enforce-eager --logprobs-mode raw_logprobs"]}, {}, None,
+                                ["models.{m}.server_flags", "several words"]),
+    "max-logprobs-below-k": (4, {}, {"server": {"max_logprobs": 2}}, [json.dumps(ITEM), ITEM2],
+                             ["server.max_logprobs", "three"]),
+    "n-calib-0-with-L1": (5, {}, {"tasks": {TASK: {"source": "builtin", "n_test": 12, "n_calib": 0}},
+                                  "levels": ["raw", "L0", "L1"]}, None, [f"tasks.{TASK}.n_calib", "L1"]),
+    "server-python-missing": (8, {}, {"server": {"python": "/nonexistent/python"}}, None,
+                              ["server.python", "/nonexistent/python"]),
+    "yaml-syntax-error": (9, {}, {}, None, ["{cfg}", "line {line}"]),
+}
+
+
+@pytest.mark.parametrize("case", INPUT_CONFIGS)
+def test_inputs_bad_config_is_refused_by_the_dry_run(case, tmp_path, smollm2_dir, report, request) -> None:
+    item, model, changes, task_lines, needles = INPUT_CONFIGS[case]
+    changes = dict(changes)
+    tasks = changes.pop("tasks", None)
+    if task_lines is not None:
+        tasks = task_file_config("tasks/three.jsonl", name="three")
+    work = inputs_workdir(tmp_path, smollm2_dir, tasks, model, **changes)
+    if task_lines is not None:
+        write_task(work, "tasks/three.jsonl", task_lines)
+    cfg, line = (work / "config" / "config.yaml", 0)
+    if case == "yaml-syntax-error":
+        cfg, line = write_broken_yaml(work)
+    needles = [n.format(m=INPUT_MODEL, cfg=cfg, line=line) for n in needles]
+    t0 = time.monotonic()
+    proc = run_snakemake(work, "-n")
+    seconds = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    seen = seen_line(out, *needles) if proc.returncode else "exit 0: the dry run accepted it"
+    report.record(request.node.nodeid, f"input (issue 13, {item}) via `snakemake -n`: {case.replace('-', ' ')}",
+                  seen.replace(str(work), "<work>"), 0, len(ours()), seconds)
+    assert proc.returncode != 0, out[-3000:]
+    assert all(n in seen for n in needles), f"expected {needles} in one line of:\n{out[-3000:]}"
+    assert "jobid:" not in out and "Job stats" not in out, "a job was planned despite the bad input"
+    assert nothing_started(work) == []
+
+
+def test_inputs_readme_says_how_to_unlock_after_a_killed_run() -> None:
+    """Issue 13, 9: after a SIGKILL of Snakemake the next run needs --unlock; the README says so."""
+    readme = (REPO / "README.md").read_text()
+    assert "--unlock" in readme
+
+
+# case: (item of issue 13, the task file's lines, needles in the message)
+INPUT_TASKS = {
+    "option-with-newline": (6, [json.dumps(ITEM), json.dumps(ITEM | {"id": "q2", "options": ["red\nB) green", "green",
+                                                                                                   "blue"]})],
+                            ["tasks/bad.jsonl:line 2: item 'q2': field 'options[0]'", "Put each option on one line"]),
+    "option-with-unicode-line-separator": (6, [json.dumps(ITEM), json.dumps(ITEM | {"id": "q2", "options": [
+        "red\u2028B) green", "green", "blue"]})], ["tasks/bad.jsonl:line 2: item 'q2': field 'options[0]'", "line break"]),
+    "lone-surrogate": (7, [json.dumps(ITEM), '{"id": "q2", "state": "bad \\ud800 surrogate", "question": "Q", '
+                                             '"options": ["a", "b", "c"], "gold": 0}'],
+                       ["tasks/bad.jsonl:line 2: item 'q2': field 'state'", "lone UTF-16 surrogate"]),
+}
+
+
+@pytest.mark.parametrize("case", INPUT_TASKS)
+def test_inputs_bad_task_file_is_refused_by_the_prepare_step(case, tmp_path, smollm2_dir, report, request) -> None:
+    item, lines, needles = INPUT_TASKS[case]
+    work = inputs_workdir(tmp_path, smollm2_dir, task_file_config("tasks/bad.jsonl"))
+    write_task(work, "tasks/bad.jsonl", lines)
+    t0 = time.monotonic()
+    proc = run_snakemake(work, "--until", "prepare_task")
+    seconds = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    seen = seen_line(out, *needles)
+    report.record(request.node.nodeid, f"input (issue 13, {item}) via prepare-task: {case.replace('-', ' ')}", seen,
+                  0, len(ours()), seconds)
+    assert proc.returncode != 0
+    assert "Error in rule prepare_task" in out and seen.startswith("anyjev prepare-task: TaskDataError: "), out[-3000:]
+    assert all(n in seen for n in needles), f"expected {needles} in one line of:\n{out[-3000:]}"
+    assert "Traceback" not in out
+    assert not (work / "resources/tasks/bad.jsonl").exists()
+    assert nothing_started(work) == []
+
+
+def test_inputs_state_longer_than_the_context_is_refused_before_any_server(tmp_path, smollm2_dir, report,
+                                                                           request) -> None:
+    """Issue 13, 3: a 50,000-character state; max_model_len 2048. Refused naming the item, its line and its
+    token count, before a server starts (checked at prepare time or by the scoring job before its server)."""
+    work = inputs_workdir(tmp_path, smollm2_dir, task_file_config("tasks/bad.jsonl"))
+    write_task(work, "tasks/bad.jsonl", [json.dumps(ITEM), json.dumps(ITEM | {"id": "q2", "state": "word " * 10_000})])
+    t0 = time.monotonic()
+    proc = run_snakemake(work, timeout=900)
+    seconds = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    seen = seen_line(out, "item 'q2'", "max_model_len")
+    report.record(request.node.nodeid, "input (issue 13, 3): a state longer than the model's context", seen, 0,
+                  len(ours()), seconds)
+    assert proc.returncode != 0
+    assert re.search(r"TaskDataError: \S*bad\.jsonl:line \d+: item 'q2': its longest prompt .* is \d{4,} tokens", seen), \
+        out[-3000:]
+    assert f"models.{INPUT_MODEL}.max_model_len" in seen and "> 2048" in seen
+    assert nothing_started(work) == []
+
+
+def test_inputs_task_file_with_mixed_option_counts_is_prepared(tmp_path, smollm2_dir, report, request) -> None:
+    """Issue 13, 10: real task files mix option counts (2-5 answers); the prepare step keeps every item."""
+    lines = [json.dumps(ITEM), json.dumps(ITEM | {"id": "q2", "options": ["yes", "no"]}),
+             json.dumps(ITEM | {"id": "q3", "options": ["a", "b", "c", "d", "e"]})]
+    work = inputs_workdir(tmp_path, smollm2_dir, task_file_config("tasks/mixed.jsonl", name="mixed", n_test=3))
+    write_task(work, "tasks/mixed.jsonl", lines)
+    t0 = time.monotonic()
+    proc = run_snakemake(work, "--until", "prepare_task")
+    seconds = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    prepared = work / "resources/tasks/mixed.jsonl"
+    ks = sorted(len(it.question.options) for it in load_task_file(prepared).items) if prepared.exists() else []
+    report.record(request.node.nodeid, "input (issue 13, 10): a task file mixing 2, 3 and 5 options",
+                  f"exit {proc.returncode}; prepared items with K = {ks}" if proc.returncode == 0 else seen_line(out),
+                  0, len(ours()), seconds)
+    assert proc.returncode == 0, out[-3000:]
+    assert ks == [2, 3, 5]
+
+
+# A file name a shell would split, quote, chain and substitute: it must reach anyjev as one literal argument.
+# Unquoted, bash runs the substitutions while expanding the first command, before anyjev starts; `;` then
+# chains a second command (reached when the first succeeds).
+SHELL_NAME = "tasks/with space 'single' \"double\" $(touch INJECTED) `touch INJECTED3` ;touch INJECTED2;.jsonl"
+
+
+def test_inputs_task_path_with_shell_characters_is_used_literally(tmp_path, smollm2_dir, report, request) -> None:
+    """Issue 13, 1 (needs the rules to quote every config value, e.g. `{params.x:q}`): a dry run and the prepare
+    step with a task path holding spaces, quotes, `;`, `$()` and backquotes; the task is prepared from that very
+    file and no injected command ran."""
+    work = inputs_workdir(tmp_path, smollm2_dir, task_file_config(SHELL_NAME, name="weird"))
+    src = write_task(work, SHELL_NAME, [json.dumps(ITEM), ITEM2])
+    dry = run_snakemake(work, "-n", "--until", "prepare_task")
+    t0 = time.monotonic()
+    proc = run_snakemake(work, "--until", "prepare_task")
+    seconds = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    injected = sorted(str(p.relative_to(work)) for p in work.rglob("INJECTED*"))
+    prepared = work / "resources/tasks/weird.jsonl"
+    report.record(request.node.nodeid, "input (issue 13, 1): a task path with spaces, quotes, `;`, `$()`, backquotes",
+                  f"exit {proc.returncode}; prepared: {prepared.exists()}; injected files: {injected or 'none'}"
+                  + ("" if proc.returncode == 0 else f"; {seen_line(out)}"), 0, len(ours()), seconds)
+    assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
+    assert injected == [], f"a shell ran part of the task path: {injected}"
+    assert proc.returncode == 0, out[-3000:]
+    assert [it.id for it in load_task_file(prepared).items] == [it.id for it in load_task_file(src).items] != []
+    assert nothing_started(work) == []
 
 
 # ------------------------------------------------------------------------------- server start-up faults

@@ -140,6 +140,83 @@ def test_mixed_k(tmp_path: Path) -> None:
     assert "line 2" in msg and "'c'" in msg and "same number of options" in msg
 
 
+LINE_BREAKS = ["\n", "\r", "\r\n", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+@pytest.mark.parametrize("brk", LINE_BREAKS, ids=[ascii(b) for b in LINE_BREAKS])
+@pytest.mark.parametrize("kind", ["choice", "score"])
+def test_line_break_in_an_option_is_refused_naming_line_and_option(tmp_path: Path, brk: str, kind: str) -> None:
+    """Each option renders as one prompt line: "red\nB) green" would render a fake option line."""
+    bad = {"id": "c", "state": "", "question": "Q", "kind": kind, "options": ["x", f"red{brk}B) green"], "gold": 0}
+    msg = load_error(tmp_path, [GOOD[0] if kind == "choice" else GOOD[0] | {"kind": "score"}, bad])
+    assert "line 2" in msg and "item 'c'" in msg and "options[1]" in msg and ascii(brk[0]) in msg
+    assert "Put each option on one line" in msg
+
+
+def test_line_break_in_an_option_is_refused_for_a_task_built_in_code(tmp_path: Path) -> None:
+    """Built-in and hub tasks are checked too (Task.validate), naming the item id."""
+    with pytest.raises(TaskDataError, match=r"item 'i2'.*options\[0\].*line break"):
+        Task("t", [Item("i1", "", choice("Q", ["a", "b"]), 0), Item("i2", "", choice("Q", ["a\nb", "c"]), 0)])
+
+
+def test_state_and_question_may_span_lines(tmp_path: Path) -> None:
+    """The state is a block and the question free text (7 built-in MMLU stems hold newlines)."""
+    item = {"id": "c", "state": "line 1\nline 2\u2028x", "question": "Statement 1 | a\nStatement 2 | b",
+            "options": ["x", "y", "z"], "gold": 0}
+    t = load_task_file(write_lines(tmp_path / "t.jsonl", [GOOD[0], item]))
+    assert t.items[1].state == "line 1\nline 2\u2028x" and t.items[1].question.text.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        ('{"id": "c", "state": "bad \\ud800 surrogate", "question": "Q", "options": ["x", "y", "z"], "gold": 0}',
+         "field 'state'"),
+        ('{"id": "c", "state": "", "question": "Q\\udfff", "options": ["x", "y", "z"], "gold": 0}', "field 'question'"),
+        ('{"id": "c", "state": "", "question": "Q", "options": ["x", "y", "z\\ud83d"], "gold": 0}',
+         "field 'options[2]'"),
+        ('{"id": "c", "state": "", "question": "Q", "options": ["x", "y", "z"], "gold": "z\\ud83d"}', "field 'gold'"),
+        ('{"id": "c", "state": "", "question": "Q", "options": ["x", "y", "z"], "gold": 0, "name": "\\udc00"}',
+         "field 'name'"),
+        ('{"id": "c\\ud800", "state": "", "question": "Q", "options": ["x", "y", "z"], "gold": 0}', "field 'id'"),
+        ('{"id": "c", "st\\ud800ate": "", "question": "Q", "options": ["x", "y", "z"], "gold": 0}', "key 'st\\ud800ate'"),
+    ],
+)
+def test_lone_surrogate_is_refused_naming_line_and_field(tmp_path: Path, line: str, field: str) -> None:
+    """json.loads accepts "\\ud800"; writing it as UTF-8 would crash later with a UnicodeEncodeError."""
+    msg = load_error(tmp_path, [GOOD[0], line])
+    assert "line 2" in msg and field in msg and "lone UTF-16 surrogate" in msg
+    msg.encode("utf-8")  # the message itself can be printed
+
+
+def test_lone_surrogate_in_the_header_is_refused(tmp_path: Path) -> None:
+    msg = load_error(tmp_path, ['{"task": "t", "origin": {"by": "me \\udc00"}}', GOOD[0]])
+    assert "line 1" in msg and "header" in msg and "field 'origin.by'" in msg
+
+
+def test_surrogate_pair_is_one_character(tmp_path: Path) -> None:
+    line = '{"id": "c", "state": "\\ud83d\\ude00", "question": "Q", "options": ["x", "y", "z"], "gold": 0}'
+    t = load_task_file(write_lines(tmp_path / "t.jsonl", [GOOD[0], line]))
+    assert t.items[1].state == "\U0001F600"
+    out = write_task_file(t, tmp_path / "out.jsonl")
+    assert load_task_file(out).items == t.items
+
+
+def test_writing_a_lone_surrogate_is_refused_naming_item_and_field(tmp_path: Path) -> None:
+    """A task built in code (built-in, hub) is refused before anything is written, not half-written."""
+    q = choice("Q", ["a", "b"])
+    with pytest.raises(TaskDataError, match=r"item 'i2'.*field 'state'.*lone UTF-16 surrogate"):
+        Task("t", [Item("i1", "", q, 0), Item("i2", "bad \ud800", q, 0)])
+    t = Task("t", [Item("i1", "", q, 0)])
+    t.items.append(Item("i2", "bad \ud800", q, 0))
+    with pytest.raises(TaskDataError, match=r"item 'i2'.*field 'state'"):
+        write_task_file(t, tmp_path / "out.jsonl")
+    t = Task("t", [Item("i1", "", q, 0)], source={"note": "x\udc00"})
+    with pytest.raises(TaskDataError, match=r"header.*field 'origin.note'"):
+        write_task_file(t, tmp_path / "out.jsonl")
+    assert not list(tmp_path.iterdir()), "nothing may be written"
+
+
 @pytest.mark.parametrize("lines", [[], ["", "  "], [{"task": "only-header"}]])
 def test_empty_task(tmp_path: Path, lines: list) -> None:
     p = tmp_path / "empty.jsonl"

@@ -1,0 +1,106 @@
+"""Prompt lengths against the context, with the real SmolLM2 tokenizer: the count checked is the count the
+scorer sends, the error names the item, its task-file line, its token count and the limit, and a prompt
+of exactly the limit less the answer token passes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from anyjev.backends.base import restrict_and_normalise
+from anyjev.data.tasks import Item, find_item_line, load_task_file
+from anyjev.decision.questions import choice, noul, score
+from anyjev.errors import TaskDataError
+from anyjev.run.context import check_prompt_lengths
+from anyjev.run.scoring import score_cell
+
+LONG_STATE = "The quick brown fox jumps over the lazy dog. " * 1112  # 50,040 characters
+ITEMS = [
+    {"task": "ctx"},
+    {"id": "short", "state": "a red apple", "question": "Which colour?", "options": ["red", "green", "blue"], "gold": 0},
+    {"id": "long", "state": LONG_STATE[:50_000], "question": "Which colour?", "options": ["red", "green", "blue"],
+     "gold": 1},
+    {"id": "mid", "state": "a ripe tomato " * 40, "question": "Which colour?", "options": ["red", "green", "blue"],
+     "gold": 0},
+]
+
+
+class RecordingBackend:
+    """Records every prompt sent; the values are uniform (only lengths matter here)."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.sent: list[list[int]] = []
+
+    def label_logprobs(self, prompts, label_ids) -> np.ndarray:
+        self.sent += [list(p) for p in prompts]
+        return restrict_and_normalise(np.zeros((len(prompts), len(label_ids))))
+
+    def describe(self) -> dict:
+        return {"backend": self.name}
+
+
+def task_file(tmp_path: Path, rows: list[dict]) -> Path:
+    p = tmp_path / "my tasks" / "ctx.jsonl"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
+    return p
+
+
+def test_a_50000_character_state_is_refused_naming_item_line_tokens_and_key(tmp_path, smollm2_tokenizer) -> None:
+    path = task_file(tmp_path, ITEMS)
+    items = load_task_file(path).items
+    assert len(items[1].state) == 50_000
+    with pytest.raises(TaskDataError) as exc:
+        check_prompt_lengths(items, smollm2_tokenizer, 2048, source=path, model="smol")
+    msg = str(exc.value)
+    # the token count named is the longest prompt the scorer would send for that item
+    backend = RecordingBackend()
+    score_cell(backend, smollm2_tokenizer, [items[1]], ["g"], str(tmp_path / "s.jsonl"), {"t": 1})
+    longest = max(len(p) for p in backend.sent)
+    assert longest > 10_000
+    assert msg.startswith(f"{path}:line 3: item 'long': ")
+    assert f"is {longest} tokens" in msg and f"{longest + 1} > 2048" in msg
+    assert "models.smol.max_model_len" in msg and "shorten the item's state (50000 characters)" in msg
+    assert "other item" not in msg  # 'short' and 'mid' fit
+
+
+def test_checked_length_is_what_the_scorer_sends_and_the_answer_token_counts(tmp_path, smollm2_tokenizer) -> None:
+    """Mixed kinds (choice, noul, score) and every layout: the longest prompt sent equals the one checked;
+    a context of exactly longest + 1 passes, one token less fails."""
+    items = [
+        Item("c", "a red apple " * 30, choice("Which colour?", ["red", "green", "dark blue"]), 0),
+        Item("n", "WIN A FREE PHONE " * 50, noul("Is this spam?"), 0),
+        Item("s", "disk 95% full", score("How severe?", ["low", "medium", "high"], scale=(0, 10)), 2),
+    ]
+    backend = RecordingBackend()
+    score_cell(backend, smollm2_tokenizer, items, ["a", "b", "c"], str(tmp_path / "s.jsonl"), {"t": 1})
+    longest = max(len(p) for p in backend.sent)
+    assert check_prompt_lengths(items, smollm2_tokenizer, 10**6, source="<code>") == longest
+    assert check_prompt_lengths(items, smollm2_tokenizer, longest + 1, source="<code>") == longest
+    with pytest.raises(TaskDataError, match=rf"<code>:file: item 'n': .* is {longest} tokens.* {longest + 1} > {longest}"):
+        check_prompt_lengths(items, smollm2_tokenizer, longest, source="<code>")
+
+
+def test_every_item_too_long_is_counted(tmp_path, smollm2_tokenizer) -> None:
+    path = task_file(tmp_path, ITEMS)
+    with pytest.raises(TaskDataError) as exc:
+        check_prompt_lengths(load_task_file(path).items, smollm2_tokenizer, 60, source=path)
+    msg = str(exc.value)
+    assert ":line 3: item 'long'" in msg and "2 other item(s) are too long as well: 'short', 'mid'." in msg
+    assert "models.<name>.max_model_len" in msg
+
+
+def test_bad_limit_is_refused(smollm2_tokenizer) -> None:
+    with pytest.raises(ValueError, match="max_model_len"):
+        check_prompt_lengths([], smollm2_tokenizer, 0, source="x")
+
+
+def test_find_item_line(tmp_path) -> None:
+    path = task_file(tmp_path, ITEMS + [{"id": 7, "state": "", "question": "Q", "options": ["a", "b", "c"], "gold": 0}])
+    assert [find_item_line(path, i) for i in ("short", "long", "mid", "7", "none")] == [2, 3, 4, 5, None]
+    assert find_item_line(tmp_path / "missing.jsonl", "short") is None
