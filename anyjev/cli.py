@@ -207,6 +207,19 @@ def cmd_stop_servers(args: argparse.Namespace) -> None:
     log.info("stopped %d server(s): %s", len(stopped), ", ".join(stopped) or "-")
 
 
+def cmd_show(args: argparse.Namespace) -> None:
+    from anyjev.run.inspect import show_prompt
+
+    sys.stdout.write(show_prompt(args.task, args.item, _tokenizer(args.tokenizer), args.layout, show_ids=args.ids,
+                                 permute=not args.no_permute, flip=not args.no_flip))
+
+
+def cmd_ls(args: argparse.Namespace) -> None:
+    from anyjev.run.inspect import ls_text
+
+    sys.stdout.write(ls_text(args.config, args.tasks_dir))
+
+
 # ----------------------------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="anyjev", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -285,6 +298,21 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--state-dir", default=".anyjev/servers", help="lease folder")
     s.add_argument("--owner-pid", type=int, help="only servers of this owner")
     s.set_defaults(func=cmd_stop_servers)
+
+    s = sub.add_parser("show", help="print the exact prompt (text, token count, ids) of a task item and layout")
+    s.add_argument("task", help="JSONL task file (e.g. resources/tasks/mmlu.jsonl)")
+    s.add_argument("item", help="item id")
+    s.add_argument("--tokenizer", required=True, help="the model's tokenizer folder (e.g. resources/models/<model>)")
+    s.add_argument("--layout", default="fwd/r0", help="layout name (fwd/r0, fwd/r1, rev/r0, ...) or 'all' (default fwd/r0)")
+    s.add_argument("--ids", action="store_true", help="also print the token ids")
+    s.add_argument("--no-permute", action="store_true", help="as `score --no-permute`")
+    s.add_argument("--no-flip", action="store_true", help="as `score --no-flip`")
+    s.set_defaults(func=cmd_show)
+
+    s = sub.add_parser("ls", help="list the configured tasks with their kind, K and sizes")
+    s.add_argument("--config", default="config/config.yaml", help="config file (default config/config.yaml)")
+    s.add_argument("--tasks-dir", default="resources/tasks", help="prepared task files (default resources/tasks)")
+    s.set_defaults(func=cmd_ls)
     return p
 
 
