@@ -92,6 +92,26 @@ def cmd_stop_servers(args: argparse.Namespace) -> None:
     log.info("stopped %d server(s): %s", len(stopped), ", ".join(stopped) or "-")
 
 
+def cmd_show(args: argparse.Namespace) -> None:
+    from anyjev.run.cell import load_tokenizer
+    from anyjev.run.inspect import show_prompt
+
+    sys.stdout.write(show_prompt(args.task, args.item, load_tokenizer(args.tokenizer), args.layout, show_ids=args.ids))
+
+
+def cmd_export_prompts(args: argparse.Namespace) -> None:
+    from anyjev.run.cell import load_tokenizer
+    from anyjev.run.inspect import export_scores_with_prompts
+
+    print(export_scores_with_prompts(args.scores, args.task, load_tokenizer(args.tokenizer), out=args.out))
+
+
+def cmd_ls(args: argparse.Namespace) -> None:
+    from anyjev.run.inspect import ls_text
+
+    sys.stdout.write(ls_text(args.config, args.tasks_dir))
+
+
 # ----------------------------------------------------------------------------------------------- parser
 def _command(sub, name: str, func, help: str, settings: str | None = None) -> argparse.ArgumentParser:
     """A subcommand calling FUNC; with SETTINGS (what builds them), it takes the job's --settings JSON."""
@@ -142,6 +162,23 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--state-dir", default=STATE_DIR, help="lease folder")
     s.add_argument("--owner-pid", type=int, help="only servers of this owner")
     s.set_defaults(func=cmd_stop_servers)
+
+    s = _command(sub, "show", cmd_show, "print the exact prompt (text, token count, ids) of a task item and layout")
+    s.add_argument("task", help="JSONL task file (e.g. resources/tasks/mmlu.jsonl)")
+    s.add_argument("item", help="item id")
+    s.add_argument("--tokenizer", required=True, help="the model's tokenizer folder (e.g. resources/models/<model>)")
+    s.add_argument("--layout", default="fwd/r0", help="layout name (fwd/r0, fwd/r1, rev/r0, ...) or 'all' (default fwd/r0)")
+    s.add_argument("--ids", action="store_true", help="also print the token ids")
+    s = _command(sub, "export-prompts", cmd_export_prompts,
+                 "write a cell's scores with each layout's prompt text (checked against the stored prompt hashes)")
+    s.add_argument("--scores", required=True, help="results/cells/<model>/<task>/scores.jsonl")
+    s.add_argument("--task", required=True, help="the task file it was scored from (resources/tasks/<task>.jsonl)")
+    s.add_argument("--tokenizer", required=True, help="the model's tokenizer folder (resources/models/<model>)")
+    s.add_argument("--out", help="output JSONL (default: scores_with_prompts.jsonl next to the scores)")
+
+    s = _command(sub, "ls", cmd_ls, "list the configured tasks with their kind, K and sizes")
+    s.add_argument("--config", default="config/config.yaml", help="config file (default config/config.yaml)")
+    s.add_argument("--tasks-dir", default="resources/tasks", help="prepared task files (default resources/tasks)")
     return p
 
 

@@ -1,21 +1,45 @@
-"""Tables across cells: the summary (one row per model, task, level) and the comparison with published
-numbers. Built from the per-cell metrics files, so they can be rebuilt without a server."""
+"""Tables across cells: the summary (one row per model, task, level) as CSV, Markdown and LaTeX, the
+README's excerpt of it, and the comparison with published numbers. Built from the per-cell metrics
+files, so they can be rebuilt without a server.
+
+Readers use ``.get`` on everything beyond the core keys of ``metrics.json`` (``n``, ``k``, ``metrics``):
+optional entries (per-level ``tie_rate``, fitted temperatures, interval settings) are shown when present.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
-from collections.abc import Sequence
+import re
+import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
 
+from anyjev.files import write_text_atomic
 from anyjev.numbers.metrics import METRICS
 
 TABLE_METRICS = ("acc", "macro_f1", "nll", "brier", "ece", "flip", "cov@5", "aurc")
 METRIC_TITLES = {"acc": "acc", "macro_f1": "macro-F1", "nll": "NLL", "brier": "Brier", "ece": "ECE", "flip": "flip",
                  "cov@5": "cov@5%", "aurc": "AURC"}
+# Which way is better: True = higher. cov@5 is the share answerable at <= 5% error; flip is order sensitivity.
+HIGHER_IS_BETTER = {"acc": True, "macro_f1": True, "nll": False, "brier": False, "ece": False, "flip": False,
+                    "cov@5": True, "aurc": False}
+README_METRICS = ("acc", "macro_f1", "nll", "brier", "ece", "flip")
+INTERVAL_NOTE = "bootstrap 95% intervals (see metrics.json settings)"
+assert set(TABLE_METRICS) <= set(METRICS) and set(HIGHER_IS_BETTER) == set(TABLE_METRICS)
+
+
+def arrow(metric: str) -> str:
+    """The direction marker shown next to a metric's name: ↑ higher is better, ↓ lower is better."""
+    return "↑" if HIGHER_IS_BETTER[metric] else "↓"
+
+
+def metric_header(metric: str) -> str:
+    return f"{METRIC_TITLES[metric]} {arrow(metric)}"
 
 
 def cell_of(path: str | os.PathLike) -> tuple[str, str]:
@@ -24,47 +48,155 @@ def cell_of(path: str | os.PathLike) -> tuple[str, str]:
     return p.parent.parent.name, p.parent.name
 
 
+def scalar(entry: object) -> float | None:
+    """A number from an optional metrics.json entry: a bare number, or a dict with ``value``."""
+    if isinstance(entry, dict):
+        entry = entry.get("value")
+    if isinstance(entry, bool) or not isinstance(entry, int | float):
+        return None
+    return float(entry)
+
+
+def k_range(k: object) -> tuple[int, int] | None:
+    """(smallest, largest) K from metrics.json's ``k``: an int, or a string such as ``"mixed (2-5)"``."""
+    if isinstance(k, bool):
+        return None
+    if isinstance(k, int | float) and not (isinstance(k, float) and math.isnan(k)):
+        return int(k), int(k)
+    nums = [int(x) for x in re.findall(r"\d+", str(k))]
+    return (min(nums), max(nums)) if nums else None
+
+
 def summary_frame(metrics_files: Sequence[str | os.PathLike], levels: Sequence[str]) -> pd.DataFrame:
+    """One row per (model, task, level) with each metric's value and interval; ``tie_rate`` when the
+    metrics file has it for that level."""
     rows = []
     for path in metrics_files:
         model, task = cell_of(path)
         data = json.loads(Path(path).read_text())
         for level in levels:
-            if level not in data["metrics"]:
+            lvl = data["metrics"].get(level)
+            if lvl is None:
                 continue
             row = {"model": model, "task": task, "level": level, "n": data["n"], "K": data["k"]}
             for m in TABLE_METRICS:
-                v = data["metrics"][level][m]
+                v = lvl[m]
                 row[m], row[f"{m}_lo"], row[f"{m}_hi"] = v["value"], v["lo"], v["hi"]
+            tie = scalar(lvl.get("tie_rate", (data.get("tie_rate") or {}).get(level)))
+            if tie is not None:
+                row["tie_rate"] = tie
             rows.append(row)
-    assert set(TABLE_METRICS) <= set(METRICS)
     return pd.DataFrame(rows)
 
 
+def _missing(v: object) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
 def _fmt(v: float, lo: float, hi: float) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    if _missing(v):
         return "–"
     return f"{v:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
-def summary_markdown(df: pd.DataFrame) -> str:
-    head = ["model", "task", "level", "n", "K"] + [METRIC_TITLES[m] for m in TABLE_METRICS]
+def _markdown(df: pd.DataFrame, keys: Sequence[str], metrics: Sequence[str]) -> list[str]:
+    head = list(keys) + [metric_header(m) for m in metrics]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, r in df.iterrows():
-        cells = [r["model"], r["task"], r["level"], str(r["n"]), str(r["K"])]
-        cells += [_fmt(r[m], r[f"{m}_lo"], r[f"{m}_hi"]) for m in TABLE_METRICS]
+        cells = [str(r[k]) for k in keys] + [_fmt(r[m], r[f"{m}_lo"], r[f"{m}_hi"]) for m in metrics]
         lines.append("| " + " | ".join(cells) + " |")
-    note = ("\nValues with their seeded bootstrap 95% interval (1,000+ resamples over test items). flip: share of "
-            "items whose answer changes when the option order is reversed (Yes/No: the phrasing swapped).\n")
+    return lines
+
+
+def summary_markdown(df: pd.DataFrame) -> str:
+    lines = _markdown(df, ["model", "task", "level", "n", "K"], TABLE_METRICS)
+    note = (f"\nValues with their {INTERVAL_NOTE}, resampling test items. ↑: higher is better, ↓: lower is better. "
+            "flip: share of items whose answer changes when the option order is reversed (Yes/No: the phrasing "
+            "swapped). cov@5%: share of items answerable at <= 5% error, most confident first.\n")
+    if "tie_rate" in df.columns and df["tie_rate"].notna().any():
+        note += "\n" + tie_rate_markdown(df)
     return "\n".join(lines) + "\n" + note
 
 
-def write_summary(metrics_files: Sequence[str], levels: Sequence[str], csv_out: str, md_out: str) -> pd.DataFrame:
+def tie_rate_markdown(df: pd.DataFrame) -> str:
+    """Per-level tie rates (share of items whose top probability is shared), one row per cell."""
+    levels = list(dict.fromkeys(df["level"]))
+    lines = ["Tie rate (share of items with a tied top label) by level:", "",
+             "| model | task | " + " | ".join(levels) + " |", "|---|---|" + "---|" * len(levels)]
+    for (model, task), d in df.groupby(["model", "task"], sort=False):
+        vals = d.set_index("level")["tie_rate"].reindex(levels)
+        lines.append(f"| {model} | {task} | " + " | ".join("–" if _missing(v) else f"{v:.3f}" for v in vals) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def readme_markdown(df: pd.DataFrame) -> str:
+    """The README's results table: model (when there are several), task, K, level and the main metrics
+    with their intervals. Generated from summary.csv so the README never drifts from the results."""
+    keys = (["model"] if df["model"].nunique() > 1 else []) + ["task", "K", "level"]
+    return "\n".join(_markdown(df, keys, README_METRICS)) + "\n"
+
+
+def read_summary(path: str | os.PathLike) -> pd.DataFrame:
+    """summary.csv with K kept as text (it may be ``mixed (2-5)``)."""
+    return pd.read_csv(path, dtype={"K": str, "model": str, "task": str, "level": str})
+
+
+# ------------------------------------------------------------------------------------------------ LaTeX
+_TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+                "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def tex_escape(s: object) -> str:
+    return "".join(_TEX_ESCAPES.get(ch, ch) for ch in str(s))
+
+
+def _tex_value(v: float, lo: float, hi: float) -> str:
+    if _missing(v):
+        return "--"
+    return f"{v:.3f} {{\\scriptsize [{lo:.3f}, {hi:.3f}]}}"
+
+
+def summary_latex(df: pd.DataFrame) -> str:
+    """A plain ``tabular`` (no packages beyond LaTeX itself) with the same rows as summary.md, for
+    ``\\input`` in a paper; wrap it in ``\\resizebox`` or a ``table*`` where it is too wide."""
+    keys = ["model", "task", "level", "n", "K"]
+    tex_arrow = {True: r"$\uparrow$", False: r"$\downarrow$"}
+    heads = [tex_escape(k) for k in keys] + [f"{tex_escape(METRIC_TITLES[m])} {tex_arrow[HIGHER_IS_BETTER[m]]}" for m in TABLE_METRICS]
+    lines = [f"% anyjev summary: values with their {INTERVAL_NOTE}; generated from summary.csv, do not edit.",
+             "\\begin{tabular}{lllrr" + "l" * len(TABLE_METRICS) + "}", "\\hline", " & ".join(heads) + " \\\\", "\\hline"]
+    previous = None
+    for _, r in df.iterrows():
+        cell = (r["model"], r["task"])
+        if previous is not None and cell != previous:
+            lines.append("\\hline")
+        previous = cell
+        vals = [tex_escape(r[k]) for k in keys] + [_tex_value(r[m], r[f"{m}_lo"], r[f"{m}_hi"]) for m in TABLE_METRICS]
+        lines.append(" & ".join(vals) + " \\\\")
+    lines += ["\\hline", "\\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(metrics_files: Sequence[str], levels: Sequence[str], csv_out: str, md_out: str,
+                  tex_out: str | None = None) -> pd.DataFrame:
     df = summary_frame(metrics_files, levels)
     Path(csv_out).parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(csv_out, index=False, float_format="%.6f")
-    Path(md_out).write_text(summary_markdown(df))
+    write_text_atomic(csv_out, df.to_csv(index=False, float_format="%.6f"))
+    write_text_atomic(md_out, summary_markdown(df))
+    if tex_out:
+        write_text_atomic(tex_out, summary_latex(df))
     return df
+
+
+# -------------------------------------------------------------------------------------------- published
+def read_published(path: str | os.PathLike) -> pd.DataFrame:
+    return pd.read_csv(path, comment="#")
+
+
+def published_overlap(published: pd.DataFrame, cells: Iterable[tuple[str, str]], levels: Sequence[str]) -> pd.DataFrame:
+    """The published rows this run can be compared with (known before any job runs: keys only)."""
+    keys = {(m, t) for m, t in cells}
+    mask = [(p.model, p.task) in keys and p.level in levels and p.metric in TABLE_METRICS for p in published.itertuples()]
+    return published[mask]
 
 
 def vs_published_frame(summary: pd.DataFrame, published: pd.DataFrame) -> pd.DataFrame:
@@ -87,12 +219,43 @@ def vs_published_frame(summary: pd.DataFrame, published: pd.DataFrame) -> pd.Dat
                                        "published_in_interval", "source"])
 
 
+NO_OVERLAP = ("No overlap: no (model, task, level, metric) of this run has a published counterpart, so there is "
+              "nothing to compare and no comparison figure is made.\n")
+
+
 def vs_published_markdown(df: pd.DataFrame) -> str:
     if df.empty:
-        return "No cell of this run has a published counterpart.\n"
+        return NO_OVERLAP
     lines = ["| model | task | level | metric | ours [95% CI] | published | diff | inside CI |", "|---|---|---|---|---|---|---|---|"]
     for _, r in df.iterrows():
-        lines.append(f"| {r['model']} | {r['task']} | {r['level']} | {METRIC_TITLES[r['metric']]} | "
+        lines.append(f"| {r['model']} | {r['task']} | {r['level']} | {metric_header(r['metric'])} | "
                      f"{_fmt(r['ours'], r['lo'], r['hi'])} | {r['published']:.3f} | {r['diff']:+.3f} | "
                      f"{'yes' if r['published_in_interval'] else 'no'} |")
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------ README
+README_START, README_END = "<!-- summary:start -->", "<!-- summary:end -->"
+
+
+def readme_block(text: str) -> str | None:
+    """The text between the README's summary markers (stripped), or None when the markers are absent."""
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        return None
+    return text[start + len(README_START) : end].strip("\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m anyjev.outputs.tables readme results/tables/summary.csv``: print the README's table."""
+    p = argparse.ArgumentParser(prog="python -m anyjev.outputs.tables")
+    sub = p.add_subparsers(dest="what", required=True)
+    s = sub.add_parser("readme", help="the README's results table (Markdown) from summary.csv")
+    s.add_argument("summary_csv")
+    args = p.parse_args(argv)
+    sys.stdout.write(readme_markdown(read_summary(args.summary_csv)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

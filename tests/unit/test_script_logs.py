@@ -47,15 +47,22 @@ def specs(tmp_path: Path, missing: Path) -> dict[str, dict]:
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)  # Snakemake creates output folders before a job runs
     return {
-        "reliability_plot.py": {"input": [str(missing)], "output": [str(out / "r.png")], "log": log,
+        "reliability_plot.py": {"input": {"predictions": str(missing), "metrics": str(missing)},
+                                "output": {"png": str(out / "r.png"), "pdf": str(out / "r.pdf")}, "log": log,
                                 "params": {"levels": LEVELS}, "wildcards": {"model": "m", "task": "t"}},
-        "summary_plots.py": {"input": [str(missing)], "output": {"by_level": str(out / "b.png"), "flip": str(out / "f.png")},
+        "summary_plots.py": {"input": [str(missing)], "output": {"by_level": str(out / "b.png"), "by_level_pdf": str(out / "b.pdf"),
+                                                                 "flip": str(out / "f.png"), "flip_pdf": str(out / "f.pdf")},
                              "log": log},
-        "summary_table.py": {"input": [str(missing)], "output": {"csv": str(out / "s.csv"), "md": str(out / "s.md")},
+        "summary_table.py": {"input": [str(missing)], "output": {"csv": str(out / "s.csv"), "md": str(out / "s.md"),
+                                                                 "tex": str(out / "s.tex")},
                              "log": log, "params": {"levels": LEVELS}},
+        "provenance_table.py": {"input": {"provenance": [str(missing)], "metrics": [str(missing)]},
+                                "output": {"md": str(out / "p.md"), "html": str(out / "p.html")}, "log": log,
+                                "params": {"config": {"levels": LEVELS}}},
         "vs_published.py": {"input": {"summary": str(missing), "published": str(REPO / "results/published/anyjev-2026.csv")},
-                            "output": {"csv": str(out / "v.csv"), "md": str(out / "v.md"), "plot": str(out / "v.png")},
-                            "log": log},
+                            "output": {"csv": str(out / "v.csv"), "md": str(out / "v.md")}, "log": log},
+        "vs_published_plot.py": {"input": [str(missing)], "output": {"png": str(out / "vp.png"), "pdf": str(out / "vp.pdf")},
+                                 "log": log},
     }
 
 
@@ -74,12 +81,13 @@ def test_a_failing_script_leaves_its_traceback_in_the_log(name, tmp_path):
 
 
 def test_plot_scripts_log_what_they_wrote(tmp_path):
-    cell = REPO / "results" / "cells" / "smollm2-135m" / "mmlu" / "predictions.csv"
+    cell = REPO / "results" / "cells" / "smollm2-135m" / "mmlu"
     spec = specs(tmp_path, cell)["reliability_plot.py"]
+    spec["input"] = {"predictions": str(cell / "predictions.csv"), "metrics": str(cell / "metrics.json")}
     proc = run_script("reliability_plot.py", spec, tmp_path)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr + (tmp_path / "job.log").read_text()
-    assert Path(spec["output"][0]).stat().st_size > 0
-    assert "reliability:" in (tmp_path / "job.log").read_text()
+    assert all(Path(p).stat().st_size > 0 for p in spec["output"].values())
+    assert "reliability diagram:" in (tmp_path / "job.log").read_text()
 
     spec = specs(tmp_path, REPO / "results" / "tables" / "summary.csv")["summary_plots.py"]
     proc = run_script("summary_plots.py", spec, tmp_path)

@@ -20,7 +20,8 @@ def _load_settings():
         except ConfigError as exc:
             raise WorkflowError(f"invalid config {path}: {exc}")
     try:
-        return Settings.from_config(validate_config(config, workflow.source_path("../schemas/config.schema.yaml")))
+        validated = validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
+        return validated, Settings.from_config(validated)
     except ConfigError as exc:
         files = ", ".join(map(str, workflow.configfiles))
         raise WorkflowError(f"invalid config ({files}): {exc}")
@@ -40,7 +41,8 @@ def _check_rule_python():
         )
 
 
-SETTINGS = _load_settings()
+# The config as run (validated, defaults filled: shown in the report) and as typed settings.
+CONFIG_AS_RUN, SETTINGS = _load_settings()
 _check_rule_python()
 CELLS = SETTINGS.cells
 MODELS = sorted({m for m, _ in CELLS})
@@ -83,20 +85,41 @@ def cell_files(name):
     return [f"results/cells/{m}/{t}/{name}" for m, t in CELLS]
 
 
-def final_targets():
+def published_overlap_rows():
+    """Published rows this run can be compared with, known at parse time from keys alone (model, task,
+    level, metric), so the comparison figure is requested only when it will hold something.
+    """
+    from anyjev.outputs.tables import published_overlap, read_published
+
+    path = SETTINGS.published
+    if not path or not os.path.isfile(path):
+        return 0
+    return len(published_overlap(read_published(path), CELLS, SETTINGS.levels))
+
+
+def output_targets():
+    """Every table, figure and note of a run (for the `all` rule): the comparison with published numbers
+    when a published table is configured, and its figure only when some of it overlaps this run.
+    """
     targets = [
         "results/tables/summary.csv",
         "results/tables/summary.md",
+        "results/tables/summary.tex",
+        "results/tables/provenance.md",
+        "results/tables/provenance.html",
         "results/plots/metrics_by_level.png",
-        "results/plots/flip_raw_vs_L0.png",
-        *[f"results/plots/reliability/{m}/{t}.png" for m, t in CELLS],
+        "results/plots/metrics_by_level.pdf",
+        "results/plots/flip_by_level.png",
+        "results/plots/flip_by_level.pdf",
+        *[f"results/plots/reliability/{m}/{t}.{ext}" for m, t in CELLS for ext in ("png", "pdf")],
     ]
     if SETTINGS.published:
-        targets += [
-            "results/tables/vs_published.csv",
-            "results/tables/vs_published.md",
-            "results/plots/vs_published.png",
-        ]
+        targets += ["results/tables/vs_published.csv", "results/tables/vs_published.md"]
+        if published_overlap_rows():
+            targets += [
+                "results/plots/vs_published.png",
+                "results/plots/vs_published.pdf",
+            ]
     return targets
 
 

@@ -1,5 +1,6 @@
-"""Snakemake script: a cell's reliability diagram with the levels overlaid."""
+"""Snakemake script: a cell's reliability diagram, one level per panel (PNG + PDF)."""
 
+import json
 import logging
 import sys
 
@@ -11,7 +12,10 @@ import pandas as pd  # noqa: E402
 
 from anyjev.outputs.plots import plot_reliability  # noqa: E402
 
-preds = pd.read_csv(snakemake.input[0])  # noqa: F821
-plot_reliability(preds, snakemake.params.levels, snakemake.output[0],  # noqa: F821
-                 title=f"{snakemake.wildcards.model} / {snakemake.wildcards.task}")  # noqa: F821
-logging.info("reliability: %d prediction rows -> %s", len(preds), snakemake.output[0])  # noqa: F821
+preds = pd.read_csv(snakemake.input.predictions)  # noqa: F821
+metrics = json.loads(open(snakemake.input.metrics).read())  # noqa: F821
+levels = snakemake.params.levels  # noqa: F821
+ece = {lv: (metrics["metrics"].get(lv) or {}).get("ece") for lv in levels}
+plot_reliability(preds, levels, snakemake.output.png, snakemake.output.pdf, k=metrics.get("k"),  # noqa: F821
+                 title=f"{snakemake.wildcards.model} / {snakemake.wildcards.task}", ece_intervals=ece)  # noqa: F821
+logging.info("reliability diagram: %d predictions, levels %s", len(preds), levels)

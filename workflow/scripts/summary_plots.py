@@ -1,4 +1,4 @@
-"""Snakemake script: each metric by level across cells, and flip rate raw vs L0."""
+"""Snakemake script: each metric by level across cells, and the flip rate of every level (PNG + PDF)."""
 
 import logging
 import sys
@@ -7,11 +7,10 @@ import sys
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821
 logging.basicConfig(stream=sys.stderr, level=logging.INFO)
 
-import pandas as pd  # noqa: E402
-
 from anyjev.outputs.plots import plot_flip, plot_metrics_by_level  # noqa: E402
+from anyjev.outputs.tables import read_summary  # noqa: E402
 
-summary = pd.read_csv(snakemake.input[0])  # noqa: F821
-plot_metrics_by_level(summary, snakemake.output.by_level)  # noqa: F821
-plot_flip(summary, snakemake.output.flip)  # noqa: F821
-logging.info("summary plots: %d summary rows -> %s, %s", len(summary), snakemake.output.by_level, snakemake.output.flip)  # noqa: F821
+summary = read_summary(snakemake.input[0])  # noqa: F821
+plot_metrics_by_level(summary, snakemake.output.by_level, snakemake.output.by_level_pdf)  # noqa: F821
+plot_flip(summary, snakemake.output.flip, snakemake.output.flip_pdf)  # noqa: F821
+logging.info("summary plots: %d rows", len(summary))

@@ -1,4 +1,4 @@
-"""Snakemake script: per-cell metrics -> results/tables/summary.{csv,md}."""
+"""Snakemake script: per-cell metrics -> results/tables/summary.{csv,md,tex}."""
 
 import logging
 import sys
@@ -9,5 +9,6 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO)
 
 from anyjev.outputs.tables import write_summary  # noqa: E402
 
-df = write_summary(snakemake.input, snakemake.params.levels, snakemake.output.csv, snakemake.output.md)  # noqa: F821
+df = write_summary(snakemake.input, snakemake.params.levels, snakemake.output.csv, snakemake.output.md,  # noqa: F821
+                   snakemake.output.tex)  # noqa: F821
 logging.info("summary: %d rows", len(df))

@@ -1,4 +1,5 @@
-"""Snakemake script: our summary beside the published numbers (only the cells both have)."""
+"""Snakemake script: our summary beside the published numbers (only the cells both have). With no
+overlap the Markdown says so; the comparison figure is a separate rule, requested only when there is one."""
 
 import logging
 import sys
@@ -7,16 +8,10 @@ import sys
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821
 logging.basicConfig(stream=sys.stderr, level=logging.INFO)
 
-import pandas as pd  # noqa: E402
+from anyjev.files import write_text_atomic  # noqa: E402
+from anyjev.outputs.tables import read_published, read_summary, vs_published_frame, vs_published_markdown  # noqa: E402
 
-from anyjev.outputs.plots import plot_vs_published  # noqa: E402
-from anyjev.outputs.tables import vs_published_frame, vs_published_markdown  # noqa: E402
-
-summary = pd.read_csv(snakemake.input.summary)  # noqa: F821
-published = pd.read_csv(snakemake.input.published, comment="#")  # noqa: F821
-df = vs_published_frame(summary, published)
-df.to_csv(snakemake.output.csv, index=False, float_format="%.6f")  # noqa: F821
-with open(snakemake.output.md, "w") as fh:  # noqa: F821
-    fh.write(vs_published_markdown(df))
-plot_vs_published(df, snakemake.output.plot)  # noqa: F821
+df = vs_published_frame(read_summary(snakemake.input.summary), read_published(snakemake.input.published))  # noqa: F821
+write_text_atomic(snakemake.output.csv, df.to_csv(index=False, float_format="%.6f"))  # noqa: F821
+write_text_atomic(snakemake.output.md, vs_published_markdown(df))  # noqa: F821
 logging.info("vs published: %d matching rows", len(df))

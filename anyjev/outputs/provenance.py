@@ -1,0 +1,158 @@
+"""The run's provenance for the report: the config as run, and per cell what was read (model and task
+hashes), how (vLLM version, argv, system fingerprints, git commit) and what the evaluation fitted (tie
+rates, temperatures, interval settings), from each cell's provenance.json and metrics.json.
+
+Written as Markdown (readable on GitHub) and HTML (shown inside the Snakemake report). Every optional
+field is read with ``.get`` and shown only when present, so older or newer files still render.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from anyjev.files import write_text_atomic
+from anyjev.outputs.tables import cell_of, scalar
+
+Section = tuple[str, list[str], list[list[str]]]  # title, table header, rows (or a preformatted block)
+
+
+def _short(h: object, n: int = 12) -> str:
+    return str(h)[:n] if h else "–"
+
+
+def _model_source(prov: dict) -> str:
+    src = prov.get("model_source") or prov.get("identity", {}).get("model_source") or {}
+    if not src:
+        return (prov.get("identity", {}).get("model") or {}).get("model", "–")
+    where = src.get("repo") or src.get("file") or src.get("source", "?")
+    rev = src.get("revision") or src.get("resolved_revision") or src.get("package_version")
+    sha = src.get("file_sha256") or src.get("sha256")
+    parts = [str(src.get("source", "")), str(where)]
+    if rev:
+        parts.append(f"@{rev}")
+    if sha:
+        parts.append(f"sha256 {_short(sha)}")
+    return " ".join(p for p in parts if p)
+
+
+def _temperature(entry: object) -> str:
+    """Fitted temperature(s): a number, or {"fwd": ..., "rev": ...} whose values may be numbers or
+    dicts with ``value`` and ``at_bound``."""
+    if entry is None:
+        return "–"
+    items = entry.items() if isinstance(entry, dict) and "value" not in entry else [("", entry)]
+    out = []
+    for name, v in items:
+        num = scalar(v)
+        text = f"{num:.3g}" if num is not None else json.dumps(v)
+        if isinstance(v, dict) and v.get("at_bound"):
+            text += " (at the fit's bound)"
+        out.append(f"{name}: {text}" if name else text)
+    return "; ".join(out)
+
+
+def _tie_rates(metrics: dict) -> str:
+    levels = metrics.get("levels") or list(metrics.get("metrics", {}))
+    top = metrics.get("tie_rate") or {}
+    vals = []
+    for lv in levels:
+        v = scalar((metrics.get("metrics", {}).get(lv) or {}).get("tie_rate", top.get(lv) if isinstance(top, dict) else None))
+        if v is not None:
+            vals.append(f"{lv} {v:.3f}")
+    return ", ".join(vals) or "–"
+
+
+def _settings(metrics: dict) -> str:
+    s = metrics.get("settings") or {}
+    return ", ".join(f"{k}={v}" for k, v in sorted(s.items())) or "–"
+
+
+def provenance_sections(config: dict, cells: Sequence[tuple[str | os.PathLike, str | os.PathLike]]) -> list[Section]:
+    """Sections from the config as run and, per cell, (provenance.json, metrics.json) paths."""
+    sections: list[Section] = [("Config as run (validated, defaults filled in)", [], [[yaml.safe_dump(config, sort_keys=False)]])]
+    prov_rows, eval_rows, argv_rows = [], [], []
+    argvs: dict[str, str] = {}
+    for prov_path, metrics_path in cells:
+        model, task = cell_of(metrics_path)
+        prov = json.loads(Path(prov_path).read_text()) if Path(prov_path).is_file() else {}
+        metrics = json.loads(Path(metrics_path).read_text())
+        server = prov.get("server") or {}
+        git = prov.get("git") or {}
+        task_file = prov.get("task_file") or {}
+        task_sha = task_file.get("sha256") or metrics.get("identity", {}).get("task_sha256")
+        fingerprints = server.get("system_fingerprint") or (prov.get("backend") or {}).get("system_fingerprint") or []
+        prov_rows.append([model, task, _model_source(prov),
+                          f"{task_file.get('path', '–')} (sha256 {_short(task_sha)})",
+                          str(prov.get("vllm_version") or server.get("vllm_version") or "–"),
+                          ", ".join(map(str, fingerprints)) or "–",
+                          f"{_short(git.get('commit'), 10)}{' (dirty)' if git.get('dirty') else ''}",
+                          _short(prov.get("config_sha256")),
+                          f"{prov.get('started', '–')} ({prov.get('seconds', '–')} s)"])
+        eval_rows.append([model, task, str(metrics.get("n", "–")), str(metrics.get("n_calib", "–")), str(metrics.get("k", "–")),
+                          _tie_rates(metrics), _temperature(metrics.get("temperature")), _settings(metrics)])
+        if server.get("argv"):
+            argvs.setdefault(model, shlex.join(map(str, server["argv"])))
+    sections.append(("Cells: what was read and how", ["model", "task", "model source", "task file", "vLLM",
+                                                       "system fingerprint", "git", "config sha256", "started"], prov_rows))
+    sections.append(("Cells: evaluation", ["model", "task", "n test", "n calib", "K", "tie rate by level",
+                                           "fitted temperature (L1)", "settings"], eval_rows))
+    for model, argv in argvs.items():
+        argv_rows.append([f"{model}:\n{argv}"])
+    if argv_rows:
+        sections.append(("vLLM server argv (per model)", [], argv_rows))
+    return sections
+
+
+def _md_cell(s: str) -> str:
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def sections_markdown(sections: Sequence[Section]) -> str:
+    out = ["# Provenance of this run", ""]
+    for title, head, rows in sections:
+        out += [f"## {title}", ""]
+        if head:
+            out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            out += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+        else:
+            for (block,) in rows:
+                out += ["```", block.rstrip("\n"), "```"]
+        out.append("")
+    return "\n".join(out)
+
+
+def sections_html(sections: Sequence[Section]) -> str:
+    out = ["<!DOCTYPE html><html><head><meta charset='utf-8'><title>Provenance</title><style>",
+           "body{font-family:sans-serif;font-size:13px} table{border-collapse:collapse} "
+           "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top} "
+           "pre{background:#f6f6f6;padding:6px;white-space:pre-wrap}</style></head><body>",
+           "<h1>Provenance of this run</h1>"]
+    for title, head, rows in sections:
+        out.append(f"<h2>{html.escape(title)}</h2>")
+        if head:
+            out.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>")
+            out += ["<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows]
+            out.append("</table>")
+        else:
+            out += [f"<pre>{html.escape(block)}</pre>" for (block,) in rows]
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def write_provenance(config: dict, provenance_files: Sequence[str], metrics_files: Sequence[str], md_out: str,
+                     html_out: str | None = None) -> list[Section]:
+    """results/tables/provenance.md (and .html for the report) from the cells' files, paired in order."""
+    if len(provenance_files) != len(metrics_files):
+        raise ValueError(f"{len(provenance_files)} provenance files but {len(metrics_files)} metrics files")
+    sections = provenance_sections(config, list(zip(provenance_files, metrics_files, strict=True)))
+    write_text_atomic(md_out, sections_markdown(sections))
+    if html_out:
+        write_text_atomic(html_out, sections_html(sections))
+    return sections

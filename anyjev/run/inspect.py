@@ -1,0 +1,198 @@
+"""Looking inside a run without re-running it: the exact prompt of any item and layout, the configured
+tasks with their kind, K and sizes, and the per-item scores with the prompt text beside them.
+
+Every prompt here is built by :func:`anyjev.run.scoring.prepare_item`, the function scoring uses, so
+the token ids shown are the ids that were scored; :func:`export_scores_with_prompts` proves it item by
+item against the prompt hash stored in ``scores.jsonl`` and refuses the export on any mismatch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from anyjev.data.tasks import Item, Task, file_sha256, load_task_file
+from anyjev.decision.labels import LabelChecker
+from anyjev.decision.prompts import encode, prompt_hash, render_text
+from anyjev.errors import TaskDataError
+from anyjev.files import write_text_atomic
+from anyjev.run.scoring import PreparedItem, prepare_item
+from anyjev.run.store import read_scores
+
+log = logging.getLogger(__name__)
+
+EXPORT_FORMAT = "anyjev.scores_with_prompts/1"
+
+
+@dataclass
+class RenderedPrompt:
+    """One layout of one item as the model received it."""
+
+    item_id: str
+    layout: str
+    order: list[int]
+    swapped: bool
+    labels: list[str]
+    label_ids: list[int]
+    text: str
+    ids: list[int]
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.ids)
+
+    @property
+    def prompt_sha(self) -> str:
+        return prompt_hash(self.ids)
+
+
+def _find_item(task: Task, item_id: str) -> tuple[int, Item]:
+    for i, it in enumerate(task.items):
+        if it.id == item_id:
+            return i, it
+    sample = ", ".join(repr(it.id) for it in task.items[:5])
+    raise TaskDataError(str(task.source.get("path", task.name)), f"item {item_id}",
+                        f"no such item id in task {task.name!r} ({len(task.items)} items, e.g. {sample})")
+
+
+def render_prepared(tokenizer, p: PreparedItem) -> list[RenderedPrompt]:
+    """The text of every layout of a prepared item; its encoding must equal the prepared ids (the
+    prompt that was scored), which is checked rather than assumed."""
+    out = []
+    for layout, ids in p.layouts:
+        text = render_text(tokenizer, p.item.question, p.item.state, layout, p.labels)
+        if encode(tokenizer, text) != ids:
+            raise AssertionError(f"item {p.item.id!r} {layout.name}: rendered text does not encode to the scored ids")
+        out.append(RenderedPrompt(p.item.id, layout.name, list(layout.order), layout.swapped, list(p.labels),
+                                  list(p.label_ids), text, list(ids)))
+    return out
+
+
+def item_prompts(task: Task, item_id: str, tokenizer, *, permute: bool = True, flip: bool = True) -> list[RenderedPrompt]:
+    """Every layout of one task item, rendered for ``tokenizer`` exactly as scoring renders it."""
+    i, item = _find_item(task, item_id)
+    p = prepare_item(tokenizer, LabelChecker(tokenizer), item, task.prior_groups()[i], permute=permute, flip=flip)
+    return render_prepared(tokenizer, p)
+
+
+def show_prompt(task_file: str | os.PathLike, item_id: str, tokenizer, layout: str = "fwd/r0", *,
+                show_ids: bool = False, permute: bool = True, flip: bool = True) -> str:
+    """The text ``anyjev show`` prints: a summary line per layout (``layout="all"`` for every one), then
+    the exact prompt text between markers, and the token ids on request."""
+    task = load_task_file(task_file)
+    prompts = item_prompts(task, item_id, tokenizer, permute=permute, flip=flip)
+    names = [r.layout for r in prompts]
+    chosen = prompts if layout == "all" else [r for r in prompts if r.layout == layout]
+    if not chosen:
+        raise TaskDataError(str(task_file), f"item {item_id}", f"no layout {layout!r} (this item has: {', '.join(names)})")
+    blocks = []
+    for r in chosen:
+        head = (f"# task {task.name} item {r.item_id} layout {r.layout}: order {r.order}"
+                f"{' (Yes/No swapped)' if r.swapped else ''}, labels {r.labels} = token ids {r.label_ids}, "
+                f"{r.n_tokens} tokens, prompt_sha {r.prompt_sha}")
+        body = [head, "# ---- prompt text (exact; ends where the label token is read) ----", r.text,
+                "# ---- end of prompt text ----"]
+        if show_ids:
+            body.append("# token ids: " + json.dumps(r.ids))
+        blocks.append("\n".join(body))
+    return "\n\n".join(blocks) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------- ls
+def task_summary(task: Task) -> dict:
+    """Kind(s), K (or its range) and split sizes of a loaded task."""
+    kinds = Counter(it.question.kind for it in task.items)
+    ks = sorted({it.question.k for it in task.items})
+    splits = Counter(it.split or "-" for it in task.items)
+    return {"kind": ",".join(sorted(kinds)), "K": str(ks[0]) if len(ks) == 1 else f"mixed ({ks[0]}-{ks[-1]})",
+            "n_test": splits.get("test", 0), "n_calib": splits.get("calib", 0), "n_items": len(task.items),
+            "questions": len({it.question.key() for it in task.items})}
+
+
+def list_tasks(config: dict, tasks_dir: str | os.PathLike = "resources/tasks") -> list[dict]:
+    """The configured tasks: from the prepared file ``<tasks_dir>/<name>.jsonl`` when it exists (kind, K
+    and sizes as prepared), otherwise what the config asks for (kind and K unknown until prepared)."""
+    rows = []
+    for name, conf in (config.get("tasks") or {}).items():
+        path = Path(tasks_dir) / f"{name}.jsonl"
+        row = {"task": name, "source": conf.get("source", "?"), "prepared": path.is_file(), "file": str(path)}
+        if path.is_file():
+            row |= task_summary(load_task_file(path))
+        else:
+            row |= {"kind": "?", "K": "?", "n_test": conf.get("n_test", "?"), "n_calib": conf.get("n_calib", "?"),
+                    "n_items": "?", "questions": "?"}
+        rows.append(row)
+    return rows
+
+
+def tasks_table(rows: list[dict]) -> str:
+    """``anyjev ls`` output: an aligned plain-text table."""
+    cols = ["task", "source", "kind", "K", "n_test", "n_calib", "questions", "prepared"]
+    cells = [cols] + [[("yes" if r[c] else "no") if c == "prepared" else str(r[c]) for c in cols] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    if any(not r["prepared"] for r in rows):
+        lines.append("(kind and K of a task not prepared yet are shown as ?; sizes are the configured ones)")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- export
+def export_path(scores_path: str | os.PathLike) -> Path:
+    """``scores_with_prompts.jsonl`` next to ``scores.jsonl``."""
+    p = Path(scores_path)
+    return p.with_name(p.name.replace("scores", "scores_with_prompts", 1) if "scores" in p.name else p.stem + "_with_prompts.jsonl")
+
+
+def export_scores_with_prompts(scores_path: str | os.PathLike, task_file: str | os.PathLike, tokenizer,
+                               out: str | os.PathLike | None = None) -> Path:
+    """Write the cell's per-item scores with each layout's prompt text and token count.
+
+    The prompts are rebuilt from the task file with the scoring code, and each one's hash must equal
+    the ``prompt_sha`` stored when it was scored: a different task file, tokenizer or prompt version is
+    refused (TaskDataError naming the item and layout) instead of pairing scores with the wrong text."""
+    identity, records = read_scores(scores_path)
+    task = load_task_file(task_file)
+    want = identity.get("task_sha256")
+    if want and want != (have := file_sha256(task_file)):
+        # Not fatal by itself (a header's recorded origin path changes the bytes, not the items): every
+        # prompt is checked against its stored hash below.
+        log.warning("%s: sha256 %s differs from the task file scored (%s, in %s); checking every prompt hash",
+                    task_file, have[:12], want[:12], scores_path)
+    layouts = identity.get("layouts") or {}
+    permute, flip = layouts.get("permute", True), layouts.get("flip", True)
+    checker = LabelChecker(tokenizer)
+    index = {it.id: i for i, it in enumerate(task.items)}
+    groups = task.prior_groups()
+    lines = [json.dumps({"type": "header", "format": EXPORT_FORMAT, "identity": identity, "scores": str(scores_path),
+                         "task_file": str(task_file), "tokenizer": getattr(tokenizer, "name_or_path", "")},
+                        sort_keys=True, ensure_ascii=False)]
+    for n, rec in enumerate(records, start=2):
+        if rec["id"] not in index:
+            raise TaskDataError(f"{scores_path}", f"line {n}", f"item {rec['id']!r} is not in {task_file}")
+        i = index[rec["id"]]
+        rendered = {r.layout: r for r in render_prepared(
+            tokenizer, prepare_item(tokenizer, checker, task.items[i], groups[i], permute=permute, flip=flip))}
+        out_layouts = {}
+        for name, lay in rec["layouts"].items():
+            r = rendered.get(name)
+            if r is None or r.prompt_sha != lay["prompt_sha"]:
+                got = r.prompt_sha if r else "no such layout"
+                raise TaskDataError(f"{scores_path}", f"line {n}", f"item {rec['id']!r} layout {name}: stored prompt hash "
+                                    f"{lay['prompt_sha']} but the prompt rebuilt from {task_file} with this tokenizer "
+                                    f"hashes to {got}: not the prompt that was scored; refusing to export")
+            out_layouts[name] = lay | {"n_tokens": r.n_tokens, "text": r.text}
+        lines.append(json.dumps(rec | {"layouts": out_layouts}, sort_keys=True, ensure_ascii=False))
+    dest = Path(out) if out is not None else export_path(scores_path)
+    return write_text_atomic(dest, "\n".join(lines) + "\n")
+
+
+def ls_text(config_path: str | os.PathLike, tasks_dir: str | os.PathLike = "resources/tasks") -> str:
+    """``anyjev ls``: the tasks of a config file (read strictly, not validated: listing must work on a
+    config still being written) with what their prepared files hold."""
+    from anyjev.config import load_strict
+
+    return tasks_table(list_tasks(load_strict(config_path), tasks_dir))

@@ -1,0 +1,122 @@
+"""Tables from the committed reference run: direction markers, the LaTeX tabular (parsed, and compiled
+when pdflatex is installed), the README's table equal to the one generated from summary.csv, and the
+provenance report built from the cells' files."""
+
+from __future__ import annotations
+
+import glob
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from anyjev.outputs.provenance import sections_html, sections_markdown, write_provenance
+from anyjev.outputs.tables import (
+    HIGHER_IS_BETTER,
+    README_END,
+    README_START,
+    TABLE_METRICS,
+    main,
+    read_summary,
+    readme_block,
+    readme_markdown,
+    summary_latex,
+    summary_markdown,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+SUMMARY = REPO / "results" / "tables" / "summary.csv"
+
+
+@pytest.fixture(scope="module")
+def summary():
+    return read_summary(SUMMARY)
+
+
+def test_markdown_headers_carry_the_direction(summary) -> None:
+    head = summary_markdown(summary).splitlines()[0]
+    assert "| acc ↑ |" in head and "| NLL ↓ |" in head and "| cov@5% ↑ |" in head and "| flip ↓ |" in head
+    assert head.count("↑") == sum(HIGHER_IS_BETTER.values()) and head.count("↓") == len(TABLE_METRICS) - sum(HIGHER_IS_BETTER.values())
+    row = summary_markdown(summary).splitlines()[2]
+    assert re.search(r"\| 0\.230 \[0\.150, 0\.320\] \|", row)  # the committed mmlu raw accuracy, with its interval
+
+
+def _tabular_rows(tex: str) -> tuple[str, list[list[str]]]:
+    m = re.search(r"\\begin\{tabular\}\{([^}]*)\}(.*)\\end\{tabular\}", tex, re.S)
+    assert m, "no tabular environment"
+    spec, body = m.group(1), m.group(2)
+    rows = [r.strip() for r in body.split("\\\\")]
+    cells = [[c.strip() for c in re.sub(r"\\hline", "", r).split("&")] for r in rows if re.sub(r"\\hline", "", r).strip()]
+    return spec, cells
+
+
+def test_latex_table_has_the_summary_rows(summary) -> None:
+    tex = summary_latex(summary)
+    spec, rows = _tabular_rows(tex)
+    head, body = rows[0], rows[1:]
+    assert len(spec) == len(head) == 5 + len(TABLE_METRICS)
+    assert all(len(r) == len(head) for r in body)
+    assert head[5] == r"acc $\uparrow$" and head[7] == r"NLL $\downarrow$" and r"cov@5\%" in head[11]
+    assert len(body) == len(summary)
+    for r, (_, s) in zip(body, summary.iterrows(), strict=True):
+        assert r[0] == s["model"] and r[1] == s["task"].replace("_", r"\_") and r[2] == s["level"]
+        assert r[5] == f"{s['acc']:.3f} {{\\scriptsize [{s['acc_lo']:.3f}, {s['acc_hi']:.3f}]}}"
+
+
+@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex not installed (apt-get install texlive-latex-base)")
+def test_latex_table_compiles(summary, tmp_path: Path) -> None:
+    (tmp_path / "summary.tex").write_text(summary_latex(summary))
+    (tmp_path / "doc.tex").write_text("\\documentclass{article}\n\\usepackage[landscape,margin=1cm]{geometry}\n"
+                                      "\\begin{document}\n\\tiny\n\\input{summary.tex}\n\\end{document}\n")
+    proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert (tmp_path / "doc.pdf").read_bytes().startswith(b"%PDF")
+
+
+def test_readme_table_is_the_generated_one(summary) -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    block = readme_block(text)
+    if block is None:
+        pytest.skip(f"README.md has no {README_START} ... {README_END} markers around its results table")
+    assert block.strip() == readme_markdown(summary).strip(), (
+        "README's results table differs from `python -m anyjev.outputs.tables readme results/tables/summary.csv`")
+
+
+def test_readme_command_prints_the_table(summary, capsys) -> None:
+    assert main(["readme", str(SUMMARY)]) == 0
+    out = capsys.readouterr().out
+    assert out == readme_markdown(summary)
+    assert out.splitlines()[0].startswith("| task | K | level | acc ↑ |")  # one model: no model column
+    assert readme_block(f"x\n{README_START}\n{out}{README_END}\n") == out.rstrip("\n")
+
+
+def test_provenance_report_from_the_committed_cells(tmp_path: Path) -> None:
+    metrics = sorted(glob.glob(str(REPO / "results/cells/*/*/metrics.json")))
+    prov = [m.replace("metrics.json", "provenance.json") for m in metrics]
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    write_provenance(config, prov, metrics, tmp_path / "p.md", tmp_path / "p.html")
+    md, html = (tmp_path / "p.md").read_text(), (tmp_path / "p.html").read_text()
+    p0 = json.loads(Path(prov[0]).read_text())
+    for text in (md, html):
+        assert p0["model_source"]["file_sha256"][:12] in text and p0["task_file"]["sha256"][:12] in text
+        assert p0["vllm_version"] in text and p0["server"]["system_fingerprint"][0] in text
+        assert "--logprobs-mode processed_logprobs" in text and "rotten_tomatoes" in text
+    assert "levels:" in md  # the config as run, as YAML
+
+
+def test_provenance_shows_tie_rates_and_bound_temperatures(tmp_path: Path) -> None:
+    m = json.loads((REPO / "results/cells/smollm2-135m/mmlu/metrics.json").read_text())
+    m["temperature"] = {"fwd": {"value": 20.09, "at_bound": True}, "rev": 0.5}
+    m["metrics"]["L0"]["tie_rate"] = 0.125
+    path = tmp_path / "cells/mdl/tsk/metrics.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(m))
+    sections = write_provenance({"levels": ["L0"]}, [str(tmp_path / "missing.json")], [str(path)], tmp_path / "p.md")
+    md = sections_markdown(sections)
+    assert "fwd: 20.1 (at the fit's bound); rev: 0.5" in md and "L0 0.125" in md
+    assert "<td>mdl</td>" in sections_html(sections)

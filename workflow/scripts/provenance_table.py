@@ -1,0 +1,14 @@
+"""Snakemake script: the config as run and every cell's provenance -> results/tables/provenance.{md,html}."""
+
+import logging
+import sys
+
+# Everything this job prints (logging, warnings, a traceback, import errors included) goes to its log.
+sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821
+logging.basicConfig(stream=sys.stderr, level=logging.INFO)
+
+from anyjev.outputs.provenance import write_provenance  # noqa: E402
+
+sections = write_provenance(snakemake.params.config, snakemake.input.provenance, snakemake.input.metrics,  # noqa: F821
+                            snakemake.output.md, snakemake.output.html)  # noqa: F821
+logging.info("provenance: %d sections", len(sections))
