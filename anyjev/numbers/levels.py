@@ -223,8 +223,11 @@ def marginalise(lp_opt: np.ndarray) -> np.ndarray:
     return _marginalise(_check_lp("lp_opt", lp_opt, 3))
 
 
-def _fit_log_temperature(lp: np.ndarray, gold: np.ndarray) -> np.ndarray:
-    """Golden-section search on log T in [-3, 3] for each resample of ``lp`` ``(B, n, K)``, ``gold`` ``(B, n)``."""
+def fit_log_temperature(lp: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    """Golden-section search on log T in [-3, 3] for each resample of ``lp`` ``(B, n, K)``, ``gold`` ``(B, n)``.
+
+    Options padded with ``-inf`` (mixed K) stay impossible at every T, so cells of different K share one fit.
+    """
 
     def nll(log_t: np.ndarray) -> np.ndarray:
         scaled = log_softmax(lp / np.exp(log_t)[:, None, None])
@@ -255,7 +258,7 @@ def fit_temperature(lp: np.ndarray, gold: np.ndarray) -> float:
     """
     arr = _check_lp("lp", lp, 2)
     g = _check_gold("gold", gold, arr.shape[0], arr.shape[1])
-    return math.exp(float(_fit_log_temperature(arr[None], g[None])[0]))
+    return math.exp(float(fit_log_temperature(arr[None], g[None])[0]))
 
 
 def at_bound(temperature: float) -> bool:
@@ -344,6 +347,9 @@ class ResampledLevels:
     log_t: dict[str, np.ndarray]
     test_prior: dict[str, np.ndarray]
     calib_prior: dict[str, tuple[np.ndarray, np.ndarray]]  # (frozen prior (B, G, S, K), counts (B, G))
+    # before temperature: L0 of the calibration items and of the test items under the frozen calibration prior
+    calib_l0: dict[str, np.ndarray] = field(default_factory=dict)
+    frozen_l0: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _frozen_priors(probs: np.ndarray, gid: np.ndarray, idx: np.ndarray, n_groups: int, min_items: int) -> tuple[np.ndarray, np.ndarray]:
@@ -368,14 +374,17 @@ def _take_groups(prior: np.ndarray, gid: np.ndarray) -> np.ndarray:
 
 
 def levels_resampled(inputs: LevelInputs, idx_test: np.ndarray, idx_calib: np.ndarray | None, *,
-                     strength: float = 0.75, min_items: int = 8, batch_size: int | None = None) -> ResampledLevels:
+                     strength: float = 0.75, min_items: int = 8, batch_size: int | None = None,
+                     fit: bool = True) -> ResampledLevels:
     """Every level for ``B`` resamples at once: rows of ``idx_test`` ``(B, n)`` / ``idx_calib`` ``(B, nc)``.
 
     Each resample refits everything that is fitted: the test prior (from the resampled test items, in their
     original order), the frozen calibration prior and L1's temperature (from the resampled calibration
     items). :func:`compute_levels` is the case ``B = 1`` with every index once, so point values and
     bootstrap replicates come from one piece of code. Rows of ``idx_test`` should be sorted so that the
-    streaming prior sees items in their scored order.
+    streaming prior sees items in their scored order. ``fit=False`` stops before the temperature (no L1;
+    ``calib_l0`` and ``frozen_l0`` are filled), for a caller that fits one T over several cells (mixed K);
+    without calibration items ``frozen_l0`` is L0 under the uniform prior (a group unseen in calibration).
     """
     n_groups = len(inputs.group_names)
     levels: dict[str, dict[str, np.ndarray]] = {name: {} for name in LEVELS}
@@ -399,12 +408,17 @@ def levels_resampled(inputs: LevelInputs, idx_test: np.ndarray, idx_calib: np.nd
             frozen, counts = _frozen_priors(np.exp(cal), inputs.calib_gid, idx_calib, n_groups, min_items)
             cal_gid = inputs.calib_gid[idx_calib]
             cal_l0 = _marginalise(_option_space(_correct(cal[idx_calib], _take_groups(frozen, cal_gid), strength), orders))
-            log_t = _fit_log_temperature(cal_l0, inputs.calib_gold[idx_calib])
             test_l0 = _marginalise(_option_space(_correct(lp_b, _take_groups(frozen, gid_test), strength), orders))
-            levels["L1"][g] = log_softmax(test_l0 / np.exp(log_t)[:, None, None])
-            out.log_t[g] = log_t
             out.calib_prior[g] = (frozen, counts)
-    if not use_calib:
+            out.calib_l0[g] = cal_l0
+            if fit:
+                log_t = fit_log_temperature(cal_l0, inputs.calib_gold[idx_calib])
+                levels["L1"][g] = log_softmax(test_l0 / np.exp(log_t)[:, None, None])
+                out.log_t[g] = log_t
+        else:
+            test_l0 = _marginalise(_option_space(_correct(lp_b, np.full(lp_b.shape, 1.0 / lp_b.shape[-1]), strength), orders))
+        out.frozen_l0[g] = test_l0
+    if not (use_calib and fit):
         del levels["L1"]
     return out
 
