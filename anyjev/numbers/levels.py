@@ -122,17 +122,19 @@ def _running_prior(probs: np.ndarray, gid: np.ndarray, idx: np.ndarray, *, n_gro
                    batch_size: int | None) -> np.ndarray:
     """Prior per item of each resample ``idx`` ``(B, n)`` (indices into ``probs`` ``(N, S, K)``), ``(B, n, S, K)``.
 
-    An item at original position ``i`` sees every resampled item of its group whose original position lies
-    before the end of its batch (``batch_size`` consecutive positions; ``None``: the whole split), its own
-    batch included; repeats of an item count as often as they are drawn. Vectorised over resamples by
-    sorting each row by (group, position) and differencing one cumulative sum per row.
+    Each row is a data set scored in its row order (rows of a bootstrap are sorted, so the task file's order
+    is kept and a repeated item is scored again right after itself): the item at row position ``j`` sees
+    every item of its group at positions before the end of its batch (``batch_size`` consecutive positions;
+    ``None``: the whole row), its own batch included. Vectorised over resamples by sorting each row by
+    (group, position) and differencing one cumulative sum per row.
     """
-    n_all, s, k = probs.shape
+    _, s, k = probs.shape
     b, n = idx.shape
     g = gid[idx]
-    end = np.full_like(idx, n_all) if batch_size is None else (idx // batch_size + 1) * batch_size
-    stride = n_all + 1
-    key = g * stride + idx
+    pos = np.broadcast_to(np.arange(n), (b, n))
+    end = np.full((b, n), n) if batch_size is None else (pos // batch_size + 1) * batch_size
+    stride = n + 1
+    key = g * stride + pos
     order = np.argsort(key, axis=1, kind="stable")
     row_off = (np.arange(b) * (n_groups * stride))[:, None]
     flat = (np.take_along_axis(key, order, axis=1) + row_off).ravel()
