@@ -97,6 +97,9 @@ def validate_config(config: dict, schema_path: str | os.PathLike, *, workdir: st
         if src == "url" and not (Path(workdir) / model["tokenizer"]).is_dir():
             raise ConfigError(f"models.{name}.tokenizer", f"tokenizer folder {model['tokenizer']!r} does not exist")
         check_extra_flags(model["server_flags"], f"models.{name}.server_flags")
+    if config["evaluation"]["prior_batch_size"] is not None and config["evaluation"]["prior_mode"] != "streaming":
+        raise ConfigError("evaluation.prior_batch_size", "applies to prior_mode streaming only (batch uses the whole "
+                          "split): set evaluation.prior_mode: streaming, or remove prior_batch_size")
     for name, task in tasks.items():
         if task["n_calib"] == 0 and "L1" in config["levels"]:
             raise ConfigError(f"tasks.{name}.n_calib", "is 0, but levels lists L1, whose temperature is fitted on the "

@@ -87,6 +87,7 @@ class EvaluationSettings:
 
     prior_strength: float
     prior_min_items: int
+    prior_mode: str
     prior_batch_size: int | None
     n_boot: int
     bootstrap_seed: int

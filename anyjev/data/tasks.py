@@ -50,8 +50,10 @@ Item lines::
 * ``name``: optional display name of the question (not part of its identity key).
 
 Any other key is refused (it is most often a typo, e.g. ``"optoins"``). Every problem raises
-:class:`~anyjev.errors.TaskDataError` naming the file and the line. All items of a task must have the
-same number of options K. :func:`write_task_file` writes this format (header first, gold as option
+:class:`~anyjev.errors.TaskDataError` naming the file and the line. Items may have different numbers of
+options K (e.g. answer lists of 2-5 options): ``Task.k`` is then the string ``"mixed (2-5)"`` and
+``Task.k_range`` gives (min, max); evaluation pools the batch prior per prior group *and* K and pads the
+option axis. :func:`write_task_file` writes this format (header first, gold as option
 text) and a written file loads back to an equal task; writing a loaded task again gives the same bytes.
 """
 
@@ -96,7 +98,7 @@ class Item:
 
 @dataclass
 class Task:
-    """A named list of items sharing one K, with its prior grouping and provenance."""
+    """A named list of items (one K, or mixed K), with its prior grouping and provenance."""
 
     name: str
     items: list[Item]
@@ -134,21 +136,18 @@ class Task:
                 raise TaskDataError(where, f"item {it.id}", f"gold {it.gold!r} is not an option index 0..{it.question.k - 1}")
             if it.split is not None and it.split not in SPLITS:
                 raise TaskDataError(where, f"item {it.id}", f"split {it.split!r} must be one of {SPLITS} or None")
-        _ = self.k
 
     @property
-    def k(self) -> int:
-        """The shared number of options; differing K across items is refused (arrays are (N, K))."""
-        k0 = self.items[0].question.k
-        for it in self.items:
-            if it.question.k != k0:
-                raise TaskDataError(
-                    self._where(),
-                    f"item {it.id}",
-                    f"has {it.question.k} options but item {self.items[0].id} has {k0}: all items of a task "
-                    "must have the same number of options",
-                )
-        return k0
+    def k_range(self) -> tuple[int, int]:
+        """Smallest and largest number of options over the items (equal unless K is mixed)."""
+        ks = [it.question.k for it in self.items]
+        return min(ks), max(ks)
+
+    @property
+    def k(self) -> int | str:
+        """The number of options K, or ``"mixed (lo-hi)"`` when items differ (evaluation groups them by K)."""
+        lo, hi = self.k_range
+        return lo if lo == hi else f"mixed ({lo}-{hi})"
 
     def prior_groups(self) -> list[str]:
         """Per item, the key the batch label prior is pooled over (question key, or the task name)."""
@@ -416,15 +415,6 @@ def load_task_file(path: str | os.PathLike, name: str | None = None) -> Task:
         items.append(item)
     if not items:
         raise TaskDataError(ps, "file", "the task has no items")
-    k0 = items[0].question.k
-    for it in items:
-        if it.question.k != k0:
-            raise TaskDataError(
-                ps,
-                f"line {first_line[it.id]}",
-                f"item {it.id!r} has {it.question.k} options but item {items[0].id!r} has {k0}: "
-                "all items of a task must have the same number of options",
-            )
     task_name = name or (header["task"] if header else p.stem)
     source: dict = {"format": FORMAT, "path": ps, "sha256": hashlib.sha256(data).hexdigest()}
     if header and "origin" in header:

@@ -1,24 +1,54 @@
 """Evaluate a scored cell without a server: levels raw / L0-perm / L0-bc / L0 / L1 and every metric with
-its bootstrap interval, plus per-item predictions for reliability diagrams."""
+its bootstrap interval, plus per-item predictions for reliability diagrams.
+
+The interval carries the fit: every bootstrap resample redraws the test items and the calibration items
+(each split resampled within itself, and within each option count K), recomputes the test prior, the frozen
+calibration prior and L1's temperature from the redrawn items, and then every metric. The interval is BCa
+(bias-corrected, with a stratified jackknife acceleration); where the point still falls outside its interval
+the interval is widened to include it, and that is recorded.
+
+A cell may mix option counts (K): levels are computed per K group (the prior of an item is pooled over the
+items of its prior group *and* its K), padded to the largest K with ``-inf``, and L1 fits one temperature on
+all calibration items together.
+"""
 
 from __future__ import annotations
 
 import csv
+import io
 import logging
+import math
 import os
-from pathlib import Path
+from collections.abc import Hashable
+from dataclasses import dataclass
 
 import numpy as np
 
 from anyjev.decision.layouts import GROUPS
 from anyjev.errors import TaskDataError
-from anyjev.files import write_json_atomic
-from anyjev.numbers.levels import LEVELS, compute_levels
-from anyjev.numbers.metrics import METRICS, summarise
+from anyjev.files import write_json_atomic, write_text_atomic
+from anyjev.numbers.levels import (
+    LEVELS,
+    PRIOR_MIN_ITEMS,
+    PRIOR_STRENGTH,
+    LevelInputs,
+    at_bound,
+    fit_log_temperature,
+    level_inputs,
+    levels_resampled,
+    log_softmax,
+)
+from anyjev.numbers.metrics import BOOTSTRAP_SEED, METRICS, MIN_BOOT, N_BOOT, TIE_TOL, interval, jackknife_acceleration, metrics_batch
 from anyjev.run.store import read_scores
-from anyjev.settings import EvaluationSettings
+from anyjev.settings import EvaluationSettings, default
 
 log = logging.getLogger(__name__)
+
+PRIOR_MODES = ("streaming", "batch")
+DEFAULT_PRIOR_MODE: str = default("evaluation", "prior_mode")  # chosen by measurement: docs/metrics.md "Prior modes"
+RESAMPLED = ("test and calibration items (each split resampled within itself, per option count K); "
+             "test prior, calibration prior and L1 temperature refit in every resample")
+CHUNK_FLOATS = 3_000_000  # floats per array in one chunk of resamples (memory bound, ~24 MB)
 
 
 def _layout_names(rec: dict, group: str) -> list[str]:
@@ -34,70 +64,249 @@ def _arrays(records: list[dict], group: str, names: list[str]) -> tuple[np.ndarr
     return lp, orders
 
 
-def evaluate_records(records: list[dict], *, strength: float = 0.75, min_items: int = 8, batch_size: int | None = None,
-                     n_boot: int = 1000, seed: int = 0, source: str = "<records>") -> dict:
-    """Levels and metrics for the test split, with L1 fitted on the calibration split."""
+@dataclass
+class _KGroup:
+    """The test and calibration items of one option count K, with the positions of its test items."""
+
+    k: int
+    inputs: LevelInputs
+    test_pos: np.ndarray
+    gold: np.ndarray
+
+
+def _k_groups(test: list[dict], calib: list[dict], source: str) -> list[_KGroup]:
+    """Split a cell by K; within a K every item must have the same layouts (else levels would mix layouts)."""
+    out = []
+    for k in sorted({int(r["k"]) for r in test}):
+        pos = [i for i, r in enumerate(test) if int(r["k"]) == k]
+        t = [test[i] for i in pos]
+        c = [r for r in calib if int(r["k"]) == k]
+        names = {g: _layout_names(t[0], g) for g in GROUPS}
+        for rec in t + c:
+            for g in GROUPS:
+                if _layout_names(rec, g) != names[g]:
+                    raise TaskDataError(source, f"item {rec['id']}",
+                                        f"layouts {sorted(rec['layouts'])} differ from those of item {t[0]['id']} (K={k})")
+        fwd, orders_fwd = _arrays(t, "fwd", names["fwd"])
+        rev, orders_rev = _arrays(t, "rev", names["rev"])
+        kwargs: dict = {}
+        if c:
+            kwargs = {"calib_fwd": _arrays(c, "fwd", names["fwd"])[0], "calib_rev": _arrays(c, "rev", names["rev"])[0],
+                      "calib_groups": [r["group"] for r in c], "calib_gold": np.array([r["gold"] for r in c])}
+        inputs = level_inputs(fwd, rev, orders_fwd, orders_rev, [r["group"] for r in t], **kwargs)
+        out.append(_KGroup(k, inputs, np.array(pos, dtype=np.intp), np.array([r["gold"] for r in t], dtype=np.intp)))
+    stray = sorted({int(r["k"]) for r in calib} - {g.k for g in out})
+    if stray:
+        log.warning("%s: calibration items with K=%s have no test items of that K; they are not used", source, stray)
+    return out
+
+
+def _pad(lp: np.ndarray, kmax: int) -> np.ndarray:
+    if lp.shape[-1] == kmax:
+        return lp
+    out = np.full(lp.shape[:-1] + (kmax,), -np.inf)
+    out[..., : lp.shape[-1]] = lp
+    return out
+
+
+def _replicates(groups: list[_KGroup], idx: list[tuple[np.ndarray, np.ndarray | None]], with_l1: bool,
+                settings: dict) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray, dict[str, np.ndarray]]:
+    """Levels of every resample, K groups padded and concatenated: ``{level: {g: (B, N, Kmax)}}``, gold ``(B, N)``,
+    and ``log T`` per layout group ``(B,)``. One temperature per layout group is fitted on all K groups."""
+    kmax = max(g.k for g in groups)
+    per = [levels_resampled(grp.inputs, it, ic if with_l1 else None, fit=False, **settings)
+           for grp, (it, ic) in zip(groups, idx, strict=True)]
+    layout_groups = list(groups[0].inputs.test)
+    levels = {name: {g: np.concatenate([_pad(r.levels[name][g], kmax) for r in per], axis=1) for g in layout_groups}
+              for name in per[0].levels}
+    gold = np.concatenate([grp.gold[it] for grp, (it, _) in zip(groups, idx, strict=True)], axis=1)
+    log_t: dict[str, np.ndarray] = {}
+    if with_l1:
+        levels["L1"] = {}
+        for g in layout_groups:
+            cal = np.concatenate([_pad(r.calib_l0[g], kmax) for r in per if g in r.calib_l0], axis=1)
+            cal_gold = np.concatenate([grp.inputs.calib_gold[ic] for grp, (_, ic) in zip(groups, idx, strict=True)
+                                       if ic is not None and ic.shape[1]], axis=1)
+            log_t[g] = fit_log_temperature(cal, cal_gold)
+            frozen = np.concatenate([_pad(r.frozen_l0[g], kmax) for r in per], axis=1)
+            levels["L1"][g] = log_softmax(frozen / np.exp(log_t[g])[:, None, None])
+    return levels, gold, log_t
+
+
+def _metric_replicates(groups: list[_KGroup], idx: list[tuple[np.ndarray, np.ndarray | None]], with_l1: bool,
+                       settings: dict) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """Every metric of every level for each resample (chunked over resamples to bound memory)."""
+    b = idx[0][0].shape[0]
+    per_resample = sum(g.inputs.size_per_resample() for g in groups)
+    chunk = max(1, CHUNK_FLOATS // max(per_resample, 1))
+    values: dict[str, dict[str, list[np.ndarray]]] = {}
+    temps: dict[str, list[np.ndarray]] = {}
+    for lo in range(0, b, chunk):
+        part = [(it[lo:lo + chunk], None if ic is None else ic[lo:lo + chunk]) for it, ic in idx]
+        levels, gold, log_t = _replicates(groups, part, with_l1, settings)
+        for name, lv in levels.items():
+            m = metrics_batch(lv["fwd"], gold, lv.get("rev"))
+            for metric, v in m.items():
+                values.setdefault(name, {}).setdefault(metric, []).append(v)
+        for g, v in log_t.items():
+            temps.setdefault(g, []).append(v)
+    return ({name: {m: np.concatenate(v) for m, v in d.items()} for name, d in values.items()},
+            {g: np.concatenate(v) for g, v in temps.items()})
+
+
+def _identity(groups: list[_KGroup], with_l1: bool, rows: int = 1) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    out = []
+    for grp in groups:
+        it = np.broadcast_to(np.arange(grp.inputs.n_test), (rows, grp.inputs.n_test))
+        ic = np.broadcast_to(np.arange(grp.inputs.n_calib), (rows, grp.inputs.n_calib)) if with_l1 else None
+        out.append((it, ic))
+    return out
+
+
+def _jackknife(groups: list[_KGroup], with_l1: bool, settings: dict) -> list[dict[str, dict[str, np.ndarray]]]:
+    """Leave-one-out metric values, one entry per stratum (split x K) of at least 2 items."""
+    strata = []
+    for j, grp in enumerate(groups):
+        for split, n in (("test", grp.inputs.n_test), ("calib", grp.inputs.n_calib if with_l1 else 0)):
+            if n < 2:
+                continue
+            loo = np.array([np.delete(np.arange(n), i) for i in range(n)])
+            idx = _identity(groups, with_l1, rows=n)
+            it, ic = idx[j]
+            idx[j] = (loo, ic) if split == "test" else (it, loo)
+            strata.append(_metric_replicates(groups, idx, with_l1, settings)[0])
+    return strata
+
+
+def _test_order(groups: list[_KGroup]) -> np.ndarray:
+    """Permutation that puts K-group-concatenated test items back into cell order."""
+    return np.argsort(np.concatenate([g.test_pos for g in groups]), kind="stable")
+
+
+def evaluate_records(records: list[dict], *, strength: float = PRIOR_STRENGTH, min_items: int = PRIOR_MIN_ITEMS,
+                     prior_mode: str = DEFAULT_PRIOR_MODE, batch_size: int | None = None, n_boot: int = N_BOOT,
+                     seed: int = BOOTSTRAP_SEED, level: float = 0.95, source: str = "<records>") -> dict:
+    """Levels and metrics for the test split, with L1 fitted on the calibration split, and refit-BCa intervals.
+
+    ``prior_mode``: ``"streaming"`` (published: per prior group, K and rotation, the mean over the test items
+    scored so far, the current one included, in the task file's seeded order; ``batch_size`` > 1 scores that
+    many items per call) or ``"batch"`` (the whole test split; ``batch_size`` must be None).
+    """
+    if prior_mode not in PRIOR_MODES:
+        raise ValueError(f"prior_mode: must be one of {PRIOR_MODES}, got {prior_mode!r}")
+    if prior_mode == "batch" and batch_size is not None:
+        raise ValueError(f"batch_size: only meaningful with prior_mode 'streaming', got {batch_size} with 'batch'")
+    if n_boot < MIN_BOOT:
+        raise ValueError(f"n_boot: must be >= {MIN_BOOT}, got {n_boot}")
+    effective_batch = (batch_size or 1) if prior_mode == "streaming" else None
+    settings = {"strength": strength, "min_items": min_items, "batch_size": effective_batch}
+
     test = [r for r in records if r.get("split") in (None, "test")]
     calib = [r for r in records if r.get("split") == "calib"]
     if not test:
         raise TaskDataError(source, "items", "no test items to evaluate")
-    first = test[0]
-    names = {g: _layout_names(first, g) for g in GROUPS}
-    for rec in test + calib:
-        for g in GROUPS:
-            if _layout_names(rec, g) != names[g]:
-                raise TaskDataError(source, f"item {rec['id']}", f"layouts {sorted(rec['layouts'])} differ from the cell's")
-    fwd, orders_fwd = _arrays(test, "fwd", names["fwd"])
-    rev, orders_rev = _arrays(test, "rev", names["rev"])
-    kwargs: dict = {}
-    if calib:
-        kwargs = {
-            "calib_fwd": _arrays(calib, "fwd", names["fwd"])[0],
-            "calib_rev": _arrays(calib, "rev", names["rev"])[0],
-            "calib_groups": [r["group"] for r in calib],
-            "calib_gold": np.array([r["gold"] for r in calib]),
-        }
-    result = compute_levels(fwd, rev, orders_fwd, orders_rev, [r["group"] for r in test], strength=strength,
-                            min_items=min_items, batch_size=batch_size, **kwargs)
-    gold = np.array([r["gold"] for r in test])
+    groups = _k_groups(test, calib, source)
+    with_l1 = all(g.inputs.n_calib > 0 for g in groups)
+    if calib and not with_l1:
+        missing = [g.k for g in groups if g.inputs.n_calib == 0]
+        log.warning("%s: no calibration items with K=%s, so no L1 for this cell", source, missing)
+
+    # point values: every item once, in cell order
+    levels, gold, log_t = _replicates(groups, _identity(groups, with_l1), with_l1, settings)
+    order = _test_order(groups)
+    levels = {name: {g: v[:, order] for g, v in lv.items()} for name, lv in levels.items()}
+    gold = gold[:, order]
+    point = {name: metrics_batch(lv["fwd"], gold, lv.get("rev")) for name, lv in levels.items()}
+
+    # bootstrap: each stratum (split x K) resampled within itself, rows sorted to keep the scored order
+    rng = np.random.default_rng(seed)
+    idx = []
+    for grp in groups:
+        it = np.sort(rng.integers(0, grp.inputs.n_test, size=(n_boot, grp.inputs.n_test)), axis=1)
+        ic = np.sort(rng.integers(0, grp.inputs.n_calib, size=(n_boot, grp.inputs.n_calib)), axis=1) if with_l1 else None
+        idx.append((it, ic))
+    boot, boot_t = _metric_replicates(groups, idx, with_l1, settings)
+    jack = _jackknife(groups, with_l1, settings)
+
     metrics: dict[str, dict] = {}
-    for level in LEVELS:
-        if level not in result:
+    widened = 0
+    for name in LEVELS:
+        if name not in point:
             continue
-        lp = result[level]["fwd"]
-        metrics[level] = summarise(lp, gold, result[level]["rev"], n_boot=n_boot, seed=seed)
+        metrics[name] = {}
+        for metric in METRICS:
+            value = float(point[name][metric][0])
+            accel = jackknife_acceleration([s[name][metric] for s in jack])
+            lo, hi, wide = interval(value, boot[name][metric], accel=accel, level=level, method="bca")
+            widened += wide
+            metrics[name][metric] = {"value": value, "lo": lo, "hi": hi, "widened": wide}
+
+    temperature: dict[str, dict] = {}
+    for g, lt in log_t.items():
+        t = math.exp(float(lt[0]))
+        lo, hi = np.percentile(np.exp(boot_t[g]), [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
+        temperature[g] = {"T": t, "log_T": float(lt[0]), "at_bound": at_bound(t), "lo": float(lo), "hi": float(hi)}
+        if temperature[g]["at_bound"]:
+            log.warning("%s: L1 temperature (%s layouts) T = %.4g (log T = %.6f) is at the search bound [-3, 3]: "
+                        "the fit is clipped and L1 is %s", source, g, t, math.log(t),
+                        "nearly uniform" if t > 1 else "nearly one-hot")
+    ks = sorted(g.k for g in groups)
+    result = _LevelsView(levels, {g: math.exp(float(v[0])) for g, v in log_t.items()})
     return {
         "n": len(test),
-        "n_calib": len(calib),
-        "k": int(first["k"]),
+        "n_calib": sum(g.inputs.n_calib for g in groups) if with_l1 else len(calib),
+        "k": ks[0] if len(ks) == 1 else f"mixed ({ks[0]}-{ks[-1]})",
+        "k_groups": [{"k": g.k, "n": g.inputs.n_test, "n_calib": g.inputs.n_calib} for g in groups],
         "levels": [lv for lv in LEVELS if lv in metrics],
         "metrics": metrics,
-        "temperature": result.temperature,
-        "settings": {"strength": strength, "min_items": min_items, "batch_size": batch_size, "n_boot": n_boot,
-                     "bootstrap_seed": seed, "interval": 0.95},
+        "temperature": temperature,
+        "intervals_widened": int(widened),
+        "settings": {"strength": strength, "min_items": min_items, "prior_mode": prior_mode,
+                     "batch_size": effective_batch, "n_boot": n_boot, "bootstrap_seed": seed,
+                     "interval": f"BCa {level:.0%}", "interval_level": level, "resampled": RESAMPLED,
+                     "tie_tolerance": TIE_TOL},
         "_result": result,
-        "_gold": gold,
+        "_gold": gold[0],
         "_ids": [r["id"] for r in test],
     }
 
 
+@dataclass
+class _LevelsView:
+    """Point levels in cell order, ``view[level][group]`` ``(N, Kmax)`` (``-inf`` on padded options)."""
+
+    levels: dict[str, dict[str, np.ndarray]]
+    temperature: dict[str, float]
+
+    def __getitem__(self, level: str) -> dict[Hashable, np.ndarray | None]:
+        return {g: (self.levels[level][g][0] if g in self.levels[level] else None) for g in GROUPS}
+
+    def __contains__(self, level: object) -> bool:
+        return level in self.levels
+
+
 def write_predictions(path: str | os.PathLike, evaluation: dict) -> None:
-    """One row per (test item, level, group): gold, predicted option, confidence, p(gold)."""
+    """One row per (test item, level, group): gold, predicted option, confidence, p(gold), tied top labels.
+
+    ``pred`` is the lowest-index top option; ``n_top`` > 1 says it is tied and the metrics count each tied
+    option with weight 1/n_top.
+    """
     result, gold, ids = evaluation["_result"], evaluation["_gold"], evaluation["_ids"]
-    tmp = Path(str(path) + ".tmp")
-    with open(tmp, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["item_id", "level", "group", "gold", "pred", "conf", "p_gold"])
-        for level in evaluation["levels"]:
-            for group in GROUPS:
-                lp = result[level].get(group)
-                if lp is None:
-                    continue
-                p = np.exp(lp)
-                for i, item in enumerate(ids):
-                    pred = int(np.argmax(p[i]))
-                    w.writerow([item, level, group, int(gold[i]), pred, repr(float(p[i, pred])), repr(float(p[i, gold[i]]))])
-    os.replace(tmp, path)
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow(["item_id", "level", "group", "gold", "pred", "conf", "p_gold", "n_top"])
+    for level in evaluation["levels"]:
+        for group in GROUPS:
+            lp = result[level].get(group)
+            if lp is None:
+                continue
+            p = np.exp(lp)
+            n_top = (lp >= lp.max(axis=1, keepdims=True) - TIE_TOL).sum(axis=1)
+            for i, item in enumerate(ids):
+                pred = int(np.argmax(p[i]))
+                w.writerow([item, level, group, int(gold[i]), pred, repr(float(p[i, pred])),
+                            repr(float(p[i, gold[i]])), int(n_top[i])])
+    write_text_atomic(path, buf.getvalue())
 
 
 def public(evaluation: dict) -> dict:
@@ -107,11 +316,12 @@ def public(evaluation: dict) -> dict:
 
 def evaluate_file(scores: str, metrics_out: str, predictions_out: str | None = None,
                   settings: EvaluationSettings | None = None) -> dict:
-    """Evaluate a scores file into metrics.json (and predictions.csv), with the config's evaluation settings."""
+    """Evaluate ``scores`` with the config's evaluation settings; write ``metrics.json`` (and the predictions
+    CSV) atomically."""
     s = settings or EvaluationSettings()
     identity, records = read_scores(scores)
-    evaluation = evaluate_records(records, source=scores, strength=s.prior_strength, min_items=s.prior_min_items,
-                                  batch_size=s.prior_batch_size, n_boot=s.n_boot, seed=s.bootstrap_seed)
+    evaluation = evaluate_records(records, strength=s.prior_strength, min_items=s.prior_min_items, prior_mode=s.prior_mode,
+                                  batch_size=s.prior_batch_size, n_boot=s.n_boot, seed=s.bootstrap_seed, source=scores)
     out = public(evaluation) | {"identity": identity, "metric_names": list(METRICS)}
     write_json_atomic(metrics_out, out)
     acc = {lv: round(out["metrics"][lv]["acc"]["value"], 3) for lv in out["levels"]}

@@ -26,6 +26,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from anyjev.settings import default
+
+# The config schema holds these defaults (evaluation.*); the keyword defaults below are the same values.
+PRIOR_STRENGTH: float = default("evaluation", "prior_strength")
+PRIOR_MIN_ITEMS: int = default("evaluation", "prior_min_items")
+
 LEVELS: tuple[str, ...] = ("raw", "L0-perm", "L0-bc", "L0", "L1")
 GROUPS: tuple[str, ...] = ("fwd", "rev")
 
@@ -99,19 +105,66 @@ def _check_gold(name: str, gold: object, n: int, k: int) -> np.ndarray:
 # ----------------------------------------------------------------------------------------- primitives
 
 
+def _option_space(lp: np.ndarray, orders: np.ndarray) -> np.ndarray:
+    """``(..., S, K)`` position space to option space for validated ``orders`` ``(S, K)``."""
+    inverse = np.argsort(orders, axis=1)  # inverse[s, option] = position showing that option
+    return np.take_along_axis(lp, inverse.reshape((1,) * (lp.ndim - 2) + inverse.shape), axis=-1)
+
+
 def to_option_space(lp_pos: np.ndarray, orders: np.ndarray) -> np.ndarray:
     """Map ``(N, S, K)`` position-space log-probs to option space, so layouts can be combined per option."""
     lp = _check_lp("lp_pos", lp_pos, 3)
-    order = _check_orders("orders", orders, lp.shape[1], lp.shape[2])
-    inverse = np.argsort(order, axis=1)  # inverse[s, option] = position showing that option
-    return np.take_along_axis(lp, inverse[None, :, :], axis=2)
+    return _option_space(lp, _check_orders("orders", orders, lp.shape[1], lp.shape[2]))
+
+
+def _group_ids(*label_lists: list[Hashable]) -> tuple[list[np.ndarray], list[Hashable]]:
+    """Integer ids shared across label lists (test and calibration), and the labels in id order."""
+    index: dict[Hashable, int] = {}
+    out = [np.array([index.setdefault(label, len(index)) for label in labels], dtype=np.intp) for labels in label_lists]
+    return out, list(index)
+
+
+def _running_prior(probs: np.ndarray, gid: np.ndarray, idx: np.ndarray, *, n_groups: int, min_items: int,
+                   batch_size: int | None) -> np.ndarray:
+    """Prior per item of each resample ``idx`` ``(B, n)`` (indices into ``probs`` ``(N, S, K)``), ``(B, n, S, K)``.
+
+    Each row is a data set scored in its row order (rows of a bootstrap are sorted, so the task file's order
+    is kept and a repeated item is scored again right after itself): the item at row position ``j`` sees
+    every item of its group at positions before the end of its batch (``batch_size`` consecutive positions;
+    ``None``: the whole row), its own batch included. Vectorised over resamples by sorting each row by
+    (group, position) and differencing one cumulative sum per row.
+    """
+    _, s, k = probs.shape
+    b, n = idx.shape
+    g = gid[idx]
+    pos = np.broadcast_to(np.arange(n), (b, n))
+    end = np.full((b, n), n) if batch_size is None else (pos // batch_size + 1) * batch_size
+    stride = n + 1
+    key = g * stride + pos
+    order = np.argsort(key, axis=1, kind="stable")
+    row_off = (np.arange(b) * (n_groups * stride))[:, None]
+    flat = (np.take_along_axis(key, order, axis=1) + row_off).ravel()
+    g_sorted = np.take_along_axis(g, order, axis=1)
+    end_sorted = np.take_along_axis(end, order, axis=1)
+    local = (np.arange(b) * n)[:, None]
+    start = np.searchsorted(flat, (g_sorted * stride + row_off).ravel()).reshape(b, n) - local
+    stop = np.searchsorted(flat, (g_sorted * stride + end_sorted + row_off).ravel()).reshape(b, n) - local
+    cum = np.zeros((b, n + 1, s, k))
+    cum[:, 1:] = np.cumsum(probs[np.take_along_axis(idx, order, axis=1)], axis=1)
+    seen = stop - start
+    total = (np.take_along_axis(cum, stop[:, :, None, None], axis=1)
+             - np.take_along_axis(cum, start[:, :, None, None], axis=1))
+    active = (seen >= min_items)[:, :, None, None]
+    prior_sorted = np.where(active, total / np.maximum(seen, 1)[:, :, None, None], 1.0 / k)
+    inverse = np.argsort(order, axis=1)
+    return np.take_along_axis(prior_sorted, inverse[:, :, None, None], axis=1)
 
 
 def batch_prior(
     lp_pos: np.ndarray,
     groups: Sequence[Hashable] | np.ndarray,
     *,
-    min_items: int = 8,
+    min_items: int = PRIOR_MIN_ITEMS,
     batch_size: int | None = None,
 ) -> np.ndarray:
     """Label prior (probabilities, position space) that applies to each item, shape ``(N, S, K)``.
@@ -120,35 +173,33 @@ def batch_prior(
     divided out. Items are scored in the given order in consecutive batches of ``batch_size`` (``None``: one
     batch); an item's prior is the mean label distribution, per prior group and rotation, over every item of
     its group scored so far, its own batch included. While fewer than ``min_items`` items of the group have
-    been seen, the prior is uniform (no correction).
+    been seen, the prior is uniform (no correction). ``batch_size=1`` is the published "scored so far"
+    (streaming) prior; ``None`` the whole split (batch).
     """
     lp = log_softmax(_check_lp("lp_pos", lp_pos, 3))
-    n, s, k = lp.shape
+    n = lp.shape[0]
     labels = _labels("groups", groups, n)
+    _check_prior_args(min_items, batch_size)
+    (gid,), names = _group_ids(labels)
+    return _running_prior(np.exp(lp), gid, np.arange(n)[None, :], n_groups=len(names), min_items=min_items,
+                          batch_size=batch_size)[0]
+
+
+def _check_prior_args(min_items: int, batch_size: int | None) -> None:
     if min_items < 1:
         raise ValueError(f"min_items: must be >= 1, got {min_items}")
-    if batch_size is None:
-        batch_size = n
-    if batch_size < 1:
+    if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size: must be >= 1 or None, got {batch_size}")
 
-    probs = np.exp(lp)
-    prior = np.full((n, s, k), 1.0 / k)
-    members: dict[Hashable, list[int]] = {}
-    for i, label in enumerate(labels):
-        members.setdefault(label, []).append(i)
-    for idx_list in members.values():
-        idx = np.asarray(idx_list, dtype=np.intp)
-        cum = np.cumsum(probs[idx], axis=0)  # cum[j] = sum over the group's first j+1 items
-        batch_end = (idx // batch_size + 1) * batch_size  # first index after each item's batch
-        seen = np.searchsorted(idx, batch_end, side="left")  # group items with index < batch end
-        active = seen >= min_items
-        if active.any():
-            prior[idx[active]] = cum[seen[active] - 1] / seen[active][:, None, None]
-    return prior
+
+def _correct(lp: np.ndarray, prior: np.ndarray, strength: float) -> np.ndarray:
+    """Prior correction on validated arrays (any leading axes)."""
+    log_q = np.maximum(log_softmax(lp), math.log(PRIOR_FLOOR))
+    log_prior = np.log(np.maximum(prior, PRIOR_FLOOR))
+    return log_softmax(log_q - strength * log_prior)
 
 
-def prior_correct(lp_pos: np.ndarray, prior: np.ndarray, strength: float = 0.75) -> np.ndarray:
+def prior_correct(lp_pos: np.ndarray, prior: np.ndarray, strength: float = PRIOR_STRENGTH) -> np.ndarray:
     """Divide position-space probabilities by ``prior**strength`` and renormalise (log-probs out).
 
     This removes a content-independent preference for some labels. Both ``q`` and the prior are floored at
@@ -162,9 +213,12 @@ def prior_correct(lp_pos: np.ndarray, prior: np.ndarray, strength: float = 0.75)
         raise ValueError(f"prior: shape {pr.shape} does not broadcast to lp_pos shape {lp.shape}") from None
     if np.isnan(pr).any() or (pr < 0).any():
         raise ValueError("prior: contains NaN or negative probabilities")
-    log_q = np.maximum(log_softmax(lp), math.log(PRIOR_FLOOR))
-    log_prior = np.log(np.maximum(pr, PRIOR_FLOOR))
-    return log_softmax(log_q - strength * log_prior)
+    return _correct(lp, pr, strength)
+
+
+def _marginalise(lp: np.ndarray) -> np.ndarray:
+    """Geometric mean over the layout axis (-2) on validated arrays."""
+    return log_softmax(np.maximum(lp, math.log(MARGINAL_FLOOR)).mean(axis=-2))
 
 
 def marginalise(lp_opt: np.ndarray) -> np.ndarray:
@@ -174,15 +228,34 @@ def marginalise(lp_opt: np.ndarray) -> np.ndarray:
     visits every position once (cyclic rotations). Each probability is floored at 1e-12 first so a single
     zero cannot veto an option.
     """
-    lp = _check_lp("lp_opt", lp_opt, 3)
-    floored = np.maximum(lp, math.log(MARGINAL_FLOOR))
-    return log_softmax(floored.mean(axis=1))
+    return _marginalise(_check_lp("lp_opt", lp_opt, 3))
 
 
-def _mean_nll(lp: np.ndarray, gold: np.ndarray, temperature: float) -> float:
-    """Mean NLL of the tempered distribution: the objective temperature scaling minimises."""
-    scaled = log_softmax(lp / temperature)
-    return float(-np.mean(scaled[np.arange(len(gold)), gold]))
+def fit_log_temperature(lp: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    """Golden-section search on log T in [-3, 3] for each resample of ``lp`` ``(B, n, K)``, ``gold`` ``(B, n)``.
+
+    Options padded with ``-inf`` (mixed K) stay impossible at every T, so cells of different K share one fit.
+    """
+
+    def nll(log_t: np.ndarray) -> np.ndarray:
+        scaled = log_softmax(lp / np.exp(log_t)[:, None, None])
+        return -np.take_along_axis(scaled, gold[..., None], axis=-1)[..., 0].mean(axis=1)
+
+    a = np.full(lp.shape[0], LOG_T_RANGE[0])
+    b = np.full(lp.shape[0], LOG_T_RANGE[1])
+    inv_phi = (math.sqrt(5.0) - 1.0) / 2.0
+    c = b - inv_phi * (b - a)
+    d = a + inv_phi * (b - a)
+    fc, fd = nll(c), nll(d)
+    for _ in range(GOLDEN_ITERATIONS):
+        left = fc < fd  # minimum in [a, d]: b <- d, d <- c, new c; else a <- c, c <- d, new d
+        a, b = np.where(left, a, c), np.where(left, d, b)
+        c_new = np.where(left, b - inv_phi * (b - a), d)
+        d_new = np.where(left, c, a + inv_phi * (b - a))
+        f_probe = nll(np.where(left, c_new, d_new))
+        fc, fd = np.where(left, f_probe, fd), np.where(left, fc, f_probe)
+        c, d = c_new, d_new
+    return (a + b) / 2.0
 
 
 def fit_temperature(lp: np.ndarray, gold: np.ndarray) -> float:
@@ -193,22 +266,13 @@ def fit_temperature(lp: np.ndarray, gold: np.ndarray) -> float:
     """
     arr = _check_lp("lp", lp, 2)
     g = _check_gold("gold", gold, arr.shape[0], arr.shape[1])
-    a, b = LOG_T_RANGE
-    inv_phi = (math.sqrt(5.0) - 1.0) / 2.0
-    c = b - inv_phi * (b - a)
-    d = a + inv_phi * (b - a)
-    fc = _mean_nll(arr, g, math.exp(c))
-    fd = _mean_nll(arr, g, math.exp(d))
-    for _ in range(GOLDEN_ITERATIONS):
-        if fc < fd:
-            b, d, fd = d, c, fc
-            c = b - inv_phi * (b - a)
-            fc = _mean_nll(arr, g, math.exp(c))
-        else:
-            a, c, fc = c, d, fd
-            d = a + inv_phi * (b - a)
-            fd = _mean_nll(arr, g, math.exp(d))
-    return math.exp((a + b) / 2.0)
+    return math.exp(float(fit_log_temperature(arr[None], g[None])[0]))
+
+
+def at_bound(temperature: float) -> bool:
+    """Whether a fitted T sits on the search bound (log T within 1e-6 of -3 or 3): the fit is then clipped."""
+    log_t = math.log(temperature)
+    return min(abs(log_t - LOG_T_RANGE[0]), abs(log_t - LOG_T_RANGE[1])) <= 1e-6
 
 
 def apply_temperature(lp: np.ndarray, temperature: float) -> np.ndarray:
@@ -248,31 +312,126 @@ class LevelResult:
         return level in self.levels
 
 
-def _calibration_prior(lp_pos: np.ndarray, labels: list[Hashable], min_items: int) -> dict[Hashable, np.ndarray]:
-    """Prior over the whole calibration split per label: what L1 freezes together with its temperature."""
-    _, s, k = lp_pos.shape
-    probs = np.exp(log_softmax(lp_pos))
-    members: dict[Hashable, list[int]] = {}
-    for i, label in enumerate(labels):
-        members.setdefault(label, []).append(i)
-    out: dict[Hashable, np.ndarray] = {}
-    for label, idx in members.items():
-        out[label] = probs[idx].mean(axis=0) if len(idx) >= min_items else np.full((s, k), 1.0 / k)
+@dataclass
+class LevelInputs:
+    """Validated arrays of one cell (one K) that every resample of :func:`levels_resampled` draws from.
+
+    ``test[g]`` / ``calib[g]``: normalised position-space log-probs ``(N, S, K)`` per layout group; ``orders[g]``
+    ``(S, K)``; ``test_gid`` / ``calib_gid``: prior-group ids into ``group_names``; ``calib`` is empty
+    without a calibration split (no L1).
+    """
+
+    test: dict[str, np.ndarray]
+    orders: dict[str, np.ndarray]
+    test_gid: np.ndarray
+    calib: dict[str, np.ndarray]
+    calib_gid: np.ndarray
+    calib_gold: np.ndarray
+    group_names: list[Hashable]
+
+    @property
+    def k(self) -> int:
+        return int(self.test["fwd"].shape[2])
+
+    @property
+    def n_test(self) -> int:
+        return int(self.test["fwd"].shape[0])
+
+    @property
+    def n_calib(self) -> int:
+        return int(self.calib["fwd"].shape[0]) if self.calib else 0
+
+    def size_per_resample(self) -> int:
+        """Floats one resample holds in its largest arrays (to size chunks of resamples)."""
+        s, k = self.test["fwd"].shape[1:]
+        return (self.n_test + self.n_calib + len(self.group_names)) * s * k * len(self.test)
+
+
+@dataclass
+class ResampledLevels:
+    """Levels of ``B`` resamples: ``levels[level][g]`` ``(B, n, K)``, ``log_t[g]`` ``(B,)``, priors."""
+
+    levels: dict[str, dict[str, np.ndarray]]
+    log_t: dict[str, np.ndarray]
+    test_prior: dict[str, np.ndarray]
+    calib_prior: dict[str, tuple[np.ndarray, np.ndarray]]  # (frozen prior (B, G, S, K), counts (B, G))
+    # before temperature: L0 of the calibration items and of the test items under the frozen calibration prior
+    calib_l0: dict[str, np.ndarray] = field(default_factory=dict)
+    frozen_l0: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def _frozen_priors(probs: np.ndarray, gid: np.ndarray, idx: np.ndarray, n_groups: int, min_items: int) -> tuple[np.ndarray, np.ndarray]:
+    """Prior over the whole (resampled) calibration split per group, ``(B, G, S, K)``, and counts ``(B, G)``.
+
+    This is what L1 freezes together with its temperature; a group with fewer than ``min_items`` items gets
+    the uniform prior.
+    """
+    b, n = idx.shape
+    _, s, k = probs.shape
+    slot = (np.arange(b)[:, None] * n_groups + gid[idx]).ravel()
+    sums = np.zeros((b * n_groups, s * k))
+    np.add.at(sums, slot, probs[idx].reshape(b * n, s * k))
+    counts = np.bincount(slot, minlength=b * n_groups).reshape(b, n_groups)
+    mean = sums.reshape(b, n_groups, s, k) / np.maximum(counts, 1)[:, :, None, None]
+    return np.where((counts >= min_items)[:, :, None, None], mean, 1.0 / k), counts
+
+
+def _take_groups(prior: np.ndarray, gid: np.ndarray) -> np.ndarray:
+    """Per-item prior ``(B, n, S, K)`` from per-group priors ``(B, G, S, K)`` and item group ids ``(B, n)``."""
+    return np.take_along_axis(prior, gid[:, :, None, None], axis=1)
+
+
+def levels_resampled(inputs: LevelInputs, idx_test: np.ndarray, idx_calib: np.ndarray | None, *,
+                     strength: float = PRIOR_STRENGTH, min_items: int = PRIOR_MIN_ITEMS, batch_size: int | None = None,
+                     fit: bool = True) -> ResampledLevels:
+    """Every level for ``B`` resamples at once: rows of ``idx_test`` ``(B, n)`` / ``idx_calib`` ``(B, nc)``.
+
+    Each resample refits everything that is fitted: the test prior (from the resampled test items, in their
+    original order), the frozen calibration prior and L1's temperature (from the resampled calibration
+    items). :func:`compute_levels` is the case ``B = 1`` with every index once, so point values and
+    bootstrap replicates come from one piece of code. Rows of ``idx_test`` should be sorted so that the
+    streaming prior sees items in their scored order. ``fit=False`` stops before the temperature (no L1;
+    ``calib_l0`` and ``frozen_l0`` are filled), for a caller that fits one T over several cells (mixed K);
+    without calibration items ``frozen_l0`` is L0 under the uniform prior (a group unseen in calibration).
+    """
+    n_groups = len(inputs.group_names)
+    levels: dict[str, dict[str, np.ndarray]] = {name: {} for name in LEVELS}
+    out = ResampledLevels(levels=levels, log_t={}, test_prior={}, calib_prior={})
+    use_calib = bool(inputs.calib) and idx_calib is not None
+    gid_test = inputs.test_gid[idx_test]
+    for g, lp in inputs.test.items():
+        orders = inputs.orders[g]
+        probs = np.exp(lp)
+        prior = _running_prior(probs, inputs.test_gid, idx_test, n_groups=n_groups, min_items=min_items,
+                               batch_size=batch_size)
+        out.test_prior[g] = prior
+        lp_b = lp[idx_test]
+        opt = _option_space(lp_b, orders)
+        levels["raw"][g] = log_softmax(opt[:, :, 0, :])
+        levels["L0-perm"][g] = _marginalise(opt)
+        levels["L0-bc"][g] = _option_space(_correct(lp_b[:, :, :1], prior[:, :, :1], strength), orders[:1])[:, :, 0, :]
+        levels["L0"][g] = _marginalise(_option_space(_correct(lp_b, prior, strength), orders))
+        if use_calib:
+            cal = inputs.calib[g]
+            frozen, counts = _frozen_priors(np.exp(cal), inputs.calib_gid, idx_calib, n_groups, min_items)
+            cal_gid = inputs.calib_gid[idx_calib]
+            cal_l0 = _marginalise(_option_space(_correct(cal[idx_calib], _take_groups(frozen, cal_gid), strength), orders))
+            test_l0 = _marginalise(_option_space(_correct(lp_b, _take_groups(frozen, gid_test), strength), orders))
+            out.calib_prior[g] = (frozen, counts)
+            out.calib_l0[g] = cal_l0
+            if fit:
+                log_t = fit_log_temperature(cal_l0, inputs.calib_gold[idx_calib])
+                levels["L1"][g] = log_softmax(test_l0 / np.exp(log_t)[:, None, None])
+                out.log_t[g] = log_t
+        else:
+            test_l0 = _marginalise(_option_space(_correct(lp_b, np.full(lp_b.shape, 1.0 / lp_b.shape[-1]), strength), orders))
+        out.frozen_l0[g] = test_l0
+    if not (use_calib and fit):
+        del levels["L1"]
     return out
 
 
-def _frozen_prior(priors: dict[Hashable, np.ndarray], labels: list[Hashable], s: int, k: int) -> np.ndarray:
-    """Per-item prior from the frozen calibration priors; a label unseen in calibration gets no correction."""
-    uniform = np.full((s, k), 1.0 / k)
-    return np.stack([priors.get(label, uniform) for label in labels])
-
-
-def _l0(lp_pos: np.ndarray, prior: np.ndarray, orders: np.ndarray, strength: float) -> np.ndarray:
-    """L0 from a given prior: correct each layout, map to option space, take the geometric mean."""
-    return marginalise(to_option_space(prior_correct(lp_pos, prior, strength), orders))
-
-
-def compute_levels(
+def level_inputs(
     test_fwd: np.ndarray,
     test_rev: np.ndarray | None,
     orders_fwd: np.ndarray,
@@ -283,17 +442,8 @@ def compute_levels(
     calib_rev: np.ndarray | None = None,
     calib_groups: Sequence[Hashable] | np.ndarray | None = None,
     calib_gold: np.ndarray | None = None,
-    strength: float = 0.75,
-    min_items: int = 8,
-    batch_size: int | None = None,
-) -> LevelResult:
-    """All levels for the test items, per layout group (``fwd``, and ``rev`` for the order-flip probe).
-
-    Each group is computed from its own arrays only, so the flip probe compares two independent pipelines.
-    L1 is fitted on the calibration split (its prior over the whole split, then T on ``calib_gold``) and
-    applied to the test items with that frozen prior, fwd and rev calibrated separately; without
-    ``calib_fwd`` there is no L1. Score questions pass ``S = 1`` and no rev (then L0-perm equals raw).
-    """
+) -> LevelInputs:
+    """Validate the arrays of :func:`compute_levels` once (shapes, orders, groups, gold) for any number of resamples."""
     fwd = _check_lp("test_fwd", test_fwd, 3)
     n, _, k = fwd.shape
     labels = _labels("groups_test", groups_test, n)
@@ -302,15 +452,18 @@ def compute_levels(
     if (calib_rev is not None) and (test_rev is None):
         raise ValueError("calib_rev: given without test_rev")
 
-    inputs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    inputs["fwd"] = (fwd, _check_orders("orders_fwd", orders_fwd, fwd.shape[1], k))
+    test = {"fwd": log_softmax(fwd)}
+    orders = {"fwd": _check_orders("orders_fwd", orders_fwd, fwd.shape[1], k)}
     if test_rev is not None:
         rev = _check_lp("test_rev", test_rev, 3)
         if rev.shape[0] != n or rev.shape[2] != k:
             raise ValueError(f"test_rev: shape {rev.shape} does not match test_fwd items and labels {fwd.shape}")
-        inputs["rev"] = (rev, _check_orders("orders_rev", orders_rev, rev.shape[1], k))
+        test["rev"] = log_softmax(rev)
+        orders["rev"] = _check_orders("orders_rev", orders_rev, rev.shape[1], k)
 
     calib: dict[str, np.ndarray] = {}
+    cal_labels: list[Hashable] = []
+    cal_gold = np.zeros(0, dtype=np.intp)
     if calib_fwd is not None:
         calib["fwd"] = _check_lp("calib_fwd", calib_fwd, 3)
         if test_rev is not None:
@@ -325,32 +478,57 @@ def compute_levels(
         cal_labels = _labels("calib_groups", calib_groups, n_cal)
         cal_gold = _check_gold("calib_gold", calib_gold, n_cal, k)
         for g, arr in calib.items():
-            if arr.shape[0] != n_cal or arr.shape[1:] != inputs[g][0].shape[1:]:
+            if arr.shape[0] != n_cal or arr.shape[1:] != test[g].shape[1:]:
                 raise ValueError(
-                    f"calib_{g}: shape {arr.shape} does not match {n_cal} items and test_{g} layouts/labels {inputs[g][0].shape[1:]}"
+                    f"calib_{g}: shape {arr.shape} does not match {n_cal} items and test_{g} layouts/labels {test[g].shape[1:]}"
                 )
+            calib[g] = log_softmax(arr)
     elif calib_rev is not None or calib_gold is not None or calib_groups is not None:
         raise ValueError("calib_fwd: required when any other calibration argument is given")
+    (test_gid, calib_gid), names = _group_ids(labels, cal_labels)
+    return LevelInputs(test=test, orders=orders, test_gid=test_gid, calib=calib, calib_gid=calib_gid,
+                       calib_gold=cal_gold, group_names=names)
 
-    levels: dict[str, dict[str, np.ndarray | None]] = {name: {"fwd": None, "rev": None} for name in LEVELS}
+
+def compute_levels(
+    test_fwd: np.ndarray,
+    test_rev: np.ndarray | None,
+    orders_fwd: np.ndarray,
+    orders_rev: np.ndarray | None,
+    groups_test: Sequence[Hashable] | np.ndarray,
+    *,
+    calib_fwd: np.ndarray | None = None,
+    calib_rev: np.ndarray | None = None,
+    calib_groups: Sequence[Hashable] | np.ndarray | None = None,
+    calib_gold: np.ndarray | None = None,
+    strength: float = PRIOR_STRENGTH,
+    min_items: int = PRIOR_MIN_ITEMS,
+    batch_size: int | None = None,
+) -> LevelResult:
+    """All levels for the test items, per layout group (``fwd``, and ``rev`` for the order-flip probe).
+
+    Each group is computed from its own arrays only, so the flip probe compares two independent pipelines.
+    L1 is fitted on the calibration split (its prior over the whole split, then T on ``calib_gold``) and
+    applied to the test items with that frozen prior, fwd and rev calibrated separately; without
+    ``calib_fwd`` there is no L1. Score questions pass ``S = 1`` and no rev (then L0-perm equals raw).
+    ``batch_size=1`` gives the published streaming ("scored so far") prior, ``None`` the whole-split prior.
+    """
+    inputs = level_inputs(test_fwd, test_rev, orders_fwd, orders_rev, groups_test, calib_fwd=calib_fwd,
+                          calib_rev=calib_rev, calib_groups=calib_groups, calib_gold=calib_gold)
+    _check_prior_args(min_items, batch_size)
+    idx_calib = np.arange(inputs.n_calib)[None, :] if inputs.calib else None
+    res = levels_resampled(inputs, np.arange(inputs.n_test)[None, :], idx_calib, strength=strength,
+                           min_items=min_items, batch_size=batch_size)
+    levels: dict[str, dict[str, np.ndarray | None]] = {
+        name: {g: (res.levels[name][g][0] if g in res.levels[name] else None) for g in GROUPS}
+        for name in res.levels
+    }
     result = LevelResult(levels=levels)
-    for g, (lp, orders) in inputs.items():
-        prior = batch_prior(lp, labels, min_items=min_items, batch_size=batch_size)
-        result.test_prior[g] = prior
-        opt = to_option_space(lp, orders)
-        levels["raw"][g] = log_softmax(opt[:, 0, :])
-        levels["L0-perm"][g] = marginalise(opt)
-        levels["L0-bc"][g] = to_option_space(prior_correct(lp[:, :1], prior[:, :1], strength), orders[:1])[:, 0, :]
-        levels["L0"][g] = marginalise(to_option_space(prior_correct(lp, prior, strength), orders))
-        if g in calib:
-            s = lp.shape[1]
-            cal_prior = _calibration_prior(calib[g], cal_labels, min_items)
-            cal_l0 = _l0(calib[g], _frozen_prior(cal_prior, cal_labels, s, k), orders, strength)
-            temperature = fit_temperature(cal_l0, cal_gold)
-            test_l0 = _l0(lp, _frozen_prior(cal_prior, labels, s, k), orders, strength)
-            levels["L1"][g] = apply_temperature(test_l0, temperature)
-            result.temperature[g] = temperature
-            result.calib_prior[g] = cal_prior
-    if not calib:
-        del levels["L1"]
+    for g in inputs.test:
+        result.test_prior[g] = res.test_prior[g][0]
+        if g in res.log_t:
+            result.temperature[g] = math.exp(float(res.log_t[g][0]))
+            frozen = res.calib_prior[g][0][0]
+            seen = set(inputs.calib_gid.tolist())
+            result.calib_prior[g] = {name: frozen[i] for i, name in enumerate(inputs.group_names) if i in seen}
     return result

@@ -1,24 +1,41 @@
-"""Decision metrics (accuracy, macro-F1, NLL, Brier, ECE, flip, cov@5%, AURC) with bootstrap intervals.
+"""Decision metrics (accuracy, macro-F1, NLL, Brier, ECE, flip, cov@5%, AURC, tie rate) with bootstrap intervals.
 
 Inputs are option-space log-probs ``lp`` ``(N, K)``, gold option indices ``gold`` ``(N,)`` and, for the
-order-flip probe, the log-probs of the reversed layout ``lp_rev`` ``(N, K)``.
+order-flip probe, the log-probs of the reversed layout ``lp_rev`` ``(N, K)``. A padded option (mixed K) has
+log-prob ``-inf``.
 
-Every metric is implemented once, on a batch of resamples ``(B, N)``; the scalar functions call the same code
+Every metric is implemented once, on a batch of resamples ``(B, N, K)``; the scalar functions call the same code
 with ``B = 1``. The bootstrap therefore computes exactly the published definitions on each resample, and is
 fast because nothing loops over resamples in Python.
+
+No silent ties (docs/metrics.md): labels whose log-prob lies within :data:`TIE_TOL` of an item's top log-prob
+are tied for the top, and every metric that depends on the argmax is the expectation under breaking that tie
+uniformly at random (``np.argmax`` would give it to the lowest index, i.e. position A in the raw layout).
+Items whose top confidences are equal within the same tolerance are likewise ranked as a block, never by
+their index.
 """
 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 
-METRICS: tuple[str, ...] = ("acc", "macro_f1", "nll", "brier", "ece", "flip", "cov@5", "aurc")
+from anyjev.settings import default
+
+METRICS: tuple[str, ...] = ("acc", "macro_f1", "nll", "brier", "ece", "flip", "cov@5", "aurc", "tie_rate")
 NLL_CLIP = 1e-12
 ECE_BINS = 15
 COVERAGE_RISK = 0.05
 MIN_BOOT = 1000
+# Two log-probs closer than this are tied: p_k >= p_top * exp(-1e-12), a relative difference of 1e-12 in
+# probability. bf16 label log-probs come in steps of 0.125 nat, float64 noise after renormalising is ~1e-15.
+TIE_TOL = 1e-12
+INTERVAL_METHODS = ("bca", "percentile")
+# The config schema holds these defaults (evaluation.n_boot, evaluation.bootstrap_seed).
+N_BOOT: int = default("evaluation", "n_boot")
+BOOTSTRAP_SEED: int = default("evaluation", "bootstrap_seed")
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -63,100 +80,179 @@ def _check_inputs(lp: object, gold: object, lp_rev: object | None) -> tuple[np.n
 
 
 def _check_conf(conf: object, correct: object) -> tuple[np.ndarray, np.ndarray]:
-    """Confidence and correctness must be paired 1-d arrays of the same non-zero length."""
+    """Confidence and (expected) correctness must be paired 1-d arrays of the same non-zero length."""
     c = np.asarray(conf, dtype=np.float64)
     ok = np.asarray(correct)
     if c.ndim != 1 or c.size == 0:
         raise ValueError(f"conf: expected a non-empty 1-d array, got shape {c.shape}")
-    if np.isnan(c).any():
-        raise ValueError("conf: contains NaN")
+    if np.isnan(c).any() or (c < 0).any():
+        raise ValueError("conf: contains NaN or negative values")
     if ok.shape != c.shape:
         raise ValueError(f"correct: shape {ok.shape} does not match conf {c.shape}")
-    if ok.dtype.kind not in "biuf" or not np.isin(ok, (0, 1)).all():
-        raise ValueError("correct: expected booleans (or 0/1)")
+    if ok.dtype.kind not in "biuf" or np.isnan(ok.astype(np.float64)).any() or ((ok < 0) | (ok > 1)).any():
+        raise ValueError("correct: expected booleans or expected correctness in [0, 1]")
     return c[None, :], ok.astype(np.float64)[None, :]
+
+
+# ------------------------------------------------------------------------------------------------ ties
+
+
+def tie_weights(lp: np.ndarray) -> np.ndarray:
+    """Probability that uniform tie-breaking picks each label as the argmax: 1/m on the m tied top labels."""
+    lp = np.asarray(lp, dtype=np.float64)
+    tied = lp >= lp.max(axis=-1, keepdims=True) - TIE_TOL
+    return tied / tied.sum(axis=-1, keepdims=True)
+
+
+def _block_mean(log_conf_sorted: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Average ``values`` over runs of equal (within TIE_TOL) sorted confidence, per row of ``(B, n)``.
+
+    Items of equal confidence have no order among them; replacing their correctness by the run's mean is the
+    expectation under a uniformly random order, so ranking-based metrics do not depend on item positions.
+    """
+    b, n = values.shape
+    pos = np.broadcast_to(np.arange(n), (b, n))
+    new = np.ones((b, n), dtype=bool)
+    gap = np.abs(np.diff(log_conf_sorted, axis=1))
+    new[:, 1:] = ~(gap <= TIE_TOL)  # -inf == -inf gives NaN gaps: treated as a new block
+    new[:, 1:] &= ~(log_conf_sorted[:, 1:] == log_conf_sorted[:, :-1])
+    last = np.ones((b, n), dtype=bool)
+    last[:, :-1] = new[:, 1:]
+    start = np.maximum.accumulate(np.where(new, pos, 0), axis=1)
+    end = np.minimum.accumulate(np.where(last, pos, n - 1)[:, ::-1], axis=1)[:, ::-1]
+    cum = np.zeros((b, n + 1))
+    cum[:, 1:] = np.cumsum(values, axis=1)
+    rows = np.arange(b)[:, None]
+    return (cum[rows, end + 1] - cum[rows, start]) / (end - start + 1)
+
+
+def _sorted_by_conf(log_conf: np.ndarray, correct: np.ndarray, descending: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Sort (B, n) by confidence and average correctness within confidence ties."""
+    order = np.argsort(-log_conf if descending else log_conf, axis=1, kind="stable")
+    lc = np.take_along_axis(log_conf, order, axis=1)
+    ok = _block_mean(lc, np.take_along_axis(correct, order, axis=1))
+    return lc, ok
 
 
 # ---------------------------------------------------------------------------- batched metric kernels
 # Each takes arrays with a leading resample axis B and returns (B,) values.
 
 
-def _macro_f1_b(pred: np.ndarray, gold: np.ndarray, k: int) -> np.ndarray:
-    """Macro-F1 over the classes present in gold or prediction: F1_c = 2 tp / (#pred_c + #gold_c)."""
-    b = pred.shape[0]
-    offset = (np.arange(b) * k)[:, None]
-    size = b * k
-    hit = pred == gold
-    tp = np.bincount((offset + gold)[hit], minlength=size).reshape(b, k)
-    n_gold = np.bincount((offset + gold).ravel(), minlength=size).reshape(b, k)
-    n_pred = np.bincount((offset + pred).ravel(), minlength=size).reshape(b, k)
+def _macro_f1_b(weights: np.ndarray, gold: np.ndarray) -> np.ndarray:
+    """Macro-F1 of the expected confusion matrix: F1_c = 2 E[tp_c] / (E[#pred_c] + #gold_c).
+
+    ``weights`` ``(B, n, K)`` are the tie-breaking probabilities; without ties they are one-hot predictions and
+    this is the ordinary macro-F1 over the classes present in gold or prediction.
+    """
+    onehot = gold[..., None] == np.arange(weights.shape[-1])
+    tp = np.sum(weights * onehot, axis=1)
+    n_gold = onehot.sum(axis=1)
+    n_pred = weights.sum(axis=1)
     denom = n_gold + n_pred
     present = denom > 0
-    f1 = np.where(present, 2.0 * tp / np.maximum(denom, 1), 0.0)
+    f1 = np.where(present, 2.0 * tp / np.where(present, denom, 1.0), 0.0)
     return f1.sum(axis=1) / present.sum(axis=1)
 
 
-def _ece_b(conf: np.ndarray, correct: np.ndarray, n_bins: int) -> np.ndarray:
-    """Equal-mass ECE: stable sort by confidence, min(n_bins, n) consecutive chunks (np.array_split sizes)."""
+def _ece_from_sorted(conf: np.ndarray, ok: np.ndarray, n_bins: int) -> np.ndarray:
     n = conf.shape[1]
-    order = np.argsort(conf, axis=1, kind="stable")
-    c = np.take_along_axis(conf, order, axis=1)
-    ok = np.take_along_axis(correct, order, axis=1)
     sizes = [len(chunk) for chunk in np.array_split(np.arange(n), min(n_bins, n))]
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    gap = np.add.reduceat(c, starts, axis=1) - np.add.reduceat(ok, starts, axis=1)
+    gap = np.add.reduceat(conf, starts, axis=1) - np.add.reduceat(ok, starts, axis=1)
     # (|b|/n) * |mean conf_b - acc_b| == |sum conf_b - sum correct_b| / n
     return np.abs(gap).sum(axis=1) / n
 
 
-def _risk_curve_b(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
-    """Error rate of the k most confident items, k = 1..n (stable descending sort), shape (B, n)."""
-    n = conf.shape[1]
-    order = np.argsort(-conf, axis=1, kind="stable")
-    errors = 1.0 - np.take_along_axis(correct, order, axis=1)
-    return np.cumsum(errors, axis=1) / np.arange(1, n + 1)
+def _ece_b(log_conf: np.ndarray, correct: np.ndarray, n_bins: int) -> np.ndarray:
+    """Equal-mass ECE: sort by confidence, min(n_bins, n) consecutive chunks (np.array_split sizes)."""
+    lc, ok = _sorted_by_conf(log_conf, correct, descending=False)
+    return _ece_from_sorted(np.exp(lc), ok, n_bins)
 
 
-def _coverage_b(conf: np.ndarray, correct: np.ndarray, risk: float) -> np.ndarray:
-    """Largest k/n whose k most confident items have error rate <= risk (0 if none)."""
-    curve = _risk_curve_b(conf, correct)
+def _risk_curve_b(log_conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
+    """Expected error rate of the k most confident items, k = 1..n, shape (B, n)."""
+    n = log_conf.shape[1]
+    _, ok = _sorted_by_conf(log_conf, correct, descending=True)
+    return np.cumsum(1.0 - ok, axis=1) / np.arange(1, n + 1)
+
+
+def _coverage_b(log_conf: np.ndarray, correct: np.ndarray, risk: float) -> np.ndarray:
+    """Largest k/n whose k most confident items have (expected) error rate <= risk (0 if none)."""
+    curve = _risk_curve_b(log_conf, correct)
     n = curve.shape[1]
-    within = curve <= risk
-    # index of the last True per row; rows without any True get coverage 0
+    within = curve <= risk + 1e-12  # a 5% error rate must not fail by float rounding
     last = n - 1 - np.argmax(within[:, ::-1], axis=1)
     return np.where(within.any(axis=1), (last + 1) / n, 0.0)
 
 
-def _aurc_b(conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
+def _aurc_b(log_conf: np.ndarray, correct: np.ndarray) -> np.ndarray:
     """Area under the risk-coverage curve: mean over k of the error rate of the k most confident items."""
-    return _risk_curve_b(conf, correct).mean(axis=1)
+    return _risk_curve_b(log_conf, correct).mean(axis=1)
+
+
+def metrics_batch(lp: np.ndarray, gold: np.ndarray, lp_rev: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Every metric on each resample of ``lp`` ``(B, n, K)``, ``gold`` ``(B, n)`` (validated, normalised inputs)."""
+    weights = tie_weights(lp)
+    log_conf = lp.max(axis=2)
+    correct = np.take_along_axis(weights, gold[..., None], axis=2)[..., 0]
+    lp_gold = np.take_along_axis(lp, gold[..., None], axis=2)[..., 0]
+    p = np.exp(lp)
+    brier_items = np.sum(p * p, axis=2) - 2.0 * np.exp(lp_gold) + 1.0
+    out = {
+        "acc": correct.mean(axis=1),
+        "macro_f1": _macro_f1_b(weights, gold),
+        "nll": (-np.log(np.maximum(np.exp(lp_gold), NLL_CLIP))).mean(axis=1),
+        "brier": brier_items.mean(axis=1),
+        "ece": _ece_b(log_conf, correct, ECE_BINS),
+        "flip": np.full(lp.shape[0], np.nan),
+        "cov@5": _coverage_b(log_conf, correct, COVERAGE_RISK),
+        "aurc": _aurc_b(log_conf, correct),
+        "tie_rate": (weights.max(axis=2) < 1.0).mean(axis=1),
+    }
+    if lp_rev is not None:
+        same = np.sum(weights * tie_weights(lp_rev), axis=2)  # P(both tie-broken argmaxes agree)
+        out["flip"] = (1.0 - same).mean(axis=1)
+    return out
 
 
 # ------------------------------------------------------------------------------------- scalar metrics
 
 
+def _one(lp: object, gold: object, lp_rev: object | None = None) -> dict[str, float]:
+    arr, g, rev = _check_inputs(lp, gold, lp_rev)
+    values = metrics_batch(arr[None], g[None], None if rev is None else rev[None])
+    return {name: float(values[name][0]) for name in METRICS}
+
+
 def accuracy(lp: np.ndarray, gold: np.ndarray) -> float:
-    """Share of items whose argmax is the gold option."""
-    arr, g, _ = _check_inputs(lp, gold, None)
-    return float(np.mean(arr.argmax(axis=1) == g))
+    """Expected share of items whose (uniformly tie-broken) argmax is the gold option."""
+    return _one(lp, gold)["acc"]
 
 
 def macro_f1(lp: np.ndarray, gold: np.ndarray) -> float:
     """Unweighted mean F1 over classes in gold or predictions, so rare classes count as much as common ones."""
-    arr, g, _ = _check_inputs(lp, gold, None)
-    return float(_macro_f1_b(arr.argmax(axis=1)[None], g[None], arr.shape[1])[0])
+    return _one(lp, gold)["macro_f1"]
 
 
 def nll(lp: np.ndarray, gold: np.ndarray) -> float:
     """Mean -log p(gold), p clipped at 1e-12 so one impossible gold cannot make the mean infinite."""
-    arr, g, _ = _check_inputs(lp, gold, None)
-    return float(np.mean(_item_nll(arr, g)))
+    return _one(lp, gold)["nll"]
 
 
 def brier(lp: np.ndarray, gold: np.ndarray) -> float:
     """Multi-class Brier score: mean over items of sum_k (p_k - 1[k = gold])^2."""
-    arr, g, _ = _check_inputs(lp, gold, None)
-    return float(np.mean(_item_brier(arr, g)))
+    return _one(lp, gold)["brier"]
+
+
+def tie_rate(lp: np.ndarray) -> float:
+    """Share of items whose top probability is shared by two or more labels (within :data:`TIE_TOL`)."""
+    arr = _check_lp("lp", lp)
+    return float(np.mean(tie_weights(arr).max(axis=1) < 1.0))
+
+
+def _log_conf(conf: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore"):
+        return np.log(conf)
 
 
 def ece(conf: np.ndarray, correct: np.ndarray, n_bins: int = ECE_BINS) -> float:
@@ -164,81 +260,106 @@ def ece(conf: np.ndarray, correct: np.ndarray, n_bins: int = ECE_BINS) -> float:
     if n_bins < 1:
         raise ValueError(f"n_bins: must be >= 1, got {n_bins}")
     c, ok = _check_conf(conf, correct)
-    return float(_ece_b(c, ok, n_bins)[0])
+    return float(_ece_b(_log_conf(c), ok, n_bins)[0])
 
 
 def reliability_bins(conf: np.ndarray, correct: np.ndarray, n_bins: int = ECE_BINS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The equal-mass bins ECE is computed on: mean confidence, accuracy and size per bin (for plots)."""
     c, ok = _check_conf(conf, correct)
-    c, ok = c[0], ok[0]
-    order = np.argsort(c, kind="stable")
-    chunks = np.array_split(order, min(n_bins, len(c)))
-    return (np.array([c[i].mean() for i in chunks]), np.array([ok[i].mean() for i in chunks]),
+    lc, ok_sorted = _sorted_by_conf(_log_conf(c), ok, descending=False)
+    chunks = np.array_split(np.arange(c.shape[1]), min(n_bins, c.shape[1]))
+    conf_sorted = np.exp(lc[0])
+    return (np.array([conf_sorted[i].mean() for i in chunks]), np.array([ok_sorted[0, i].mean() for i in chunks]),
             np.array([len(i) for i in chunks]))
 
 
 def flip(lp: np.ndarray, lp_rev: np.ndarray) -> float:
-    """Share of items whose argmax changes when the option order is reversed (order sensitivity)."""
+    """Expected share of items whose (tie-broken) argmax changes when the option order is reversed."""
     arr = _check_lp("lp", lp)
     rev = _check_lp("lp_rev", lp_rev)
     if rev.shape != arr.shape:
         raise ValueError(f"lp_rev: shape {rev.shape} does not match lp {arr.shape}")
-    return float(np.mean(arr.argmax(axis=1) != rev.argmax(axis=1)))
+    return float(np.mean(1.0 - np.sum(tie_weights(arr) * tie_weights(rev), axis=1)))
 
 
 def coverage_at_risk(conf: np.ndarray, correct: np.ndarray, risk: float = COVERAGE_RISK) -> float:
     """Largest share of items that can be answered automatically while keeping the error rate <= risk."""
     c, ok = _check_conf(conf, correct)
-    return float(_coverage_b(c, ok, risk)[0])
+    return float(_coverage_b(_log_conf(c), ok, risk)[0])
 
 
 def aurc(conf: np.ndarray, correct: np.ndarray) -> float:
     """Area under the risk-coverage curve (lower is better): rewards confidence that ranks errors last."""
     c, ok = _check_conf(conf, correct)
-    return float(_aurc_b(c, ok)[0])
-
-
-# ------------------------------------------------------------------------------------ all metrics
-
-
-def _item_nll(lp: np.ndarray, gold: np.ndarray) -> np.ndarray:
-    p_gold = np.exp(lp[np.arange(len(gold)), gold])
-    return -np.log(np.maximum(p_gold, NLL_CLIP))
-
-
-def _item_brier(lp: np.ndarray, gold: np.ndarray) -> np.ndarray:
-    p = np.exp(lp)
-    p[np.arange(len(gold)), gold] -= 1.0
-    return np.sum(p * p, axis=1)
-
-
-def _all_metrics(lp: np.ndarray, gold: np.ndarray, lp_rev: np.ndarray | None, idx: np.ndarray) -> dict[str, np.ndarray]:
-    """Every metric on each row of resampled item indices ``idx`` (B, N); validated inputs only."""
-    k = lp.shape[1]
-    pred = lp.argmax(axis=1)
-    conf = np.exp(lp.max(axis=1))
-    correct = (pred == gold).astype(np.float64)
-    c_b, ok_b = conf[idx], correct[idx]
-    out = {
-        "acc": ok_b.mean(axis=1),
-        "macro_f1": _macro_f1_b(pred[idx], gold[idx], k),
-        "nll": _item_nll(lp, gold)[idx].mean(axis=1),
-        "brier": _item_brier(lp, gold)[idx].mean(axis=1),
-        "ece": _ece_b(c_b, ok_b, ECE_BINS),
-        "flip": np.full(idx.shape[0], np.nan),
-        "cov@5": _coverage_b(c_b, ok_b, COVERAGE_RISK),
-        "aurc": _aurc_b(c_b, ok_b),
-    }
-    if lp_rev is not None:
-        out["flip"] = (pred != lp_rev.argmax(axis=1)).astype(np.float64)[idx].mean(axis=1)
-    return out
+    return float(_aurc_b(_log_conf(c), ok)[0])
 
 
 def metric_values(lp: np.ndarray, gold: np.ndarray, lp_rev: np.ndarray | None = None) -> dict[str, float]:
     """Every metric in :data:`METRICS` on the given items; ``flip`` is NaN without ``lp_rev``."""
-    arr, g, rev = _check_inputs(lp, gold, lp_rev)
-    values = _all_metrics(arr, g, rev, np.arange(len(g))[None, :])
-    return {name: float(values[name][0]) for name in METRICS}
+    return _one(lp, gold, lp_rev)
+
+
+# ------------------------------------------------------------------------------------------ intervals
+
+
+def jackknife_acceleration(jackknife: list[np.ndarray]) -> float:
+    """BCa acceleration from leave-one-out values, one array per stratum (Davison & Hinkley 1997, 3.3).
+
+    ``l_hi = (n_h - 1) (mean_h - theta_(hi))`` are the empirical influence values of stratum ``h``;
+    ``a = sum_h n_h^-3 sum_i l_hi^3 / (6 (sum_h n_h^-2 sum_i l_hi^2)^1.5)``. Strata of fewer than 2 items add
+    nothing. Returns 0 when every influence is 0 (a statistic that does not move).
+    """
+    num = den = 0.0
+    for theta in jackknife:
+        theta = np.asarray(theta, dtype=np.float64)
+        n = theta.size
+        if n < 2:
+            continue
+        infl = (n - 1) * (theta.mean() - theta)
+        num += float(np.sum(infl**3)) / n**3
+        den += float(np.sum(infl**2)) / n**2
+    if not math.isfinite(num) or not math.isfinite(den) or den <= 0.0:
+        return 0.0
+    return num / (6.0 * den**1.5)
+
+
+def interval(point: float, boot: np.ndarray, *, accel: float = 0.0, level: float = 0.95,
+             method: str = "bca") -> tuple[float, float, bool]:
+    """Bootstrap interval ``(lo, hi, widened)`` for one statistic.
+
+    ``bca``: bias-corrected and accelerated percentiles (Efron 1987); the bias correction counts resamples
+    equal to the point as half below. ``percentile``: plain percentiles. Where the point still falls outside
+    (a degenerate bootstrap distribution), the interval is widened to include it and ``widened`` is True.
+    """
+    if method not in INTERVAL_METHODS:
+        raise ValueError(f"method: must be one of {INTERVAL_METHODS}, got {method!r}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level: must lie strictly between 0 and 1, got {level}")
+    v = np.asarray(boot, dtype=np.float64)
+    v = v[~np.isnan(v)]
+    if v.size == 0 or math.isnan(point):
+        return math.nan, math.nan, False
+    tail = (1.0 - level) / 2.0
+    if method == "percentile":
+        q = (tail, 1.0 - tail)
+    else:
+        nd = NormalDist()
+        eps = 1e-12 * max(1.0, abs(point))
+        below = float(np.sum(v < point - eps)) + 0.5 * float(np.sum(np.abs(v - point) <= eps))
+        share = min(max(below / v.size, 0.5 / v.size), 1.0 - 0.5 / v.size)
+        z0 = nd.inv_cdf(share)
+        q_list = []
+        for z in (nd.inv_cdf(tail), nd.inv_cdf(1.0 - tail)):
+            denom = 1.0 - accel * (z0 + z)
+            q_list.append(nd.cdf(z0 + (z0 + z) / denom) if denom > 0 else (0.0 if z < 0 else 1.0))
+        q = (q_list[0], q_list[1])
+    lo, hi = (float(x) for x in np.quantile(v, q))
+    widened = False
+    if point < lo:
+        lo, widened = point, True
+    if point > hi:
+        hi, widened = point, True
+    return lo, hi, widened
 
 
 def bootstrap(
@@ -246,32 +367,36 @@ def bootstrap(
     gold: np.ndarray,
     lp_rev: np.ndarray | None = None,
     *,
-    n_boot: int = 1000,
-    seed: int = 0,
+    n_boot: int = N_BOOT,
+    seed: int = BOOTSTRAP_SEED,
     level: float = 0.95,
+    method: str = "bca",
 ) -> dict[str, tuple[float, float]]:
-    """Seeded percentile bootstrap interval for every metric, resampling items with replacement.
+    """Seeded bootstrap interval for every metric, resampling test items only (the levels held fixed).
 
     The same resampled item indices serve all metrics (and ``lp_rev``), so intervals are comparable across
-    metrics. ``n_boot`` below 1000 is refused: the project promises at least 1000 resamples.
+    metrics. ``n_boot`` below 1000 is refused: the project promises at least 1000 resamples. To include the
+    fit of priors and temperature, use :func:`anyjev.numbers.evaluation.evaluate_records`.
     """
     if n_boot < MIN_BOOT:
         raise ValueError(f"n_boot: must be >= {MIN_BOOT}, got {n_boot}")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level: must lie strictly between 0 and 1, got {level}")
     arr, g, rev = _check_inputs(lp, gold, lp_rev)
+    n = len(g)
     rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(g), size=(n_boot, len(g)))
-    values = _all_metrics(arr, g, rev, idx)
-    tail = (1.0 - level) / 2.0 * 100.0
+    idx = rng.integers(0, n, size=(n_boot, n))
+    values = metrics_batch(arr[idx], g[idx], None if rev is None else rev[idx])
+    point = _one(arr, g, rev)
+    jack: dict[str, np.ndarray] = {}
+    if method == "bca" and n >= 2:
+        loo = np.array([np.delete(np.arange(n), i) for i in range(n)])
+        jack = metrics_batch(arr[loo], g[loo], None if rev is None else rev[loo])
     out: dict[str, tuple[float, float]] = {}
     for name in METRICS:
-        v = values[name]
-        if np.isnan(v).all():
-            out[name] = (math.nan, math.nan)
-        else:
-            lo, hi = np.percentile(v, [tail, 100.0 - tail])
-            out[name] = (float(lo), float(hi))
+        accel = jackknife_acceleration([jack[name]]) if name in jack else 0.0
+        lo, hi, _ = interval(point[name], values[name], accel=accel, level=level, method=method)
+        out[name] = (lo, hi)
     return out
 
 
@@ -280,8 +405,8 @@ def summarise(
     gold: np.ndarray,
     lp_rev: np.ndarray | None = None,
     *,
-    n_boot: int = 1000,
-    seed: int = 0,
+    n_boot: int = N_BOOT,
+    seed: int = BOOTSTRAP_SEED,
 ) -> dict[str, dict[str, float]]:
     """Point value and 95% bootstrap interval per metric: ``{metric: {"value", "lo", "hi"}}``."""
     values = metric_values(lp, gold, lp_rev)

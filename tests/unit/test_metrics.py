@@ -75,15 +75,20 @@ def test_coverage_and_aurc_by_hand() -> None:
     assert coverage_at_risk(np.array([0.9, 0.3]), np.array([False, True])) == 0.0
 
 
-def test_coverage_exact_boundary_and_stable_ties() -> None:
+def test_coverage_exact_boundary_and_confidence_ties() -> None:
     conf = np.linspace(1.0, 0.5, 20)
     ok = np.ones(20, dtype=bool)
     ok[-1] = False  # 1 error in 20 = exactly 5%
     assert coverage_at_risk(conf, ok) == pytest.approx(1.0)
-    # a tie keeps input order: the wrong item (first) ranks first
+    # equal confidences form one block, ranked in expectation over a random order: input order is irrelevant
+    # (the stable sort used to give (1 + 0.5) / 2 and (0 + 0.5) / 2 depending on which item came first)
     assert coverage_at_risk(np.array([0.9, 0.9]), np.array([False, True])) == 0.0
-    assert aurc(np.array([0.9, 0.9]), np.array([False, True])) == pytest.approx((1 + 0.5) / 2)
-    assert aurc(np.array([0.9, 0.9]), np.array([True, False])) == pytest.approx((0 + 0.5) / 2)
+    assert aurc(np.array([0.9, 0.9]), np.array([False, True])) == pytest.approx(0.5)
+    assert aurc(np.array([0.9, 0.9]), np.array([True, False])) == pytest.approx(0.5)
+    # a block inside a ranking: .9 T, then {.5 F, .5 T}, then .1 F -> expected errors 0, .5, 1, 2
+    conf4, ok4 = np.array([0.5, 0.9, 0.1, 0.5]), np.array([False, True, False, True])
+    assert aurc(conf4, ok4) == pytest.approx((0 + 0.5 / 2 + 1 / 3 + 2 / 4) / 4)
+    assert coverage_at_risk(conf4, ok4, risk=0.25) == pytest.approx(0.5)
 
 
 def test_flip_by_hand() -> None:
@@ -142,7 +147,9 @@ def test_bootstrap_contains_point_and_is_seeded() -> None:
     for name in METRICS:
         lo, hi = ci[name]
         assert lo <= values[name] <= hi, name
-        assert lo < hi, name
+        if name != "tie_rate":
+            assert lo < hi, name
+    assert ci["tie_rate"] == (0.0, 0.0)  # continuous log-probs never tie
     assert bootstrap(lp, gold, rev, seed=0) == ci
     other = bootstrap(lp, gold, rev, seed=1)
     assert any(other[name] != ci[name] for name in METRICS)
@@ -159,7 +166,7 @@ def test_bootstrap_matches_metric_values_on_each_resample() -> None:
         vals = metric_values(lp[row], gold[row], rev[row])
         for name in METRICS:
             per[name].append(vals[name])
-    ci = bootstrap(lp, gold, rev, n_boot=n_boot, seed=7)
+    ci = bootstrap(lp, gold, rev, n_boot=n_boot, seed=7, method="percentile")
     for name in METRICS:
         lo, hi = np.percentile(per[name], [2.5, 97.5])
         assert ci[name] == pytest.approx((lo, hi), abs=1e-12), name
@@ -196,3 +203,75 @@ def test_reliability_bins_are_the_bins_ece_uses():
     assert size.sum() == 100 and len(size) == 15 and set(size) == {6, 7}
     assert np.all(np.diff(x) >= 0), "bins run from least to most confident"
     assert float(np.sum(size / 100 * np.abs(x - y))) == pytest.approx(ece(conf, correct), abs=1e-12)
+
+
+# ------------------------------------------------------------------------------------------- planted ties
+
+
+def test_planted_ties_are_broken_uniformly_not_toward_position_a() -> None:
+    from anyjev.numbers.metrics import TIE_TOL, tie_rate, tie_weights
+
+    # item 0: options 0 and 1 tie exactly (gold 1); item 1: three-way tie within 1e-13 (gold 2); item 2: clear
+    p = np.array([[0.4, 0.4, 0.2], [1 / 3, 1 / 3, 1 / 3], [0.1, 0.2, 0.7]])
+    lp = np.log(p)
+    lp[1, 1] -= 1e-13  # inside the tolerance: still a tie
+    gold = np.array([1, 2, 2])
+    assert TIE_TOL == 1e-12
+    np.testing.assert_allclose(tie_weights(lp), [[0.5, 0.5, 0], [1 / 3, 1 / 3, 1 / 3], [0, 0, 1]])
+    assert tie_rate(lp) == pytest.approx(2 / 3)
+    lowest_index = float(np.mean(lp.argmax(axis=1) == gold))
+    assert lowest_index == pytest.approx(1 / 3)  # np.argmax gives both ties to option 0: wrong twice
+    assert accuracy(lp, gold) == pytest.approx((0.5 + 1 / 3 + 1) / 3)
+    # expected confusion: class 0 pred .5+1/3, gold 0; class 1 tp .5, pred .5+1/3, gold 1; class 2 tp 1/3+1,
+    # pred 1/3+1, gold 2
+    f1 = [0.0, 2 * 0.5 / (5 / 6 + 1), 2 * (4 / 3) / (4 / 3 + 2)]
+    assert macro_f1(lp, gold) == pytest.approx(sum(f1) / 3)
+    # reversed layout: item 0 now prefers option 1 clearly; item 1 tied between 1 and 2; item 2 unchanged
+    rev = np.log(np.array([[0.3, 0.5, 0.2], [0.2, 0.4, 0.4], [0.1, 0.2, 0.7]]))
+    # P(differ): item 0: 1 - .5 = .5; item 1: 1 - (1/3 * 1/2 + 1/3 * 1/2) = 2/3; item 2: 0
+    assert flip(lp, rev) == pytest.approx((0.5 + 2 / 3) / 3)
+    assert float(np.mean(lp.argmax(1) != rev.argmax(1))) == pytest.approx(2 / 3)  # what argmax would say
+    # just outside the tolerance the tie is gone
+    lp_out = np.log(p)
+    lp_out[0, 0] -= 1e-9
+    assert accuracy(lp_out, np.array([1, 2, 2])) > accuracy(lp, gold)
+    assert tie_rate(lp_out) == pytest.approx(1 / 3)
+
+
+def test_selective_metrics_use_expected_correctness_and_tie_blocks() -> None:
+    # two items with the same confidence: one tied (gold among two tied labels), one wrong
+    lp = np.log(np.array([[0.45, 0.45, 0.1], [0.45, 0.1, 0.45], [0.9, 0.05, 0.05]]))
+    gold = np.array([1, 1, 0])
+    vals = metric_values(lp, gold)
+    # expected correctness [.5, 0, 1]; ranking: item 2 (.9), then {0, 1} as one block with mean .25
+    assert vals["acc"] == pytest.approx(0.5)
+    assert vals["aurc"] == pytest.approx((0 + (0 + 0.75) / 2 + (0 + 1.5) / 3) / 3)
+    assert vals["cov@5"] == pytest.approx(1 / 3)
+    assert vals["tie_rate"] == pytest.approx(2 / 3)
+    # ECE with 15 bins -> 3 singleton bins, the tied-confidence pair averaged: |.45-.25| twice, |.9-1|
+    assert vals["ece"] == pytest.approx((0.2 + 0.2 + 0.1) / 3)
+    # the item order does not matter any more
+    perm = np.array([1, 0, 2])
+    shuffled = metric_values(lp[perm], gold[perm])
+    assert all(shuffled[m] == pytest.approx(vals[m]) for m in METRICS if m != "flip")
+
+
+def test_bca_interval_widens_degenerate_and_corrects_bias() -> None:
+    from anyjev.numbers.metrics import interval, jackknife_acceleration
+
+    boot = np.linspace(0.12, 0.23, 1000)  # every resample above the point (an ECE-like upward bias)
+    lo, hi, widened = interval(0.115, boot)
+    assert widened and lo == 0.115 and hi <= 0.23
+    assert interval(0.115, boot, method="percentile")[2]
+    # symmetric, centred distribution: BCa with a = 0 equals the percentile interval
+    boot = np.random.default_rng(0).normal(size=20001)
+    lo, hi, widened = interval(0.0, boot)
+    plo, phi, _ = interval(0.0, boot, method="percentile")
+    assert not widened and lo == pytest.approx(plo, abs=0.02) and hi == pytest.approx(phi, abs=0.02)
+    # a constant statistic: a point interval, not widened
+    assert interval(0.75, np.full(1000, 0.75)) == (0.75, 0.75, False)
+    assert all(math.isnan(x) for x in interval(math.nan, np.full(1000, np.nan))[:2])
+    # acceleration by hand: one stratum, theta_(i) = [0, 0, 3] -> l = 2*(1 - theta) = [2, 2, -4]
+    a = jackknife_acceleration([np.array([0.0, 0.0, 3.0])])
+    assert a == pytest.approx((8 + 8 - 64) / 27 / (6 * ((4 + 4 + 16) / 9) ** 1.5))
+    assert jackknife_acceleration([np.ones(5), np.ones(1)]) == 0.0

@@ -59,6 +59,7 @@ LIBRARY_DEFAULTS = [
     (("evaluation", "prior_strength"), evaluation.evaluate_records, "strength"),
     (("evaluation", "prior_min_items"), evaluation.evaluate_records, "min_items"),
     (("evaluation", "prior_batch_size"), evaluation.evaluate_records, "batch_size"),
+    (("evaluation", "prior_mode"), evaluation.evaluate_records, "prior_mode"),
     (("evaluation", "n_boot"), evaluation.evaluate_records, "n_boot"),
     (("evaluation", "bootstrap_seed"), evaluation.evaluate_records, "seed"),
 ]
@@ -113,7 +114,9 @@ def test_the_cli_has_no_defaults_of_its_own_for_config_settings() -> None:
             assert action.dest not in names, f"anyjev {command} --{action.dest} duplicates a config setting"
 
 
-CONFIG_KEY = re.compile(r"\b(models|tasks)\.(?:<name>|\{[^{}]+\}|[A-Za-z0-9_-]+)\.([a-z_]+)\b|\b(server|client|evaluation)\.([a-z_]+)\b")
+# A key path starts a word (not a module path such as anyjev.numbers.evaluation.evaluate_records).
+CONFIG_KEY = re.compile(r"(?<![\w.])(models|tasks)\.(?:<name>|\{[^{}]+\}|[A-Za-z0-9_-]+)\.([a-z_]+)\b"
+                        r"|(?<![\w.])(server|client|evaluation)\.([a-z_]+)\b")
 
 
 def hinted_keys() -> set[tuple[str, ...]]:

@@ -135,9 +135,21 @@ def test_duplicate_ids(tmp_path: Path) -> None:
     assert "line 3" in msg and "duplicate item id 'b'" in msg and "line 2" in msg
 
 
-def test_mixed_k(tmp_path: Path) -> None:
-    msg = load_error(tmp_path, [GOOD[0], {"id": "c", "state": "", "question": "Q", "options": ["x", "y"], "gold": 0}])
-    assert "line 2" in msg and "'c'" in msg and "same number of options" in msg
+def test_mixed_k_is_accepted_and_recorded(tmp_path: Path) -> None:
+    # real answer lists vary in length (TruthfulQA-style 2-5 options): accepted, K recorded as mixed
+    lines = [GOOD[0], {"id": "c", "state": "", "question": "Q", "options": ["x", "y"], "gold": 0},
+             {"id": "d", "state": "s", "question": "Q5", "options": ["1", "2", "3", "4", "5"], "gold": "4"}]
+    p = tmp_path / "mixed.jsonl"
+    p.write_text("\n".join(json.dumps(x) for x in lines), encoding="utf-8")
+    t = load_task_file(p)
+    assert [it.question.k for it in t.items] == [3, 2, 5] and t.items[2].gold == 3
+    assert t.k == "mixed (2-5)" and t.k_range == (2, 5)
+    out = tmp_path / "again.jsonl"
+    write_task_file(t, out)
+    assert load_task_file(out, name=t.name).items == t.items
+    # a bad line in a mixed file still names its line
+    msg = load_error(tmp_path, lines + [{"id": "e", "state": "", "question": "Q", "options": ["x", "y"], "gold": 2}])
+    assert "line 4" in msg and "gold" in msg
 
 
 LINE_BREAKS = ["\n", "\r", "\r\n", "\v", "\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
@@ -235,8 +247,9 @@ def test_bad_header_and_late_header(tmp_path: Path) -> None:
 
 def test_task_object_validation() -> None:
     q3, q2 = choice("Q", ["a", "b", "c"]), choice("Q", ["a", "b"])
-    with pytest.raises(TaskDataError, match="item i2"):
-        Task("t", [Item("i1", "", q3, 0), Item("i2", "", q2, 0)])
+    assert Task("t", [Item("i1", "", q3, 0), Item("i2", "", q2, 0)]).k == "mixed (2-3)"  # mixed K is allowed
+    with pytest.raises(TaskDataError, match="item i2.*gold"):
+        Task("t", [Item("i1", "", q3, 0), Item("i2", "", q2, 2)])
     with pytest.raises(TaskDataError, match="item i1.*duplicate"):
         Task("t", [Item("i1", "", q3, 0), Item("i1", "", q3, 1)])
     with pytest.raises(TaskDataError, match="item i1.*gold"):
@@ -244,9 +257,9 @@ def test_task_object_validation() -> None:
     with pytest.raises(TaskDataError, match="no items"):
         Task("t", [])
     t = Task("t", [Item("i1", "", q3, 0)])
+    assert t.k == 3 and t.k_range == (3, 3)
     t.items.append(Item("i2", "", q2, 0))
-    with pytest.raises(TaskDataError, match="item i2"):
-        _ = t.k
+    assert t.k == "mixed (2-3)"
 
 
 # ------------------------------------------------------------------------------------------- round trip
