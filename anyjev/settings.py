@@ -156,6 +156,7 @@ class Settings:
     levels: list[str]
     split_seed: int
     published: str | None
+    limit: int | None
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     client: ClientSettings = field(default_factory=ClientSettings)
@@ -171,6 +172,7 @@ class Settings:
             cells=cells(config),
             levels=list(config["levels"]),
             split_seed=config["split_seed"],
+            limit=config["limit"],
             evaluation=from_mapping(EvaluationSettings, config["evaluation"], "evaluation"),
             server=from_mapping(ServerSettings, config["server"], "server"),
             client=from_mapping(ClientSettings, config["client"], "client"),
@@ -230,8 +232,10 @@ class Settings:
 
     def prepare_job(self, task: str) -> dict[str, Any]:
         """Everything the prepare step needs to build and split a task."""
-        t = self.tasks[task]
-        return {"name": task, "split_seed": self.split_seed, "hub_cache": HUB_CACHE, **dataclasses.asdict(t)}
+        job = {"name": task, "split_seed": self.split_seed, "hub_cache": HUB_CACHE, **dataclasses.asdict(self.tasks[task])}
+        if self.limit is not None:  # a smoke run: the first items of the same seeded order
+            job |= {"n_test": min(job["n_test"], self.limit), "n_calib": min(job["n_calib"], self.limit), "allow_fewer": True}
+        return job
 
     def model_job(self, model: str) -> dict[str, Any]:
         """What the prepare-model step needs."""

@@ -43,14 +43,13 @@ def _model_source(prov: dict) -> str:
 
 
 def _temperature(entry: object) -> str:
-    """Fitted temperature(s): a number, or {"fwd": ..., "rev": ...} whose values may be numbers or
-    dicts with ``value`` and ``at_bound``."""
+    """Fitted temperature(s): {"fwd": {"T": ..., "at_bound": ...}, "rev": ...} as metrics.json records them."""
     if entry is None:
         return "–"
-    items = entry.items() if isinstance(entry, dict) and "value" not in entry else [("", entry)]
+    items = entry.items() if isinstance(entry, dict) and "T" not in entry else [("", entry)]
     out = []
     for name, v in items:
-        num = scalar(v)
+        num = scalar(v.get("T") if isinstance(v, dict) else v)
         text = f"{num:.3g}" if num is not None else json.dumps(v)
         if isinstance(v, dict) and v.get("at_bound"):
             text += " (at the fit's bound)"

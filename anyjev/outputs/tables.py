@@ -85,6 +85,11 @@ def summary_frame(metrics_files: Sequence[str | os.PathLike], levels: Sequence[s
             tie = scalar(lvl.get("tie_rate", (data.get("tie_rate") or {}).get(level)))
             if tie is not None:
                 row["tie_rate"] = tie
+            if level == "L1":  # L1's fitted temperature per layout group, flagged at the search bound
+                for group, fit in (data.get("temperature") or {}).items():
+                    if isinstance(fit, dict) and "T" in fit:
+                        row[f"T_{group}"] = fit["T"]
+                        row[f"T_{group}_at_bound"] = bool(fit.get("at_bound"))
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -115,7 +120,27 @@ def summary_markdown(df: pd.DataFrame) -> str:
             "swapped). cov@5%: share of items answerable at <= 5% error, most confident first.\n")
     if "tie_rate" in df.columns and df["tie_rate"].notna().any():
         note += "\n" + tie_rate_markdown(df)
+    if "T_fwd" in df.columns and df["T_fwd"].notna().any():
+        note += "\n" + temperature_markdown(df)
     return "\n".join(lines) + "\n" + note
+
+
+def _temperature_text(r: pd.Series, group: str) -> str:
+    v = r.get(f"T_{group}")
+    if _missing(v):
+        return "–"
+    return f"{v:.3g}" + (" (at bound)" if bool(r.get(f"T_{group}_at_bound")) else "")
+
+
+def temperature_markdown(df: pd.DataFrame) -> str:
+    """L1's fitted temperature per cell and layout group; a fit at the search bound (log T = ±3) is marked:
+    there the L1 probabilities are as flat (or as sharp) as the search allows, not a true optimum."""
+    l1 = df[df["level"] == "L1"]
+    lines = ["L1 temperature T (fitted on the calibration items; 'at bound': log T hit the search bound ±3):", "",
+             "| model | task | T (fwd) | T (rev) |", "|---|---|---|---|"]
+    for _, r in l1.iterrows():
+        lines.append(f"| {r['model']} | {r['task']} | {_temperature_text(r, 'fwd')} | {_temperature_text(r, 'rev')} |")
+    return "\n".join(lines) + "\n"
 
 
 def tie_rate_markdown(df: pd.DataFrame) -> str:
@@ -133,7 +158,18 @@ def readme_markdown(df: pd.DataFrame) -> str:
     """The README's results table: model (when there are several), task, K, level and the main metrics
     with their intervals. Generated from summary.csv so the README never drifts from the results."""
     keys = (["model"] if df["model"].nunique() > 1 else []) + ["task", "K", "level"]
-    return "\n".join(_markdown(df, keys, README_METRICS)) + "\n"
+    lines = _markdown(df, keys, README_METRICS)
+    extra = []  # tie rate per level, and L1's temperature (marked at the search bound), where recorded
+    if "tie_rate" in df.columns:
+        extra.append(("ties", lambda r: "–" if _missing(r.get("tie_rate")) else f"{r['tie_rate']:.2f}"))
+    if "T_fwd" in df.columns:
+        extra.append(("T (L1)", lambda r: _temperature_text(r, "fwd") if r["level"] == "L1" else ""))
+    if extra:
+        lines[0] = lines[0] + " " + " | ".join(name for name, _ in extra) + " |"
+        lines[1] = lines[1] + "---|" * len(extra)
+        for i, (_, r) in enumerate(df.iterrows(), start=2):
+            lines[i] = lines[i] + " " + " | ".join(f(r) for _, f in extra) + " |"
+    return "\n".join(lines) + "\n"
 
 
 def read_summary(path: str | os.PathLike) -> pd.DataFrame:

@@ -3,6 +3,7 @@ server, or the user's URL), score every item with resume, and write the cell's p
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -15,6 +16,7 @@ from anyjev.decision.prompts import PROMPT_SYSTEM_VERSION
 from anyjev.errors import BackendError, ConfigError
 from anyjev.files import file_sha256, now_iso, write_json_atomic
 from anyjev.run import provenance, scoring
+from anyjev.run.context import check_prompt_lengths
 from anyjev.settings import ClientSettings, from_mapping
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,16 @@ def check_server_python(python: str) -> None:
                           "creates .venv-server/bin/python; on a GPU cluster, the CUDA vLLM environment's)")
 
 
+def context_length(spec_max_model_len: int | None, model_dir: str | os.PathLike[str]) -> int | None:
+    """The context the server will have: the configured max_model_len, else the model's own (config.json)."""
+    if spec_max_model_len is not None:
+        return spec_max_model_len
+    config = Path(model_dir) / "config.json"
+    if not config.is_file():
+        return None
+    return json.loads(config.read_text()).get("max_position_embeddings")
+
+
 def score_job(job: dict[str, Any], task_path: str | os.PathLike[str], out: str | os.PathLike[str],
               provenance_path: str | os.PathLike[str] | None, owner_pid: int) -> dict[str, int]:
     """Score the cell described by JOB (``Settings.score_job``) into OUT; returns the scoring counts."""
@@ -62,6 +74,10 @@ def score_job(job: dict[str, Any], task_path: str | os.PathLike[str], out: str |
         spec = ServerSpec.from_dict(job["server"])
         check_label_capacity(task, spec.max_logprobs)
         check_server_python(spec.python)
+        limit = context_length(spec.max_model_len, spec.model)
+        if limit is not None:
+            longest = check_prompt_lengths(task.items, tokenizer, limit, source=task_path, model=job["model"])
+            log.info("longest prompt: %d tokens (context %d)", longest, limit)
         handle = acquire_server(spec, state_dir=job["state_dir"], owner_pid=owner_pid, log_path=job["server_log"])
         url, served = handle.url, handle.served_name
         server_record: dict[str, Any] = handle.to_dict() | {"spec": job["server"]}

@@ -111,7 +111,7 @@ def test_provenance_report_from_the_committed_cells(tmp_path: Path) -> None:
 
 def test_provenance_shows_tie_rates_and_bound_temperatures(tmp_path: Path) -> None:
     m = json.loads((REPO / "results/cells/smollm2-135m/mmlu/metrics.json").read_text())
-    m["temperature"] = {"fwd": {"value": 20.09, "at_bound": True}, "rev": 0.5}
+    m["temperature"] = {"fwd": {"T": 20.09, "at_bound": True}, "rev": {"T": 0.5, "at_bound": False}}
     m["metrics"]["L0"]["tie_rate"] = 0.125
     path = tmp_path / "cells/mdl/tsk/metrics.json"
     path.parent.mkdir(parents=True)
