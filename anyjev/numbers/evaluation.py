@@ -36,8 +36,8 @@ from anyjev.numbers.levels import (
     fit_log_temperature,
     level_inputs,
     levels_resampled,
-    log_softmax,
 )
+from anyjev.numbers.logprobs import log_softmax
 from anyjev.numbers.metrics import BOOTSTRAP_SEED, METRICS, MIN_BOOT, N_BOOT, TIE_TOL, interval, jackknife_acceleration, metrics_batch
 from anyjev.run.store import read_scores
 from anyjev.settings import EvaluationSettings, default

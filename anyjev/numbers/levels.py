@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from anyjev.numbers.logprobs import check_gold, log_softmax
 from anyjev.settings import default
 
 # The config schema holds these defaults (evaluation.*); the keyword defaults below are the same values.
@@ -42,15 +43,6 @@ GOLDEN_ITERATIONS = 60
 
 
 # --------------------------------------------------------------------------------------------- helpers
-
-
-def log_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Normalise log-weights over ``axis``; the single place where renormalisation happens."""
-    x = np.asarray(x, dtype=np.float64)
-    m = np.max(x, axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    shifted = x - m
-    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
 
 def _check_lp(name: str, lp: object, ndim: int) -> np.ndarray:
@@ -88,18 +80,6 @@ def _labels(name: str, groups: object, n: int) -> list[Hashable]:
     if len(labels) != n:
         raise ValueError(f"{name}: expected {n} labels (one per item), got {len(labels)}")
     return labels
-
-
-def _check_gold(name: str, gold: object, n: int, k: int) -> np.ndarray:
-    """Gold must be option indices in range; anything else would index the wrong probability."""
-    arr = np.asarray(gold)
-    if arr.shape != (n,):
-        raise ValueError(f"{name}: expected shape ({n},), got {arr.shape}")
-    if arr.dtype.kind not in "iu":
-        raise ValueError(f"{name}: expected integer option indices, got dtype {arr.dtype}")
-    if ((arr < 0) | (arr >= k)).any():
-        raise ValueError(f"{name}: option indices must lie in 0..{k - 1}, got min {arr.min()} max {arr.max()}")
-    return arr.astype(np.intp)
 
 
 # ----------------------------------------------------------------------------------------- primitives
@@ -265,7 +245,7 @@ def fit_temperature(lp: np.ndarray, gold: np.ndarray) -> float:
     fixes over- or under-confidence without changing any argmax.
     """
     arr = _check_lp("lp", lp, 2)
-    g = _check_gold("gold", gold, arr.shape[0], arr.shape[1])
+    g = check_gold("gold", gold, arr.shape[0], arr.shape[1])
     return math.exp(float(fit_log_temperature(arr[None], g[None])[0]))
 
 
@@ -476,7 +456,7 @@ def level_inputs(
         if calib_gold is None:
             raise ValueError("calib_gold: required when calib_fwd is given")
         cal_labels = _labels("calib_groups", calib_groups, n_cal)
-        cal_gold = _check_gold("calib_gold", calib_gold, n_cal, k)
+        cal_gold = check_gold("calib_gold", calib_gold, n_cal, k)
         for g, arr in calib.items():
             if arr.shape[0] != n_cal or arr.shape[1:] != test[g].shape[1:]:
                 raise ValueError(

@@ -22,6 +22,7 @@ from statistics import NormalDist
 
 import numpy as np
 
+from anyjev.numbers.logprobs import check_gold, log_softmax
 from anyjev.settings import default
 
 METRICS: tuple[str, ...] = ("acc", "macro_f1", "nll", "brier", "ece", "flip", "cov@5", "aurc", "tie_rate")
@@ -51,26 +52,13 @@ def _check_lp(name: str, lp: object) -> np.ndarray:
     m = arr.max(axis=1, keepdims=True)
     if not np.isfinite(m).all():
         raise ValueError(f"{name}: a row has no finite log-probability")
-    shifted = arr - m
-    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-
-
-def _check_gold(gold: object, n: int, k: int) -> np.ndarray:
-    """Gold must be N integer option indices in 0..K-1; anything else would score the wrong option."""
-    arr = np.asarray(gold)
-    if arr.shape != (n,):
-        raise ValueError(f"gold: expected shape ({n},) to match lp, got {arr.shape}")
-    if arr.dtype.kind not in "iu":
-        raise ValueError(f"gold: expected integer option indices, got dtype {arr.dtype}")
-    if ((arr < 0) | (arr >= k)).any():
-        raise ValueError(f"gold: option indices must lie in 0..{k - 1}, got min {arr.min()} max {arr.max()}")
-    return arr.astype(np.intp)
+    return log_softmax(arr, axis=1)
 
 
 def _check_inputs(lp: object, gold: object, lp_rev: object | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Validate the (lp, gold, lp_rev) triple shared by every entry point."""
     arr = _check_lp("lp", lp)
-    g = _check_gold(gold, *arr.shape)
+    g = check_gold("gold", gold, *arr.shape)
     rev = None
     if lp_rev is not None:
         rev = _check_lp("lp_rev", lp_rev)

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from anyjev.numbers.evaluation import DEFAULT_PRIOR_MODE, evaluate_file, evaluate_records
-from anyjev.numbers.levels import LevelInputs, compute_levels, level_inputs, levels_resampled, log_softmax
+from anyjev.numbers.levels import LevelInputs, compute_levels, level_inputs, levels_resampled
+from anyjev.numbers.logprobs import log_softmax
 from anyjev.numbers.metrics import METRICS, metric_values
 
 REPO = Path(__file__).resolve().parents[2]

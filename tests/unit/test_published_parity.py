@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from anyjev.numbers.evaluation import evaluate_records
-from anyjev.numbers.levels import log_softmax
+from anyjev.numbers.logprobs import log_softmax
 from tests.published import require_published
 
 REPO = Path(__file__).resolve().parents[2]
