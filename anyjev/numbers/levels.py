@@ -471,19 +471,11 @@ def level_inputs(
 
 
 def compute_levels(
-    test_fwd: np.ndarray,
-    test_rev: np.ndarray | None,
-    orders_fwd: np.ndarray,
-    orders_rev: np.ndarray | None,
-    groups_test: Sequence[Hashable] | np.ndarray,
-    *,
-    calib_fwd: np.ndarray | None = None,
-    calib_rev: np.ndarray | None = None,
-    calib_groups: Sequence[Hashable] | np.ndarray | None = None,
-    calib_gold: np.ndarray | None = None,
+    *arrays: np.ndarray | Sequence[Hashable] | None,
     strength: float = PRIOR_STRENGTH,
     min_items: int = PRIOR_MIN_ITEMS,
     batch_size: int | None = None,
+    **calib: np.ndarray | Sequence[Hashable] | None,
 ) -> LevelResult:
     """All levels for the test items, per layout group (``fwd``, and ``rev`` for the order-flip probe).
 
@@ -492,9 +484,11 @@ def compute_levels(
     applied to the test items with that frozen prior, fwd and rev calibrated separately; without
     ``calib_fwd`` there is no L1. Score questions pass ``S = 1`` and no rev (then L0-perm equals raw).
     ``batch_size=1`` gives the published streaming ("scored so far") prior, ``None`` the whole-split prior.
+
+    ARRAYS and CALIB are :func:`level_inputs`'s: ``(test_fwd, test_rev, orders_fwd, orders_rev, groups_test)``
+    and the keyword calibration arrays.
     """
-    inputs = level_inputs(test_fwd, test_rev, orders_fwd, orders_rev, groups_test, calib_fwd=calib_fwd,
-                          calib_rev=calib_rev, calib_groups=calib_groups, calib_gold=calib_gold)
+    inputs = level_inputs(*arrays, **calib)  # type: ignore[arg-type]
     _check_prior_args(min_items, batch_size)
     idx_calib = np.arange(inputs.n_calib)[None, :] if inputs.calib else None
     res = levels_resampled(inputs, np.arange(inputs.n_test)[None, :], idx_calib, strength=strength,
