@@ -388,15 +388,9 @@ def bootstrap(
     return out
 
 
-def summarise(
-    lp: np.ndarray,
-    gold: np.ndarray,
-    lp_rev: np.ndarray | None = None,
-    *,
-    n_boot: int = N_BOOT,
-    seed: int = BOOTSTRAP_SEED,
-) -> dict[str, dict[str, float]]:
-    """Point value and 95% bootstrap interval per metric: ``{metric: {"value", "lo", "hi"}}``."""
+def summarise(lp: np.ndarray, gold: np.ndarray, lp_rev: np.ndarray | None = None,
+              **options: int | float | str) -> dict[str, dict[str, float]]:
+    """Point value and bootstrap interval per metric: ``{metric: {"value", "lo", "hi"}}`` (OPTIONS: bootstrap's)."""
     values = metric_values(lp, gold, lp_rev)
-    intervals = bootstrap(lp, gold, lp_rev, n_boot=n_boot, seed=seed)
+    intervals = bootstrap(lp, gold, lp_rev, **options)  # type: ignore[arg-type]
     return {name: {"value": values[name], "lo": intervals[name][0], "hi": intervals[name][1]} for name in METRICS}
