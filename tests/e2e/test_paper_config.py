@@ -30,10 +30,11 @@ TASKS = ["banking20", "newsgroups", "injection"]
 GPUS = {"Qwen3-8B": 1, "Qwen2.5-7B-Instruct": 1, "Qwen3-30B-A3B-Instruct-2507": 2}
 JOB_COUNTS = {"fetch_hub_task": 3, "prepare_model": 3, "prepare_task": 3, "score_cell": 9,
               "evaluate_cell": 9, "reliability_plot": 9, "summary_table": 1, "summary_plots": 1, "vs_published": 1,
+              "vs_published_plot": 1, "provenance_table": 1,
               "all": 1}
 # Every rule but score_cell runs in the main Snakemake process, never as a SLURM job (`all` has no action).
 LOCAL_RULES = {"prepare_model", "fetch_hub_task", "prepare_task", "evaluate_cell", "summary_table",
-               "summary_plots", "reliability_plot", "vs_published", "all"}
+               "summary_plots", "reliability_plot", "vs_published", "vs_published_plot", "provenance_table", "all"}
 
 # Loads the workflow through Snakemake's API (no DAG, no jobs) and prints, per rule, whether Snakemake keeps it
 # local: the rule is marked `localrule: True` (workflow._localrules) or has no action (`rule all`). That is
@@ -122,7 +123,10 @@ def test_paper_grid_lists_the_expected_jobs(paper_dry_run):
     assert cells == sorted((j["wildcards"]["model"], j["wildcards"]["task"]) for j in jobs if j["rule"] == "evaluate_cell")
     vs = [j for j in jobs if j["rule"] == "vs_published"]
     assert vs[0]["input"] == "results/tables/summary.csv, results/published/anyjev-2026.csv"
-    assert vs[0]["output"] == "results/tables/vs_published.csv, results/tables/vs_published.md, results/plots/vs_published.png"
+    assert vs[0]["output"] == "results/tables/vs_published.csv, results/tables/vs_published.md"
+    # The published table overlaps the paper grid, so its figure is requested too (PNG and PDF).
+    plot = [j for j in jobs if j["rule"] == "vs_published_plot"]
+    assert plot[0]["output"] == "results/plots/vs_published.png, results/plots/vs_published.pdf"
 
 
 def test_score_cell_resources_come_from_config_gpus_and_profile(paper_dry_run):
