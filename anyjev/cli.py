@@ -112,6 +112,20 @@ def cmd_ls(args: argparse.Namespace) -> None:
     sys.stdout.write(ls_text(args.config, args.tasks_dir))
 
 
+def cmd_fetch_hub(args: argparse.Namespace) -> None:
+    from anyjev.data.hub import fetch_job
+    from anyjev.settings import load_job
+
+    print(fetch_job(load_job(args.settings)))
+
+
+def cmd_plan(args: argparse.Namespace) -> None:
+    from anyjev.plan import plan_config, plan_text
+
+    plan = plan_config(args.config)
+    print(json.dumps(plan, indent=1) if args.json else plan_text(plan), end="" if not args.json else "\n")
+
+
 # ----------------------------------------------------------------------------------------------- parser
 def _command(sub, name: str, func, help: str, settings: str | None = None) -> argparse.ArgumentParser:
     """A subcommand calling FUNC; with SETTINGS (what builds them), it takes the job's --settings JSON."""
@@ -179,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
     s = _command(sub, "ls", cmd_ls, "list the configured tasks with their kind, K and sizes")
     s.add_argument("--config", default="config/config.yaml", help="config file (default config/config.yaml)")
     s.add_argument("--tasks-dir", default="resources/tasks", help="prepared task files (default resources/tasks)")
+
+    _command(sub, "fetch-hub", cmd_fetch_hub, "the workflow's fetch step: fetch-task at the configured revision, "
+             "recording the resolved commit in the lock file (refusing another commit when pinned)", "Settings.fetch_job")
+    s = _command(sub, "plan", cmd_plan, "what a run will send, from the config alone: items, layouts, prompts and "
+                 "prompt tokens per cell and in total, and the server starts per model")
+    s.add_argument("--config", default="config/config.yaml", help="config file (default config/config.yaml)")
+    s.add_argument("--json", action="store_true", help="print the plan as JSON")
     return p
 
 
