@@ -243,6 +243,26 @@ class Settings:
             job |= {"n_test": min(job["n_test"], self.limit), "n_calib": min(job["n_calib"], self.limit), "allow_fewer": True}
         return job
 
+    def score_resources(self, site: Any = None) -> dict[str, Callable[[Any], int | float]]:
+        """score_cell's memory and time per model (``models.<name>.mem_mb`` / ``runtime``), as Snakemake resources.
+
+        A resource is returned only when some model sets it (otherwise the profile decides, as for any rule); a model
+        that leaves it null then gets SITE's value (the profile's default-resources, a Snakemake Resources mapping),
+        which must be a number. Snakemake's --set-resources for score_cell would override both.
+        """
+        found: dict[str, Callable[[Any], int | float]] = {}
+        for key in ("mem_mb", "runtime"):
+            values = {m: getattr(self.models[m], key) for m, _ in self.cells}
+            if all(v is None for v in values.values()):
+                continue
+            fallback = getattr(site.get(key), "value", None) if site is not None else None
+            for m, v in values.items():
+                if v is None and (isinstance(fallback, bool) or not isinstance(fallback, int | float)):
+                    raise ConfigError(f"models.{m}.{key}", f"is null while another model sets it, and the profile has no "
+                                      f"default-resources {key} number to fall back on: set it, or {key} under default-resources")
+            found[key] = lambda wc, key=key, fallback=fallback: getattr(self.models[wc.model], key) or fallback
+        return found
+
     def lock_job(self) -> dict[str, Any]:
         """Where fetch and prepare-model record resolved commits, and whether they must match it (anyjev.lock)."""
         return {"lock_file": self.lock or LOCK_RECORD, "pinned": self.lock is not None}
