@@ -38,12 +38,6 @@ def cmd_prepare_task(args: argparse.Namespace) -> None:
     prepare_task(load_job(args.settings), args.out)
 
 
-def cmd_fetch_task(args: argparse.Namespace) -> None:
-    from anyjev.data.hub import fetch
-
-    print(fetch(args.dataset, args.cache, revision=args.revision))
-
-
 def cmd_score(args: argparse.Namespace) -> None:
     from anyjev.run.cell import score_job
     from anyjev.settings import load_job
@@ -112,6 +106,20 @@ def cmd_ls(args: argparse.Namespace) -> None:
     sys.stdout.write(ls_text(args.config, args.tasks_dir))
 
 
+def cmd_fetch_task(args: argparse.Namespace) -> None:
+    from anyjev.data.hub import fetch_job
+    from anyjev.settings import load_job
+
+    print(fetch_job(load_job(args.settings)))
+
+
+def cmd_plan(args: argparse.Namespace) -> None:
+    from anyjev.plan import plan_config, plan_text
+
+    plan = plan_config(args.config)
+    print(json.dumps(plan, indent=1) if args.json else plan_text(plan), end="" if not args.json else "\n")
+
+
 # ----------------------------------------------------------------------------------------------- parser
 def _command(sub, name: str, func, help: str, settings: str | None = None) -> argparse.ArgumentParser:
     """A subcommand calling FUNC; with SETTINGS (what builds them), it takes the job's --settings JSON."""
@@ -134,11 +142,6 @@ def build_parser() -> argparse.ArgumentParser:
                  "Settings.prepare_job")
     s.add_argument("--out", required=True, help="output JSONL task file")
 
-    s = sub.add_parser("fetch-task", help="download a published task's dataset from the hub into a local cache")
-    s.add_argument("dataset", help="hub task name (banking20, newsgroups, injection, massive_route, clinc_escalate)")
-    s.add_argument("--cache", required=True, help="cache folder (the workflow uses resources/hub)")
-    s.add_argument("--revision", help="dataset revision (tasks.<name>.revision; default: the pinned one)")
-    s.set_defaults(func=cmd_fetch_task)
 
     s = _command(sub, "score", cmd_score, "score one (model, task) cell; resumes an interrupted run", "Settings.score_job")
     s.add_argument("--task", required=True, help="JSONL task file (from prepare-task)")
@@ -179,6 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
     s = _command(sub, "ls", cmd_ls, "list the configured tasks with their kind, K and sizes")
     s.add_argument("--config", default="config/config.yaml", help="config file (default config/config.yaml)")
     s.add_argument("--tasks-dir", default="resources/tasks", help="prepared task files (default resources/tasks)")
+
+    _command(sub, "fetch-task", cmd_fetch_task, "download a hub task's dataset into resources/hub at the configured "
+             "revision, recording the resolved commit in the lock file (refusing another commit when pinned)",
+             "Settings.fetch_job")
+    s = _command(sub, "plan", cmd_plan, "what a run will send, from the config alone: items, layouts, prompts and "
+                 "prompt tokens per cell and in total, and the server starts per model")
+    s.add_argument("--config", default="config/config.yaml", help="config file (default config/config.yaml)")
+    s.add_argument("--json", action="store_true", help="print the plan as JSON")
     return p
 
 

@@ -24,6 +24,8 @@ SCHEMA_PATH = REPO / "workflow" / "schemas" / "config.schema.yaml"
 DEFAULT_CONFIG = REPO / "config" / "config.yaml"
 STATE_DIR = ".anyjev/servers"
 HUB_CACHE = "resources/hub"
+# Where an unpinned run (lock: null) records the commits its hub datasets and models resolved to (anyjev.lock).
+LOCK_RECORD = "resources/lock.yaml"
 
 
 @functools.cache
@@ -117,6 +119,8 @@ class ModelSettings:
     max_model_len: int | None
     tensor_parallel_size: int
     gpus: int
+    mem_mb: int | None
+    runtime: int | None
     server_flags: list[str]
     server_env: dict[str, str]
     port: int | None
@@ -157,6 +161,7 @@ class Settings:
     split_seed: int
     published: str | None
     limit: int | None
+    lock: str | None
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     client: ClientSettings = field(default_factory=ClientSettings)
@@ -173,6 +178,7 @@ class Settings:
             levels=list(config["levels"]),
             split_seed=config["split_seed"],
             limit=config["limit"],
+            lock=config["lock"],
             evaluation=from_mapping(EvaluationSettings, config["evaluation"], "evaluation"),
             server=from_mapping(ServerSettings, config["server"], "server"),
             client=from_mapping(ClientSettings, config["client"], "client"),
@@ -237,9 +243,37 @@ class Settings:
             job |= {"n_test": min(job["n_test"], self.limit), "n_calib": min(job["n_calib"], self.limit), "allow_fewer": True}
         return job
 
+    def score_resources(self, site: Any = None) -> dict[str, Callable[[Any], int | float]]:
+        """score_cell's memory and time per model (``models.<name>.mem_mb`` / ``runtime``), as Snakemake resources.
+
+        A resource is returned only when some model sets it (otherwise the profile decides, as for any rule); a model
+        that leaves it null then gets SITE's value (the profile's default-resources, a Snakemake Resources mapping),
+        which must be a number. Snakemake's --set-resources for score_cell would override both.
+        """
+        found: dict[str, Callable[[Any], int | float]] = {}
+        for key in ("mem_mb", "runtime"):
+            values = {m: getattr(self.models[m], key) for m, _ in self.cells}
+            if all(v is None for v in values.values()):
+                continue
+            fallback = getattr(site.get(key), "value", None) if site is not None else None
+            for m, v in values.items():
+                if v is None and (isinstance(fallback, bool) or not isinstance(fallback, int | float)):
+                    raise ConfigError(f"models.{m}.{key}", f"is null while another model sets it, and the profile has no "
+                                      f"default-resources {key} number to fall back on: set it, or {key} under default-resources")
+            found[key] = lambda wc, key=key, fallback=fallback: getattr(self.models[wc.model], key) or fallback
+        return found
+
+    def lock_job(self) -> dict[str, Any]:
+        """Where fetch and prepare-model record resolved commits, and whether they must match it (anyjev.lock)."""
+        return {"lock_file": self.lock or LOCK_RECORD, "pinned": self.lock is not None}
+
     def model_job(self, model: str) -> dict[str, Any]:
         """What the prepare-model step needs."""
-        return {"name": model, **dataclasses.asdict(self.models[model])}
+        return {"name": model, **dataclasses.asdict(self.models[model]), **self.lock_job()}
+
+    def fetch_job(self, dataset: str) -> dict[str, Any]:
+        """What the fetch step of a hub dataset needs: its revision from the config, the cache and the lock."""
+        return {"dataset": dataset, "revision": self.hub_datasets()[dataset], "cache": HUB_CACHE, **self.lock_job()}
 
     def hub_datasets(self) -> dict[str, str | None]:
         """Hub datasets to fetch, each with the revision its tasks ask for (refusing two different ones)."""

@@ -12,7 +12,7 @@ Two steps, so that scoring never needs the network:
        <cache_dir>/<task>/<split>.jsonl   one JSON object per hub row, in hub order
 
    A cache whose meta.json has the same dataset, config and revision is reused without network.
-   To use the tasks offline: ``python -m anyjev fetch-task <name> --cache resources/hub`` on a machine
+   To use the tasks offline: ``snakemake --until fetch_hub_task`` on a machine
    with network, then copy ``resources/hub/<name>`` over.
 2. :func:`build` turns the cached files into a :class:`~anyjev.data.tasks.Task` with the standard library only.
 
@@ -56,6 +56,7 @@ from pathlib import Path
 from anyjev.data.tasks import Item, Task, file_sha256, jsonl_rows
 from anyjev.decision.questions import choice, noul
 from anyjev.errors import TaskDataError
+from anyjev.lock import Lock, resolve_commit
 
 # TO VERIFY: placeholder revision, not checked offline. Pin each spec to the commit sha recorded as
 # `resolved_sha` in <cache>/<task>/meta.json after the first fetch on a machine with network.
@@ -133,14 +134,20 @@ class HubTaskSpec:
     config: str | None
     revision: str
     splits: tuple[str, ...]
+    # The question every item has, known before the data is fetched (what `anyjev plan` estimates from).
+    kind: str
+    k: int
 
 
 HUB_TASKS: dict[str, HubTaskSpec] = {
-    "banking20": HubTaskSpec("banking20", "mteb/banking77", None, BANKING77_REVISION, ("train", "test")),
-    "newsgroups": HubTaskSpec("newsgroups", "SetFit/20_newsgroups", None, REVISION_TO_VERIFY, ("test",)),
-    "injection": HubTaskSpec("injection", "deepset/prompt-injections", None, PROMPT_INJECTIONS_REVISION, ("train", "test")),
-    "massive_route": HubTaskSpec("massive_route", "mteb/amazon_massive_scenario", "en", REVISION_TO_VERIFY, ("test",)),
-    "clinc_escalate": HubTaskSpec("clinc_escalate", "clinc_oos", "plus", REVISION_TO_VERIFY, ("test",)),
+    "banking20": HubTaskSpec("banking20", "mteb/banking77", None, BANKING77_REVISION, ("train", "test"), "choice", BANKING_TOP),
+    "newsgroups": HubTaskSpec("newsgroups", "SetFit/20_newsgroups", None, REVISION_TO_VERIFY, ("test",), "choice",
+                              len(NEWSGROUPS_TOPICS)),
+    "injection": HubTaskSpec("injection", "deepset/prompt-injections", None, PROMPT_INJECTIONS_REVISION, ("train", "test"),
+                             "noul", 2),
+    "massive_route": HubTaskSpec("massive_route", "mteb/amazon_massive_scenario", "en", REVISION_TO_VERIFY, ("test",), "choice",
+                                 len(MASSIVE_AGENTS)),
+    "clinc_escalate": HubTaskSpec("clinc_escalate", "clinc_oos", "plus", REVISION_TO_VERIFY, ("test",), "noul", 2),
 }
 
 
@@ -159,8 +166,8 @@ def _describe(spec: HubTaskSpec) -> str:
 
 def _prefetch_hint(spec: HubTaskSpec, cache_dir: Path) -> str:
     return (
-        f"pre-fetch it on a machine with network: `python -m anyjev fetch-task {spec.name} --cache {cache_dir}` "
-        f"(needs `pip install datasets`), then copy {cache_dir / spec.name} to this machine"
+        f"pre-fetch it on a machine with network (`snakemake --until fetch_hub_task` with the same config, or "
+        f"`snakemake resources/hub/{spec.name}/meta.json`), then copy {cache_dir / spec.name} to this machine"
     )
 
 
@@ -192,27 +199,29 @@ def _cache_matches(task_dir: Path, spec: HubTaskSpec) -> bool:
     return same and all((task_dir / f"{s}.jsonl").is_file() for s in spec.splits)
 
 
-def _resolved_sha(spec: HubTaskSpec) -> str | None:
-    """The commit sha the revision points to, so a placeholder revision can be pinned later (best effort)."""
-    try:
-        from huggingface_hub import HfApi
-
-        return HfApi().dataset_info(spec.dataset, revision=spec.revision).sha
-    except Exception:  # noqa: BLE001 - provenance extra; the download itself already succeeded
-        return None
+def _settle_lock(lock: Lock | None, spec: HubTaskSpec, commit: str | None, where: str) -> None:
+    """Refuse a commit other than the pinned lock's, then record it (anyjev.lock)."""
+    if lock is not None:
+        lock.check("datasets", spec.dataset, spec.revision, commit, where)
+        lock.record("datasets", spec.dataset, spec.revision, commit, **({"config": spec.config} if spec.config else {}))
 
 
-def fetch(task_name: str, cache_dir: str | os.PathLike, revision: str | None = None, *, force: bool = False) -> Path:
+def fetch(task_name: str, cache_dir: str | os.PathLike, revision: str | None = None, *, force: bool = False,
+          lock: Lock | None = None, source: str | os.PathLike | None = None) -> Path:
     """Download a published task's splits once into ``<cache_dir>/<task_name>`` and return that folder.
 
     A matching cache (same dataset, config, revision) is returned without touching the network. Without
     network (or without the ``datasets`` package) and without a cache, raises TaskDataError naming the
-    dataset id, the revision and how to pre-fetch.
+    dataset id, the revision and how to pre-fetch. The revision is resolved to a commit first and that commit is
+    downloaded; with LOCK, the commit is recorded there, and a pinned lock's other commit is refused (for a cache
+    or a download alike). SOURCE: what ``datasets.load_dataset`` reads instead of the hub id (a local folder
+    holding the hub repo's files: a site mirror, or the tests), still recorded under the hub id.
     """
     spec = spec_for(task_name, revision)
     cache_dir = Path(cache_dir)
     task_dir = cache_dir / spec.name
     if not force and _cache_matches(task_dir, spec):
+        _settle_lock(lock, spec, (_read_meta(task_dir) or {}).get("resolved_sha"), f"the cache {task_dir}")
         return task_dir
     stale = _read_meta(task_dir) if task_dir.is_dir() else None
     note = f" (the cache holds revision {stale.get('revision')!r})" if stale else " (no cached copy)"
@@ -223,10 +232,14 @@ def fetch(task_name: str, cache_dir: str | os.PathLike, revision: str | None = N
             str(task_dir), "fetch", f"{_describe(spec)} is not cached{note} and the `datasets` package is not "
             f"installed; {_prefetch_hint(spec, cache_dir)}"
         ) from e
+    want = lock.revision_to_fetch("datasets", spec.dataset, spec.revision) if lock else spec.revision
+    commit = resolve_commit("datasets", spec.dataset, want)
+    if lock is not None:
+        lock.check("datasets", spec.dataset, spec.revision, commit, f"the download of {spec.dataset}@{want}")
     tables = {}
     try:
         for split in spec.splits:
-            tables[split] = datasets.load_dataset(spec.dataset, spec.config, split=split, revision=spec.revision)
+            tables[split] = datasets.load_dataset(str(source or spec.dataset), spec.config, split=split, revision=commit or want)
     except Exception as e:  # noqa: BLE001 - any download failure gets the same actionable message
         offline = _offline_env()
         why = f"{offline} is set" if offline else "no network, or the dataset/revision is not reachable"
@@ -246,7 +259,7 @@ def fetch(task_name: str, cache_dir: str | os.PathLike, revision: str | None = N
             "dataset": spec.dataset,
             "config": spec.config,
             "revision": spec.revision,
-            "resolved_sha": _resolved_sha(spec),
+            "resolved_sha": commit,
             "datasets_version": ds_version,
             "splits": {},
             "label_names": {},
@@ -276,7 +289,13 @@ def fetch(task_name: str, cache_dir: str | os.PathLike, revision: str | None = N
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+    _settle_lock(lock, spec, commit, f"the download into {task_dir}")
     return task_dir
+
+
+def fetch_job(job: dict) -> Path:
+    """The workflow's fetch step (JOB: ``Settings.fetch_job``): the configured revision, the run's lock."""
+    return fetch(job["dataset"], job["cache"], revision=job["revision"], lock=Lock.from_job(job))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from anyjev.errors import ConfigError
 from anyjev.files import file_sha256
+from anyjev.lock import Lock, resolve_commit
 
 log = logging.getLogger(__name__)
 
@@ -88,23 +89,35 @@ def prepare_smollm2(out_dir: str | os.PathLike) -> dict:
     return record
 
 
-def prepare_hub(repo_id: str, revision: str, out_dir: str | os.PathLike) -> dict:
-    """Download a hub model at a pinned revision; offline this fails with a message saying so."""
+def _settle_lock(lock: Lock | None, repo_id: str, revision: str, commit: str | None, where: str) -> None:
+    """Refuse a commit other than the pinned lock's, then record it (anyjev.lock)."""
+    if lock is not None:
+        lock.check("models", repo_id, revision, commit, where)
+        lock.record("models", repo_id, revision, commit)
+
+
+def prepare_hub(repo_id: str, revision: str, out_dir: str | os.PathLike, *, lock: Lock | None = None) -> dict:
+    """Download a hub model at a pinned revision; offline this fails with a message saying so.
+
+    The revision is resolved to a commit first and that commit is downloaded; with LOCK, the commit is recorded
+    there, and a pinned lock's other commit is refused (for a prepared folder or a download alike).
+    """
     out = Path(out_dir)
     record = {"source": f"hf:{repo_id}", "revision": revision}
     if (out / PROVENANCE_FILE).is_file():
-        return json.loads((out / PROVENANCE_FILE).read_text())
+        old = json.loads((out / PROVENANCE_FILE).read_text())
+        _settle_lock(lock, repo_id, revision, old.get("resolved_sha"), f"the prepared folder {out}")
+        return old
+    want = lock.revision_to_fetch("models", repo_id, revision) if lock else revision
+    commit = resolve_commit("models", repo_id, want)
+    if lock is not None:
+        lock.check("models", repo_id, revision, commit, f"the download of {repo_id}@{want}")
     try:
         from huggingface_hub import snapshot_download
 
         tmp = _atomic_folder(out)
-        snapshot_download(repo_id, revision=revision, local_dir=tmp)
-        try:  # the commit the revision resolved to, so a branch name ("main") can be pinned afterwards
-            from huggingface_hub import HfApi
-
-            record["resolved_sha"] = HfApi().model_info(repo_id, revision=revision).sha
-        except Exception:  # noqa: BLE001 - best effort: the download itself succeeded
-            record["resolved_sha"] = None
+        snapshot_download(repo_id, revision=commit or want, local_dir=tmp)
+        record["resolved_sha"] = commit  # so a branch name ("main") can be pinned afterwards
     except Exception as exc:  # noqa: BLE001 - any hub failure gets the same actionable message
         raise ConfigError(
             "models.<name>.repo",
@@ -116,6 +129,7 @@ def prepare_hub(repo_id: str, revision: str, out_dir: str | os.PathLike) -> dict
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)
+    _settle_lock(lock, repo_id, revision, commit, f"the download into {out}")
     return record
 
 
@@ -138,5 +152,5 @@ def prepare_model(job: dict, out_dir: str | os.PathLike) -> dict:
     if job["source"] == "smollm2":
         return prepare_smollm2(out_dir)
     if job["source"] == "hub":
-        return prepare_hub(job["repo"], job["revision"], out_dir)
+        return prepare_hub(job["repo"], job["revision"], out_dir, lock=Lock.from_job(job))
     raise ConfigError(f"models.{job['name']}.source", f"source {job['source']!r} is not prepared by the workflow")

@@ -27,10 +27,16 @@ def test_config_revision_reaches_fetch_and_prepare(tmp_path: Path) -> None:
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     cmds = shell_commands(out)
-    fetch = {shlex.split(c)[4]: shlex.split(c) for c in cmds if " fetch-task " in c}
+    fetch = {}
+    for c in cmds:
+        if " fetch-task " in c:
+            argv = shlex.split(c)
+            job = json.loads(argv[argv.index("--settings") + 1])
+            fetch[job["dataset"]] = job
     for dataset, revision in {"banking20": "deadbeef", "newsgroups": "cafe01"}.items():
-        argv = fetch[dataset]
-        assert argv[argv.index("--revision") + 1] == revision, argv
+        # the revision reaches the fetch step, and so the lock it records into (unpinned: resources/lock.yaml)
+        assert fetch[dataset] == {"dataset": dataset, "revision": revision, "cache": "resources/hub",
+                                  "lock_file": "resources/lock.yaml", "pinned": False}, fetch[dataset]
     prepared = {}
     for c in cmds:
         if " prepare-task " in c:

@@ -28,10 +28,12 @@ SLURM_COMMANDS = ("sinfo", "sacct", "sacctmgr", "sbatch", "squeue", "scancel", "
 MODELS = ["Qwen3-8B", "Qwen2.5-7B-Instruct", "Qwen3-30B-A3B-Instruct-2507"]
 TASKS = ["banking20", "newsgroups", "injection"]
 GPUS = {"Qwen3-8B": 1, "Qwen2.5-7B-Instruct": 1, "Qwen3-30B-A3B-Instruct-2507": 2}
+# Memory (MB) and time (minutes) of each model's scoring jobs: models.<name>.mem_mb / runtime in config/paper.yaml.
+MEM_MB = {"Qwen3-8B": 64000, "Qwen2.5-7B-Instruct": 64000, "Qwen3-30B-A3B-Instruct-2507": 128000}
+RUNTIME = {"Qwen3-8B": 240, "Qwen2.5-7B-Instruct": 240, "Qwen3-30B-A3B-Instruct-2507": 360}
 JOB_COUNTS = {"fetch_hub_task": 3, "prepare_model": 3, "prepare_task": 3, "score_cell": 9,
-              "evaluate_cell": 9, "reliability_plot": 9, "summary_table": 1, "summary_plots": 1, "vs_published": 1,
-              "vs_published_plot": 1, "provenance_table": 1,
-              "all": 1}
+              "evaluate_cell": 9, "reliability_plot": 9, "summary_table": 1, "provenance_table": 1, "summary_plots": 1,
+              "vs_published": 1, "vs_published_plot": 1, "all": 1}
 # Every rule but score_cell runs in the main Snakemake process, never as a SLURM job (`all` has no action).
 LOCAL_RULES = {"prepare_model", "fetch_hub_task", "prepare_task", "evaluate_cell", "summary_table",
                "summary_plots", "reliability_plot", "vs_published", "vs_published_plot", "provenance_table", "all"}
@@ -124,24 +126,35 @@ def test_paper_grid_lists_the_expected_jobs(paper_dry_run):
     vs = [j for j in jobs if j["rule"] == "vs_published"]
     assert vs[0]["input"] == "results/tables/summary.csv, results/published/anyjev-2026.csv"
     assert vs[0]["output"] == "results/tables/vs_published.csv, results/tables/vs_published.md"
-    # The published table overlaps the paper grid, so its figure is requested too (PNG and PDF).
     plot = [j for j in jobs if j["rule"] == "vs_published_plot"]
     assert plot[0]["output"] == "results/plots/vs_published.png, results/plots/vs_published.pdf"
 
 
-def test_score_cell_resources_come_from_config_gpus_and_profile(paper_dry_run):
+def test_score_cell_resources_come_from_config_per_model_and_profile(paper_dry_run):
     profile = yaml.safe_load((PROFILE / "config.yaml").read_text())
     site = profile["set-resources"]["score_cell"]
-    assert site == {"cpus_per_task": 8, "mem_mb": 64000, "runtime": 240}  # what the profile documents
+    # The profile sets only what is per site; gpu, mem_mb and runtime there would override every model's.
+    assert site == {"cpus_per_task": 8}
     paper = yaml.safe_load(PAPER.read_text())
     assert {m: paper["models"][m]["gpus"] for m in MODELS} == GPUS
+    assert {m: paper["models"][m]["mem_mb"] for m in MODELS} == MEM_MB
+    assert {m: paper["models"][m]["runtime"] for m in MODELS} == RUNTIME
+    seen = set()
     for job in (j for j in paper_dry_run["jobs"] if j["rule"] == "score_cell"):
         res = job["resources"]
         model = job["wildcards"]["model"]
-        assert res["gpu"] == str(GPUS[model]), (model, res)
-        assert (res["cpus_per_task"], res["mem_mb"], res["runtime"]) == (
-            str(site["cpus_per_task"]), str(site["mem_mb"]), str(site["runtime"])), res
+        seen.add(model)
+        assert (res["gpu"], res["mem_mb"], res["runtime"]) == (str(GPUS[model]), str(MEM_MB[model]), str(RUNTIME[model])), (
+            model, res)
+        assert res["cpus_per_task"] == str(site["cpus_per_task"]), res
         assert "slurm_partition" not in res and "slurm_account" not in res
+    assert seen == set(MODELS)
+
+
+def test_slurm_profile_keeps_going_and_shows_failed_logs():
+    profile = yaml.safe_load((PROFILE / "config.yaml").read_text())
+    assert profile["keep-going"] is True and profile["show-failed-logs"] is True and profile["rerun-incomplete"] is True
+    assert profile["latency-wait"] >= 30
 
 
 def test_other_jobs_get_the_profile_default_resources_and_no_gpu(paper_dry_run):

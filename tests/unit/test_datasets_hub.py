@@ -191,7 +191,7 @@ def test_build_without_cache_names_dataset_and_revision(tmp_path: Path) -> None:
     with pytest.raises(TaskDataError) as exc:
         hub.build("banking20", tmp_path / "empty")
     msg = str(exc.value)
-    assert "mteb/banking77" in msg and f"'{hub.BANKING77_REVISION}'" in msg and "fetch-task banking20" in msg
+    assert "mteb/banking77" in msg and f"'{hub.BANKING77_REVISION}'" in msg and "resources/hub/banking20/meta.json" in msg
 
 
 def test_build_detects_edited_cache(tmp_path: Path) -> None:
@@ -236,7 +236,7 @@ def test_fetch_offline_without_datasets_package(tmp_path: Path, monkeypatch: pyt
     with pytest.raises(TaskDataError) as exc:
         hub.fetch("banking20", tmp_path, revision="0123abcd")
     msg = str(exc.value)
-    assert "mteb/banking77" in msg and "'0123abcd'" in msg and "fetch-task banking20" in msg
+    assert "mteb/banking77" in msg and "'0123abcd'" in msg and "resources/hub/banking20/meta.json" in msg
 
 
 def fake_datasets(load_dataset) -> types.ModuleType:
@@ -258,7 +258,7 @@ def test_fetch_offline_no_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         hub.fetch("clinc_escalate", tmp_path / "hub")
     msg = str(exc.value)
     assert "'clinc_oos'" in msg and "'plus'" in msg and f"revision {hub.REVISION_TO_VERIFY!r}" in msg
-    assert "HF_DATASETS_OFFLINE" in msg and "python -m anyjev fetch-task clinc_escalate --cache" in msg
+    assert "HF_DATASETS_OFFLINE" in msg and "snakemake --until fetch_hub_task" in msg
     assert calls == [("clinc_oos", "plus", "test", hub.REVISION_TO_VERIFY)]
     assert not (tmp_path / "hub" / "clinc_escalate").exists()
 

@@ -76,11 +76,6 @@ def task_inputs(wildcards):
     return []
 
 
-def hub_revision_args(wildcards):
-    revision = SETTINGS.hub_datasets()[wildcards.dataset]
-    return ["--revision", revision] if revision else []
-
-
 def cell_files(name):
     return [f"results/cells/{m}/{t}/{name}" for m, t in CELLS]
 

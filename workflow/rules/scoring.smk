@@ -16,6 +16,8 @@ rule score_cell:
     conda:
         "../envs/client.yaml"
     resources:
+        # memory and time per model (models.<name>.mem_mb / runtime); unset: the profile's
+        **SETTINGS.score_resources(workflow.resource_settings.default_resources),
         gpu=lambda wc: SETTINGS.models[wc.model].gpus,
     params:
         settings=lambda wc: as_json(SETTINGS.score_job(wc.model, wc.task)),

@@ -11,9 +11,10 @@ rule fetch_hub_task:
     conda:
         "../envs/client.yaml"
     params:
-        revision=hub_revision_args,
+        # The configured revision and the run's lock (resources/lock.yaml, or the config's `lock:`, which pins).
+        settings=lambda wc: as_json(SETTINGS.fetch_job(wc.dataset)),
     shell:
-        "python -m anyjev fetch-task {wildcards.dataset:q} --cache resources/hub {params.revision:q} > {log:q} 2>&1"
+        "python -m anyjev fetch-task --settings {params.settings:q} > {log:q} 2>&1"
 
 
 rule prepare_task:

@@ -1,0 +1,176 @@
+"""What a run will cost before it starts (``anyjev plan``): per cell and in total, the items, the layouts each item is
+shown in, the prompts and prompt tokens sent, and the server starts per model. From the config alone: no network,
+no server.
+
+Counts are exact when a task's data is here (a file task, a built-in one, a hub task whose cache is fetched): the
+task is built and split as the prepare step does, and each item's prompts are rendered by
+:func:`anyjev.run.scoring.prepare_item` with the model's tokenizer, the function scoring uses, so ``prompts`` is
+what ``score_cell`` counts (distinct token-id prompts per item). A hub task not fetched yet is an estimate: the
+configured ``n_test + n_calib`` items and the hub task's known question (K, kind) from
+:data:`anyjev.data.hub.HUB_TASKS`; its prompt tokens are unknown until the data is fetched.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from anyjev.data.tasks import Item, split_items
+from anyjev.decision.labels import label_strings
+from anyjev.decision.layouts import layouts_for
+from anyjev.decision.prompts import user_message
+from anyjev.decision.questions import choice, noul
+from anyjev.errors import LabelTokenError, TaskDataError
+from anyjev.settings import Settings
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+@dataclass
+class TaskCounts:
+    """A task's items as the prepare step will write them (or an estimate of them, with the reason)."""
+
+    items: list[Item]
+    n_test: int
+    n_calib: int
+    estimate: str | None = None
+
+
+def _estimated_items(dataset: str, n: int) -> list[Item]:
+    """N stand-in items with the hub task's known question (K options, distinct texts; empty states)."""
+    from anyjev.data.hub import HUB_TASKS
+
+    spec = HUB_TASKS[dataset]
+    q = noul("?") if spec.kind == "noul" else choice("?", [f"option {i}" for i in range(spec.k)])
+    return [Item(id=f"estimate-{i}", state="", question=q, gold=0) for i in range(n)]
+
+
+def task_counts(settings: Settings, task: str) -> TaskCounts:
+    """The task's split items, built as the prepare step builds them; an estimate for a hub task not fetched."""
+    from anyjev.data.hub import HUB_TASKS
+    from anyjev.data.prepare import build_task
+
+    job = settings.prepare_job(task)
+    t = settings.tasks[task]
+    reason = None
+    meta = Path(job["hub_cache"]) / t.dataset(task) / "meta.json"
+    if t.source == "hub" and t.dataset(task) in HUB_TASKS and not meta.is_file():
+        reason = f"{meta} not fetched"
+    else:
+        try:
+            built = build_task(job)
+        except TaskDataError as exc:
+            if t.source != "hub":
+                raise
+            reason = f"the cache cannot be built ({exc})"
+    if reason is not None:
+        spec = HUB_TASKS[t.dataset(task)]
+        why = (f"{reason}: n_test + n_calib from the config, K = {spec.k} ({spec.kind}) from anyjev.data.hub.HUB_TASKS"
+               + ("" if not job["allow_fewer"] else "; fewer items if the dataset has fewer (allow_fewer)"))
+        return TaskCounts(_estimated_items(t.dataset(task), job["n_test"] + job["n_calib"]), job["n_test"], job["n_calib"], why)
+    items = split_items(built.items, job["n_test"], job["n_calib"], seed=job["split_seed"], allow_fewer=job["allow_fewer"],
+                        label=task)
+    n_test = sum(it.split == "test" for it in items)
+    return TaskCounts(items, n_test, len(items) - n_test)
+
+
+def tokenizer_dir(settings: Settings, model: str) -> str | None:
+    """The model's tokenizer folder when it is here (prepared under resources/models/, local, or a url model's)."""
+    d = settings.model_dir(model)
+    return d if any((Path(d) / f).is_file() for f in TOKENIZER_FILES) else None
+
+
+def item_counts(item: Item, tokenizer=None, checker=None) -> tuple[int, int, int | None]:
+    """(layouts, prompts, prompt tokens) of one item: with a tokenizer, as scoring renders and counts them (distinct
+    token-id prompts); without, distinct user turns (one chat template renders distinct turns to distinct ids)."""
+    if tokenizer is not None:
+        from anyjev.run.scoring import prepare_item
+
+        p = prepare_item(tokenizer, checker, item, "")
+        distinct = {tuple(ids) for _, ids in p.layouts}
+        return len(p.layouts), len(distinct), sum(map(len, distinct))
+    labels = label_strings(item.question, "default")
+    layouts = [lay for group in layouts_for(item.question).values() for lay in group]
+    return len(layouts), len({user_message(item.question, item.state, lay, labels) for lay in layouts}), None
+
+
+def plan_config(config_path: str | os.PathLike, *, workdir: str | os.PathLike = ".") -> dict[str, Any]:
+    """The plan of the run CONFIG_PATH describes (see the module docstring), as a JSON-able dict."""
+    settings = Settings.load(config_path, workdir=workdir)
+    tasks = {t: task_counts(settings, t) for t in dict.fromkeys(t for _, t in settings.cells)}
+    tokenizers: dict[str, Any] = {}
+    cells = []
+    for model, task in settings.cells:
+        tc = tasks[task]
+        cell: dict[str, Any] = {"model": model, "task": task, "items": len(tc.items), "n_test": tc.n_test,
+                                "n_calib": tc.n_calib, "estimate": tc.estimate}
+        tok_dir = tokenizer_dir(settings, model)
+        tokenizer = checker = None
+        missing = (["task data not fetched"] if tc.estimate is not None else []) + (["tokenizer not prepared"] if tok_dir is None else [])
+        if missing:
+            cell["tokens_note"] = ", ".join(missing)
+        else:
+            from anyjev.decision.labels import LabelChecker
+            from anyjev.run.cell import load_tokenizer
+
+            tokenizer = tokenizers.setdefault(model, load_tokenizer(tok_dir))
+            checker = LabelChecker(tokenizer)
+        try:
+            counts = [item_counts(it, tokenizer, checker) for it in tc.items]
+        except LabelTokenError as exc:
+            cell["tokens_note"] = f"labels fail with this tokenizer: {exc}"
+            counts = [item_counts(it) for it in tc.items]
+        per_item = sorted({c[0] for c in counts})
+        cell |= {"layouts_per_item": [per_item[0], per_item[-1]] if per_item else [0, 0],
+                 "layouts": sum(c[0] for c in counts), "prompts": sum(c[1] for c in counts),
+                 "prompt_tokens": sum(c[2] for c in counts) if counts and counts[0][2] is not None else None}
+        cells.append(cell)
+    managed = [m for m in dict.fromkeys(m for m, _ in settings.cells) if settings.models[m].managed]
+    return {
+        "config": str(config_path),
+        "cells": cells,
+        "total": {key: sum(c[key] for c in cells) for key in ("items", "n_test", "n_calib", "layouts", "prompts")}
+        | {"prompt_tokens": sum(c["prompt_tokens"] or 0 for c in cells),
+           "cells_without_tokens": sum(c["prompt_tokens"] is None for c in cells)},
+        # docs/servers.md: a run starts each managed model's server once; on SLURM each score_cell job starts its own.
+        "server_starts": {"local": {m: 1 for m in managed},
+                          "slurm": {m: sum(cm == m for cm, _ in settings.cells) for m in managed}},
+    }
+
+
+def _n(x: int) -> str:
+    return f"{x:,}"
+
+
+def plan_text(plan: dict[str, Any]) -> str:
+    """The plan as a table: one row per cell, a total row, the server starts, and what is estimated and why."""
+    rows = [("cell", "items (test+calib)", "layouts/item", "prompts", "prompt tokens")]
+    for c in plan["cells"]:
+        est = " ~" if c["estimate"] else ""
+        lo, hi = c["layouts_per_item"]
+        tokens = _n(c["prompt_tokens"]) if c["prompt_tokens"] is not None else f"n/a ({c['tokens_note']})"
+        rows.append((f"{c['model']} / {c['task']}", f"{_n(c['items'])} ({c['n_test']}+{c['n_calib']}){est}",
+                     str(lo) if lo == hi else f"{lo}-{hi}", _n(c["prompts"]) + est, tokens))
+    t = plan["total"]
+    missing = t["cells_without_tokens"]
+    tokens = _n(t["prompt_tokens"]) + (f" (+ {missing} cell(s) n/a)" if missing else "")
+    if missing == len(plan["cells"]):
+        tokens = "n/a"
+    rows.append(("total", f"{_n(t['items'])} ({_n(t['n_test'])}+{_n(t['n_calib'])})", "", _n(t["prompts"]), tokens))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [f"anyjev plan: {plan['config']} ({len(plan['cells'])} cells)", ""]
+    for i, r in enumerate(rows):
+        lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+        if i == 0 or i == len(rows) - 2:
+            lines.append("  ".join("-" * w for w in widths))
+    local, slurm = plan["server_starts"]["local"], plan["server_starts"]["slurm"]
+    lines += ["", f"server starts, local run (one per model): {sum(local.values())}"
+              + (f" ({', '.join(f'{m} {n}' for m, n in local.items())})" if local else ""),
+              f"server starts, --executor slurm (one per score_cell job): {sum(slurm.values())}"
+              + (f" ({', '.join(f'{m} {n}' for m, n in slurm.items())})" if slurm else "")]
+    estimates = {c["task"]: c["estimate"] for c in plan["cells"] if c["estimate"]}
+    if estimates:
+        lines += ["", "~ estimate:"] + [f"  {task}: {why}" for task, why in estimates.items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,122 @@
+"""`anyjev plan` counts what a run sends: checked against a real prepared and scored cell (real SmolLM2 through the
+transformers backend), its hub estimates against the same tasks built from a cache, and config/paper.yaml offline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from anyjev import cli
+from anyjev.data.hub import BANKING77_REVISION, PROMPT_INJECTIONS_REVISION
+from anyjev.plan import plan_config
+from tests.unit.test_datasets_hub import BANKING_NAMES, write_cache
+
+REPO = Path(__file__).resolve().parents[2]
+QWEN3_TOKENIZER = REPO / "resources" / "tokenizers" / "qwen3"
+if not QWEN3_TOKENIZER.is_dir():  # the worktree's resources/ may be the main checkout's
+    QWEN3_TOKENIZER = Path("/work/main/resources/tokenizers/qwen3")
+
+
+def write_config(path: Path, models: dict, tasks: dict) -> Path:
+    path.write_text(yaml.safe_dump({"models": models, "tasks": tasks, "published": None}))
+    return path
+
+
+def mixed_task_rows() -> list[dict]:
+    rows = [{"id": f"c3-{i}", "state": f"case {i}", "question": "Which colour?", "kind": "choice",
+             "options": ["red", "green", "blue"], "gold": i % 3} for i in range(3)]
+    # K = 2: fwd/r1 shows the same order as rev/r0, so 4 layouts are 2 distinct prompts (as for Yes/No)
+    rows += [{"id": f"c2-{i}", "state": f"pair {i}", "question": "Which one?", "kind": "choice", "options": ["up", "down"],
+              "gold": 0} for i in range(2)]
+    rows += [{"id": f"yn-{i}", "state": f"message {i}", "question": "Is it spam?", "kind": "noul", "gold": "Yes"} for i in range(3)]
+    rows += [{"id": f"s-{i}", "state": f"pain {i}", "question": "How severe?", "kind": "score",
+              "options": ["mild", "moderate", "severe"], "gold": 1} for i in range(2)]
+    return rows
+
+
+def test_plan_counts_equal_a_real_scored_cell(smollm2_dir, tmp_path: Path, monkeypatch) -> None:
+    from anyjev.backends.hf import HFBackend
+    from anyjev.data.prepare import prepare_task
+    from anyjev.run import scoring
+    from anyjev.run.cell import load_tokenizer
+    from anyjev.settings import Settings
+
+    monkeypatch.chdir(tmp_path)
+    Path("mix.jsonl").write_text("".join(json.dumps(r) + "\n" for r in mixed_task_rows()))
+    config = write_config(tmp_path / "c.yaml", {"smol": {"source": "local", "path": str(smollm2_dir)}},
+                          {"mix": {"source": "file", "path": "mix.jsonl", "n_test": 6, "n_calib": 3}})
+    plan = plan_config(config)
+    [cell] = plan["cells"]
+    assert cell["estimate"] is None and cell["prompt_tokens"] is not None
+
+    task = prepare_task(Settings.load(config).prepare_job("mix"), "mix-split.jsonl")
+    tokenizer = load_tokenizer(smollm2_dir)
+    backend = HFBackend(str(smollm2_dir))
+    sent: list[list[list[int]]] = []
+    real = backend.label_logprobs
+    backend.label_logprobs = lambda prompts, ids: (sent.append([list(p) for p in prompts]), real(prompts, ids))[1]
+    # One item per chunk: each request holds exactly one item's distinct prompts, as the plan counts them.
+    counts = scoring.score_cell(backend, tokenizer, task.items, task.prior_groups(), "scores.jsonl", {"t": 1}, chunk_items=1)
+    records = [json.loads(line) for line in Path("scores.jsonl").read_text().splitlines()]
+    records = [r for r in records if r.get("type") == "item"]
+
+    assert cell["items"] == counts["items"] == len(records) == 9
+    assert (cell["n_test"], cell["n_calib"]) == (sum(r["split"] == "test" for r in records), sum(r["split"] == "calib" for r in records))
+    per_item = [len(r["layouts"]) for r in records]
+    assert cell["layouts"] == sum(per_item) and cell["layouts_per_item"] == [min(per_item), max(per_item)] == [1, 6]
+    assert cell["prompts"] == counts["prompts"] == sum(len(req) for req in sent[1:])  # sent[0]: the canary
+    assert cell["prompts"] < cell["layouts"]  # K = 2 and Yes/No items repeat prompts; scoring sends them once
+    assert cell["prompt_tokens"] == sum(len(p) for req in sent[1:] for p in req)
+    assert plan["server_starts"] == {"local": {"smol": 1}, "slurm": {"smol": 1}}
+
+
+def test_hub_estimate_equals_the_built_task(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = write_config(tmp_path / "c.yaml", {"m": {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": str(QWEN3_TOKENIZER)}},
+                          {"banking20": {"source": "hub", "n_test": 4, "n_calib": 2, "allow_fewer": False},
+                           "injection": {"source": "hub", "n_test": 3, "n_calib": 2, "allow_fewer": False}})
+    estimate = plan_config(config)
+    assert all(c["estimate"] and "not fetched" in c["estimate"] for c in estimate["cells"])
+    assert all(c["prompt_tokens"] is None and c["tokens_note"] == "task data not fetched" for c in estimate["cells"])
+    write_cache(tmp_path / "resources" / "hub", "banking20",
+                {"train": [{"text": "x", "label": i, "label_text": BANKING_NAMES[i]} for i in range(25) for _ in range(25 - i)],
+                 "test": [{"text": f"request {j}", "label": j % 20, "label_text": BANKING_NAMES[j % 20]} for j in range(8)]},
+                revision=BANKING77_REVISION)
+    write_cache(tmp_path / "resources" / "hub", "injection",
+                {"train": [{"text": f"msg {j}", "label": j % 2} for j in range(4)], "test": [{"text": "t", "label": 1}]},
+                revision=PROMPT_INJECTIONS_REVISION)
+    exact = plan_config(config)
+    for e, x in zip(estimate["cells"], exact["cells"], strict=True):
+        assert x["estimate"] is None and x["prompt_tokens"] > 0, x
+        for key in ("items", "n_test", "n_calib", "layouts", "layouts_per_item", "prompts"):
+            assert e[key] == x[key], (x["task"], key, e[key], x[key])
+    assert [c["layouts_per_item"] for c in exact["cells"]] == [[40, 40], [4, 4]]
+    assert [c["prompts"] for c in exact["cells"]] == [6 * 40, 5 * 2]
+
+
+def test_plan_of_the_paper_config_offline(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)  # no resources/ here: no hub data, no prepared model
+    plan = plan_config(REPO / "config" / "paper.yaml")
+    assert len(plan["cells"]) == 9
+    assert plan["total"] == {"items": 4500, "n_test": 2700, "n_calib": 1800, "layouts": 3 * (500 * 40 * 2 + 500 * 4),
+                                  "prompts": 3 * (500 * 40 * 2 + 500 * 2), "prompt_tokens": 0, "cells_without_tokens": 9}
+    assert {c["task"]: c["layouts_per_item"][0] for c in plan["cells"]} == {"banking20": 40, "newsgroups": 40, "injection": 4}
+    assert all(c["tokens_note"] == "task data not fetched, tokenizer not prepared" for c in plan["cells"])
+    assert plan["server_starts"]["local"] == dict.fromkeys(["Qwen3-8B", "Qwen2.5-7B-Instruct", "Qwen3-30B-A3B-Instruct-2507"], 1)
+    assert sum(plan["server_starts"]["slurm"].values()) == 9
+    assert cli.main(["plan", "--config", str(REPO / "config" / "paper.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "total" in out and "123,000" in out and "n/a (task data not fetched, tokenizer not prepared)" in out
+    assert "K = 20 (choice) from anyjev.data.hub.HUB_TASKS" in out and "server starts, local run (one per model): 3" in out
+
+
+def test_plan_says_when_the_tokenizer_is_not_prepared(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in mixed_task_rows()))
+    config = write_config(tmp_path / "c.yaml", {"h": {"source": "hub", "repo": "org/m", "revision": "main"}},
+                          {"t": {"source": "file", "path": "t.jsonl", "n_test": 5, "n_calib": 5}})
+    [cell] = plan_config(config)["cells"]
+    assert cell["estimate"] is None and cell["items"] == 10 and cell["prompt_tokens"] is None
+    assert cell["tokens_note"] == "tokenizer not prepared"
