@@ -114,7 +114,7 @@ def cmd_fetch_task(args: argparse.Namespace) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
-    from anyjev.plan import plan_config, plan_text
+    from anyjev.run.plan import plan_config, plan_text
 
     plan = plan_config(args.config)
     print(json.dumps(plan, indent=1) if args.json else plan_text(plan), end="" if not args.json else "\n")

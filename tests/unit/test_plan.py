@@ -10,7 +10,7 @@ import yaml
 
 from anyjev import cli
 from anyjev.data.hub import BANKING77_REVISION, PROMPT_INJECTIONS_REVISION
-from anyjev.plan import plan_config
+from anyjev.run.plan import plan_config
 from tests.unit.test_datasets_hub import BANKING_NAMES, write_cache
 
 REPO = Path(__file__).resolve().parents[2]
