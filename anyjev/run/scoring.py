@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from anyjev.backends.base import Backend
+from anyjev.decision import published
 from anyjev.decision.labels import LabelChecker, label_strings
 from anyjev.decision.layouts import Layout, layouts_for
-from anyjev.decision.prompts import encode, prompt_hash, render_text
+from anyjev.decision.prompts import DEFAULT_PROFILE, PROMPT_SYSTEM_VERSION, PromptProfile, encode, get_profile, prompt_hash, render_text
 from anyjev.errors import LabelTokenError
 from anyjev.run.store import PartialScores
 
@@ -34,8 +35,41 @@ class PreparedItem:
     layouts: list[tuple[Layout, list[int]]]
 
 
-def prepare_item(tokenizer, checker: LabelChecker, item, group: str, *, permute: bool = True, flip: bool = True) -> PreparedItem:
-    """Render every layout and check its labels; score questions fall back from digits to letters."""
+def scoring_identity(profile: str | PromptProfile = DEFAULT_PROFILE, *, answer_mass: bool = False) -> dict:
+    """The identity fragment for how prompts are made and what each record holds: merge it into the cell
+    identity, so a checkpoint made under another profile (or without answer mass) is not resumed."""
+    return {
+        "prompt_version": f"{PROMPT_VERSION}.{PROMPT_SYSTEM_VERSION}",
+        "prompt_profile": get_profile(profile).identity(),
+        "answer_mass": bool(answer_mass),
+    }
+
+
+def _check_published_labels(tokenizer, item, labels: list[str], ids: list[int]) -> None:
+    """Under the published profile the published library must read the same label tokens we do: its
+    ``resolve_labels`` (isolation encoding) has to agree with our in-context check, or the cell fails."""
+    theirs, their_ids = published.resolve_labels(tokenizer, item.question)
+    if (theirs, their_ids) != (labels, ids):
+        raise LabelTokenError(
+            f"item {item.id!r}: the published library resolves labels {theirs} to ids {their_ids}, we check "
+            f"{labels} -> {ids} in context; the 'published' profile would not read the tokens it shows",
+            missing_ids=[i for i in their_ids if i not in ids],
+        )
+
+
+def prepare_item(
+    tokenizer,
+    checker: LabelChecker,
+    item,
+    group: str,
+    *,
+    permute: bool = True,
+    flip: bool = True,
+    profile: str | PromptProfile = DEFAULT_PROFILE,
+) -> PreparedItem:
+    """Render every layout (in PROFILE's wording) and check its labels; score questions fall back from
+    digits to letters."""
+    profile = get_profile(profile)
     question = item.question
     kinds = ["digits", "letters"] if question.kind == "score" else ["default"]
     last_error: LabelTokenError | None = None
@@ -45,7 +79,7 @@ def prepare_item(tokenizer, checker: LabelChecker, item, group: str, *, permute:
             layouts, ids = [], None
             for group_layouts in layouts_for(question, permute=permute, flip=flip).values():
                 for layout in group_layouts:
-                    text = render_text(tokenizer, question, item.state, layout, labels)
+                    text = render_text(tokenizer, question, item.state, layout, labels, profile)
                     layout_ids = checker.ids(text, labels)
                     if ids is not None and layout_ids != ids:
                         raise LabelTokenError(f"label ids differ between layouts: {ids} vs {layout_ids} ({layout.name})")
@@ -56,6 +90,8 @@ def prepare_item(tokenizer, checker: LabelChecker, item, group: str, *, permute:
             if kind == "digits":
                 log.warning("item %s: digit labels are not single tokens here (%s); using letters", item.id, exc)
             continue
+        if profile.name == "published":
+            _check_published_labels(tokenizer, item, labels, ids)
         return PreparedItem(item, group, labels, ids, "letters" if kind == "letters" else kind, layouts)
     raise LabelTokenError(f"item {item.id!r} (question {question.key()}): {last_error}") from last_error
 
@@ -141,14 +177,17 @@ def score_cell(
     chunk_items: int = 16,
     permute: bool = True,
     flip: bool = True,
+    profile: str | PromptProfile = DEFAULT_PROFILE,
 ) -> dict:
     """Score ``items`` into ``out`` (resuming a checkpoint made under the same ``identity``).
 
     Every item's labels are checked before the first request, so a tokenizer that cannot emit a label
-    as one token fails the cell at once. Returns counts: items, scored now, resumed, prompts sent.
+    as one token fails the cell at once. PROFILE is the prompt wording (merge :func:`scoring_identity` of
+    the same profile into ``identity``). Returns counts: items, scored now, resumed, prompts sent.
     """
     checker = LabelChecker(tokenizer)
-    prepared = [prepare_item(tokenizer, checker, it, g, permute=permute, flip=flip) for it, g in zip(items, groups, strict=True)]
+    prepared = [prepare_item(tokenizer, checker, it, g, permute=permute, flip=flip, profile=profile)
+                for it, g in zip(items, groups, strict=True)]
     partial = PartialScores(out, identity)
     todo = [p for p in prepared if p.item.id not in partial.records]
     resumed = len(prepared) - len(todo)
