@@ -4,16 +4,19 @@ any request is sent, send the prompts in chunks, and checkpoint items as they co
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from anyjev.backends.base import Backend
 from anyjev.decision import published
 from anyjev.decision.labels import LabelChecker, label_strings
 from anyjev.decision.layouts import Layout, layouts_for
 from anyjev.decision.prompts import DEFAULT_PROFILE, PROMPT_SYSTEM_VERSION, PromptProfile, encode, get_profile, prompt_hash, render_text
-from anyjev.errors import LabelTokenError
+from anyjev.errors import BackendError, LabelTokenError
 from anyjev.run.store import PartialScores
 
 log = logging.getLogger(__name__)
@@ -96,8 +99,8 @@ def prepare_item(
     raise LabelTokenError(f"item {item.id!r} (question {question.key()}): {last_error}") from last_error
 
 
-def item_record(p: PreparedItem, values: dict[str, list[float]]) -> dict:
-    return {
+def item_record(p: PreparedItem, values: dict[str, list[float]], answer_mass: float | None = None) -> dict:
+    record = {
         "type": "item",
         "id": p.item.id,
         "split": p.item.split,
@@ -113,10 +116,31 @@ def item_record(p: PreparedItem, values: dict[str, list[float]]) -> dict:
             for lay, ids in p.layouts
         },
     }
+    if answer_mass is not None:
+        record["answer_mass"] = answer_mass
+    return record
 
 
-def score_prepared(backend: Backend, chunk: Sequence[PreparedItem]) -> list[dict]:
-    """Score a chunk of items with as few prompts as possible (identical prompts are sent once)."""
+def answer_masses(backend: Backend, chunk: Sequence[PreparedItem]) -> list[float]:
+    """Per item, the probability the model puts on its label tokens at all (full vocabulary), read from
+    the raw layout (fwd/r0): one more prompt per item, from the same backend."""
+    vocab = getattr(backend, "vocab_logprobs", None)
+    if vocab is None:
+        raise BackendError(f"backend {backend.name!r} cannot read full-vocabulary log-probs; answer_mass needs one that can")
+    out: list[float] = [math.nan] * len(chunk)
+    by_labels: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(chunk):
+        by_labels.setdefault(tuple(p.label_ids), []).append(i)
+    for key, members in by_labels.items():
+        values = vocab([chunk[i].layouts[0][1] for i in members], list(key))
+        for i, row in zip(members, values, strict=True):
+            out[i] = float(math.exp(float(np.logaddexp.reduce(row))))
+    return out
+
+
+def score_prepared(backend: Backend, chunk: Sequence[PreparedItem], *, answer_mass: bool = False) -> list[dict]:
+    """Score a chunk of items with as few prompts as possible (identical prompts are sent once); with
+    ``answer_mass``, one more prompt per item (:func:`answer_masses`)."""
     by_labels: dict[tuple[int, ...], list[list[int]]] = {}
     index: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
     for p in chunk:
@@ -128,11 +152,12 @@ def score_prepared(backend: Backend, chunk: Sequence[PreparedItem]) -> list[dict
                 index[k] = len(bucket)
                 bucket.append(ids)
     results = {key: backend.label_logprobs(prompts, list(key)) for key, prompts in by_labels.items()}
+    masses = answer_masses(backend, chunk) if answer_mass else [None] * len(chunk)
     records = []
-    for p in chunk:
+    for p, mass in zip(chunk, masses, strict=True):
         key = tuple(p.label_ids)
         values = {lay.name: results[key][index[(key, tuple(ids))]].tolist() for lay, ids in p.layouts}
-        records.append(item_record(p, values))
+        records.append(item_record(p, values, mass))
     return records
 
 
@@ -155,11 +180,13 @@ class Progress:
             self.last = now
 
 
-def canary(backend: Backend, p: PreparedItem) -> None:
+def canary(backend: Backend, p: PreparedItem, *, answer_mass: bool = False) -> None:
     """One prompt first: proves the server returns exactly the label ids, renormalised over them (or
     raises LabelTokenError naming the missing ids) before the cell's real work starts."""
     try:
         backend.label_logprobs([p.layouts[0][1]], p.label_ids)
+        if answer_mass:  # the server must also name every label's full-vocabulary value (logprob_token_ids)
+            answer_masses(backend, [p])
     except LabelTokenError as exc:
         raise LabelTokenError(f"canary request (item {p.item.id!r}) failed: {exc}", missing_ids=exc.missing_ids,
                               returned_ids=exc.returned_ids) from exc
@@ -178,12 +205,14 @@ def score_cell(
     permute: bool = True,
     flip: bool = True,
     profile: str | PromptProfile = DEFAULT_PROFILE,
+    answer_mass: bool = False,
 ) -> dict:
     """Score ``items`` into ``out`` (resuming a checkpoint made under the same ``identity``).
 
     Every item's labels are checked before the first request, so a tokenizer that cannot emit a label
     as one token fails the cell at once. PROFILE is the prompt wording (merge :func:`scoring_identity` of
-    the same profile into ``identity``). Returns counts: items, scored now, resumed, prompts sent.
+    the same profile into ``identity``). ``answer_mass`` adds each item's answer mass to its record (one
+    more prompt per item). Returns counts: items, scored now, resumed, prompts sent.
     """
     checker = LabelChecker(tokenizer)
     prepared = [prepare_item(tokenizer, checker, it, g, permute=permute, flip=flip, profile=profile)
@@ -196,18 +225,18 @@ def score_cell(
              max((len(p.layouts) for p in prepared), default=0), len(todo), resumed)
     prompts = 0
     if todo:
-        canary(backend, todo[0])
+        canary(backend, todo[0], answer_mass=answer_mass)
     try:
         for start in range(0, len(todo), chunk_items):
             chunk = todo[start : start + chunk_items]
             try:
-                records = score_prepared(backend, chunk)
+                records = score_prepared(backend, chunk, answer_mass=answer_mass)
             except LabelTokenError as exc:
                 ids = ", ".join(repr(p.item.id) for p in chunk[:5])
                 raise LabelTokenError(f"scoring items {ids}{'...' if len(chunk) > 5 else ''}: {exc}",
                                       missing_ids=exc.missing_ids, returned_ids=exc.returned_ids) from exc
             partial.add(records)
-            prompts += sum(len({tuple(ids) for _, ids in p.layouts}) for p in chunk)
+            prompts += sum(len({tuple(ids) for _, ids in p.layouts}) + int(answer_mass) for p in chunk)
             progress.update(len(chunk))
     finally:
         partial.close()
