@@ -104,6 +104,14 @@ class ServerSettings:
     max_logprobs: int
 
 
+@schema_section("scoring")
+class ScoringSettings:
+    """What every cell asks the model and records per item (``scoring.*``)."""
+
+    prompt_profile: str
+    answer_mass: bool
+
+
 @schema_section("models", "*")
 class ModelSettings:
     """One model (``models.<name>.*``); the keys without a default depend on the source."""
@@ -126,6 +134,7 @@ class ModelSettings:
     port: int | None
     start_timeout: float
     prefix_caching: bool
+    fp32_head: bool
 
     @property
     def managed(self) -> bool:
@@ -165,6 +174,7 @@ class Settings:
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     client: ClientSettings = field(default_factory=ClientSettings)
+    scoring: ScoringSettings = field(default_factory=ScoringSettings)
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Settings:
@@ -182,6 +192,7 @@ class Settings:
             evaluation=from_mapping(EvaluationSettings, config["evaluation"], "evaluation"),
             server=from_mapping(ServerSettings, config["server"], "server"),
             client=from_mapping(ClientSettings, config["client"], "client"),
+            scoring=from_mapping(ScoringSettings, config["scoring"], "scoring"),
             published=config.get("published"),
         )
 
@@ -216,6 +227,7 @@ class Settings:
             "tensor_parallel_size": m.tensor_parallel_size,
             "seed": self.server.seed,
             "prefix_caching": m.prefix_caching,
+            "fp32_head": m.fp32_head,
             "extra_flags": list(m.server_flags),
             "env": sorted([k, v] for k, v in m.server_env.items()),
             "start_timeout": m.start_timeout,
@@ -226,7 +238,7 @@ class Settings:
         """Everything a score job needs besides its files: how to reach the model, and the client settings."""
         m = self.models[model]
         job: dict[str, Any] = {"model": model, "task": task, "tokenizer": self.model_dir(model),
-                               "client": dataclasses.asdict(self.client)}
+                               "client": dataclasses.asdict(self.client), "scoring": dataclasses.asdict(self.scoring)}
         if m.managed:
             job["server"] = self.server_spec(model)
             job["server_log"] = f"logs/servers/{model}.log"

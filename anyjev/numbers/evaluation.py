@@ -250,6 +250,7 @@ def evaluate_records(records: list[dict], *, strength: float = PRIOR_STRENGTH, m
             log.warning("%s: L1 temperature (%s layouts) T = %.4g (log T = %.6f) is at the search bound [-3, 3]: "
                         "the fit is clipped and L1 is %s", source, g, t, math.log(t),
                         "nearly uniform" if t > 1 else "nearly one-hot")
+    mass = answer_mass_summary(test, n_boot=n_boot, seed=seed, level=level)
     ks = sorted(g.k for g in groups)
     result = _LevelsView(levels, {g: math.exp(float(v[0])) for g, v in log_t.items()})
     return {
@@ -260,6 +261,7 @@ def evaluate_records(records: list[dict], *, strength: float = PRIOR_STRENGTH, m
         "levels": [lv for lv in LEVELS if lv in metrics],
         "metrics": metrics,
         "temperature": temperature,
+        **({"answer_mass": mass} if mass is not None else {}),
         "intervals_widened": int(widened),
         "settings": {"strength": strength, "min_items": min_items, "prior_mode": prior_mode,
                      "batch_size": effective_batch, "n_boot": n_boot, "bootstrap_seed": seed,
@@ -269,6 +271,20 @@ def evaluate_records(records: list[dict], *, strength: float = PRIOR_STRENGTH, m
         "_gold": gold[0],
         "_ids": [r["id"] for r in test],
     }
+
+
+def answer_mass_summary(test: list[dict], *, n_boot: int, seed: int, level: float) -> dict | None:
+    """Mean answer mass of the test items (the probability on the label tokens at all, read with
+    ``scoring.answer_mass``) with its BCa interval over resampled items; None when the cell did not read it."""
+    values = [r.get("answer_mass") for r in test]
+    if not values or any(v is None for v in values):
+        return None
+    arr = np.asarray(values, dtype=np.float64)
+    n = arr.size
+    boot = arr[np.random.default_rng(seed).integers(0, n, size=(n_boot, n))].mean(axis=1)
+    jack = (arr.sum() - arr) / (n - 1) if n > 1 else arr
+    lo, hi, wide = interval(float(arr.mean()), boot, accel=jackknife_acceleration([jack]), level=level, method="bca")
+    return {"value": float(arr.mean()), "lo": lo, "hi": hi, "widened": wide}
 
 
 @dataclass

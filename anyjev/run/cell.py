@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from anyjev.data.tasks import load_task_file
-from anyjev.decision.prompts import PROMPT_SYSTEM_VERSION
 from anyjev.errors import BackendError, ConfigError
 from anyjev.files import file_sha256, now_iso, write_json_atomic
 from anyjev.run import provenance, scoring
 from anyjev.run.context import check_prompt_lengths
-from anyjev.settings import ClientSettings, from_mapping
+from anyjev.settings import ClientSettings, ScoringSettings, from_mapping
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +64,7 @@ def score_job(job: dict[str, Any], task_path: str | os.PathLike[str], out: str |
     started, t0 = now_iso(), time.monotonic()
     task = load_task_file(task_path)
     client = from_mapping(ClientSettings, job["client"], "client")
+    options = from_mapping(ScoringSettings, job["scoring"], "scoring")
     tokenizer = load_tokenizer(job["tokenizer"])
     handle = None
     if "server" in job:
@@ -76,32 +76,38 @@ def score_job(job: dict[str, Any], task_path: str | os.PathLike[str], out: str |
         check_server_python(spec.python)
         limit = context_length(spec.max_model_len, spec.model)
         if limit is not None:
-            longest = check_prompt_lengths(task.items, tokenizer, limit, source=task_path, model=job["model"])
+            longest = check_prompt_lengths(task.items, tokenizer, limit, source=task_path, model=job["model"],
+                                           profile=options.prompt_profile)
             log.info("longest prompt: %d tokens (context %d)", longest, limit)
         handle = acquire_server(spec, state_dir=job["state_dir"], owner_pid=owner_pid, log_path=job["server_log"])
         url, served = handle.url, handle.served_name
         server_record: dict[str, Any] = handle.to_dict() | {"spec": job["server"]}
         model_id: dict[str, Any] = {"backend": "vllm", "model": spec.model, "dtype": spec.dtype, "served_name": served,
                                     "server_flags": list(spec.extra_flags), "max_model_len": spec.max_model_len,
-                                    "seed": spec.seed, "prefix_caching": spec.prefix_caching}
+                                    "seed": spec.seed, "prefix_caching": spec.prefix_caching,
+                                    "fp32_head": spec.fp32_head}
     else:
         url, served = job["url"], job["served_name"]
         server_record = {"url": url, "served_name": served, "external": True}
         model_id = {"backend": "vllm", "url": url, "served_name": served}
+    # Every cell of a managed server shares its request lock (answer-mass requests must not share a batch).
+    request_lock = Path(job["state_dir"]) / f"{job['model']}.requests.lock" if "server" in job else None
     backend = VLLMBackend(url, served, prompts_per_request=client.prompts_per_request, max_concurrency=client.max_concurrency,
-                          timeout=client.timeout, retries=client.retries, decode=lambda i: tokenizer.decode([i]))
+                          timeout=client.timeout, retries=client.retries, decode=lambda i: tokenizer.decode([i]),
+                          request_lock=request_lock)
     model_source = provenance.model_source(job["tokenizer"])
     identity = {
         "task": task.name,
         "task_sha256": file_sha256(task_path),
         "model": model_id,
         "model_source": model_source,
-        "prompt_version": f"{scoring.PROMPT_VERSION}.{PROMPT_SYSTEM_VERSION}",
         "layouts": {"permute": True, "flip": True},
+        **scoring.scoring_identity(options.prompt_profile, answer_mass=options.answer_mass),
     }
     try:
         counts = scoring.score_cell(backend, tokenizer, task.items, task.prior_groups(), str(out), identity,
-                                    chunk_items=client.chunk_items)
+                                    chunk_items=client.chunk_items, profile=options.prompt_profile,
+                                    answer_mass=options.answer_mass)
     except BackendError:
         if handle is not None:
             handle.check_alive()  # raises ServerError (exit code, log tail) when the server itself is gone

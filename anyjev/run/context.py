@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from anyjev.data.tasks import find_item_line
 from anyjev.decision.labels import LabelChecker
+from anyjev.decision.prompts import DEFAULT_PROFILE
 from anyjev.errors import TaskDataError
 from anyjev.run.scoring import prepare_item
 
@@ -29,6 +30,7 @@ def check_prompt_lengths(
     model: str = "<name>",
     permute: bool = True,
     flip: bool = True,
+    profile: str = DEFAULT_PROFILE,
 ) -> int:
     """Raise :class:`TaskDataError` when an item's longest prompt plus the answer token exceeds
     ``max_model_len``; return the longest prompt's token count.
@@ -46,7 +48,7 @@ def check_prompt_lengths(
     longest = 0
     too_long: list[tuple[int, str, object]] = []  # (tokens, layout name, item)
     for item in items:
-        prepared = prepare_item(tokenizer, checker, item, "", permute=permute, flip=flip)
+        prepared = prepare_item(tokenizer, checker, item, "", permute=permute, flip=flip, profile=profile)
         layout, ids = max(prepared.layouts, key=lambda pair: len(pair[1]))
         longest = max(longest, len(ids))
         if len(ids) + ANSWER_TOKENS > max_model_len:

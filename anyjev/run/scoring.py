@@ -4,15 +4,19 @@ any request is sent, send the prompts in chunks, and checkpoint items as they co
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from anyjev.backends.base import Backend
+from anyjev.decision import published
 from anyjev.decision.labels import LabelChecker, label_strings
 from anyjev.decision.layouts import Layout, layouts_for
-from anyjev.decision.prompts import encode, prompt_hash, render_text
-from anyjev.errors import LabelTokenError
+from anyjev.decision.prompts import DEFAULT_PROFILE, PROMPT_SYSTEM_VERSION, PromptProfile, encode, get_profile, prompt_hash, render_text
+from anyjev.errors import BackendError, LabelTokenError
 from anyjev.run.store import PartialScores
 
 log = logging.getLogger(__name__)
@@ -34,8 +38,41 @@ class PreparedItem:
     layouts: list[tuple[Layout, list[int]]]
 
 
-def prepare_item(tokenizer, checker: LabelChecker, item, group: str, *, permute: bool = True, flip: bool = True) -> PreparedItem:
-    """Render every layout and check its labels; score questions fall back from digits to letters."""
+def scoring_identity(profile: str | PromptProfile = DEFAULT_PROFILE, *, answer_mass: bool = False) -> dict:
+    """The identity fragment for how prompts are made and what each record holds: merge it into the cell
+    identity, so a checkpoint made under another profile (or without answer mass) is not resumed."""
+    return {
+        "prompt_version": f"{PROMPT_VERSION}.{PROMPT_SYSTEM_VERSION}",
+        "prompt_profile": get_profile(profile).identity(),
+        "answer_mass": bool(answer_mass),
+    }
+
+
+def _check_published_labels(tokenizer, item, labels: list[str], ids: list[int]) -> None:
+    """Under the published profile the published library must read the same label tokens we do: its
+    ``resolve_labels`` (isolation encoding) has to agree with our in-context check, or the cell fails."""
+    theirs, their_ids = published.resolve_labels(tokenizer, item.question)
+    if (theirs, their_ids) != (labels, ids):
+        raise LabelTokenError(
+            f"item {item.id!r}: the published library resolves labels {theirs} to ids {their_ids}, we check "
+            f"{labels} -> {ids} in context; the 'published' profile would not read the tokens it shows",
+            missing_ids=[i for i in their_ids if i not in ids],
+        )
+
+
+def prepare_item(
+    tokenizer,
+    checker: LabelChecker,
+    item,
+    group: str,
+    *,
+    permute: bool = True,
+    flip: bool = True,
+    profile: str | PromptProfile = DEFAULT_PROFILE,
+) -> PreparedItem:
+    """Render every layout (in PROFILE's wording) and check its labels; score questions fall back from
+    digits to letters."""
+    profile = get_profile(profile)
     question = item.question
     kinds = ["digits", "letters"] if question.kind == "score" else ["default"]
     last_error: LabelTokenError | None = None
@@ -45,7 +82,7 @@ def prepare_item(tokenizer, checker: LabelChecker, item, group: str, *, permute:
             layouts, ids = [], None
             for group_layouts in layouts_for(question, permute=permute, flip=flip).values():
                 for layout in group_layouts:
-                    text = render_text(tokenizer, question, item.state, layout, labels)
+                    text = render_text(tokenizer, question, item.state, layout, labels, profile)
                     layout_ids = checker.ids(text, labels)
                     if ids is not None and layout_ids != ids:
                         raise LabelTokenError(f"label ids differ between layouts: {ids} vs {layout_ids} ({layout.name})")
@@ -56,12 +93,14 @@ def prepare_item(tokenizer, checker: LabelChecker, item, group: str, *, permute:
             if kind == "digits":
                 log.warning("item %s: digit labels are not single tokens here (%s); using letters", item.id, exc)
             continue
+        if profile.name == "published":
+            _check_published_labels(tokenizer, item, labels, ids)
         return PreparedItem(item, group, labels, ids, "letters" if kind == "letters" else kind, layouts)
     raise LabelTokenError(f"item {item.id!r} (question {question.key()}): {last_error}") from last_error
 
 
-def item_record(p: PreparedItem, values: dict[str, list[float]]) -> dict:
-    return {
+def item_record(p: PreparedItem, values: dict[str, list[float]], answer_mass: float | None = None) -> dict:
+    record = {
         "type": "item",
         "id": p.item.id,
         "split": p.item.split,
@@ -77,10 +116,31 @@ def item_record(p: PreparedItem, values: dict[str, list[float]]) -> dict:
             for lay, ids in p.layouts
         },
     }
+    if answer_mass is not None:
+        record["answer_mass"] = answer_mass
+    return record
 
 
-def score_prepared(backend: Backend, chunk: Sequence[PreparedItem]) -> list[dict]:
-    """Score a chunk of items with as few prompts as possible (identical prompts are sent once)."""
+def answer_masses(backend: Backend, chunk: Sequence[PreparedItem]) -> list[float]:
+    """Per item, the probability the model puts on its label tokens at all (full vocabulary), read from
+    the raw layout (fwd/r0): one more prompt per item, from the same backend."""
+    vocab = getattr(backend, "vocab_logprobs", None)
+    if vocab is None:
+        raise BackendError(f"backend {backend.name!r} cannot read full-vocabulary log-probs; answer_mass needs one that can")
+    out: list[float] = [math.nan] * len(chunk)
+    by_labels: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(chunk):
+        by_labels.setdefault(tuple(p.label_ids), []).append(i)
+    for key, members in by_labels.items():
+        values = vocab([chunk[i].layouts[0][1] for i in members], list(key))
+        for i, row in zip(members, values, strict=True):
+            out[i] = float(math.exp(float(np.logaddexp.reduce(row))))
+    return out
+
+
+def score_prepared(backend: Backend, chunk: Sequence[PreparedItem], *, answer_mass: bool = False) -> list[dict]:
+    """Score a chunk of items with as few prompts as possible (identical prompts are sent once); with
+    ``answer_mass``, one more prompt per item (:func:`answer_masses`)."""
     by_labels: dict[tuple[int, ...], list[list[int]]] = {}
     index: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
     for p in chunk:
@@ -92,11 +152,12 @@ def score_prepared(backend: Backend, chunk: Sequence[PreparedItem]) -> list[dict
                 index[k] = len(bucket)
                 bucket.append(ids)
     results = {key: backend.label_logprobs(prompts, list(key)) for key, prompts in by_labels.items()}
+    masses = answer_masses(backend, chunk) if answer_mass else [None] * len(chunk)
     records = []
-    for p in chunk:
+    for p, mass in zip(chunk, masses, strict=True):
         key = tuple(p.label_ids)
         values = {lay.name: results[key][index[(key, tuple(ids))]].tolist() for lay, ids in p.layouts}
-        records.append(item_record(p, values))
+        records.append(item_record(p, values, mass))
     return records
 
 
@@ -119,11 +180,13 @@ class Progress:
             self.last = now
 
 
-def canary(backend: Backend, p: PreparedItem) -> None:
+def canary(backend: Backend, p: PreparedItem, *, answer_mass: bool = False) -> None:
     """One prompt first: proves the server returns exactly the label ids, renormalised over them (or
     raises LabelTokenError naming the missing ids) before the cell's real work starts."""
     try:
         backend.label_logprobs([p.layouts[0][1]], p.label_ids)
+        if answer_mass:  # the server must also name every label's full-vocabulary value (logprob_token_ids)
+            answer_masses(backend, [p])
     except LabelTokenError as exc:
         raise LabelTokenError(f"canary request (item {p.item.id!r}) failed: {exc}", missing_ids=exc.missing_ids,
                               returned_ids=exc.returned_ids) from exc
@@ -141,14 +204,19 @@ def score_cell(
     chunk_items: int = 16,
     permute: bool = True,
     flip: bool = True,
+    profile: str | PromptProfile = DEFAULT_PROFILE,
+    answer_mass: bool = False,
 ) -> dict:
     """Score ``items`` into ``out`` (resuming a checkpoint made under the same ``identity``).
 
     Every item's labels are checked before the first request, so a tokenizer that cannot emit a label
-    as one token fails the cell at once. Returns counts: items, scored now, resumed, prompts sent.
+    as one token fails the cell at once. PROFILE is the prompt wording (merge :func:`scoring_identity` of
+    the same profile into ``identity``). ``answer_mass`` adds each item's answer mass to its record (one
+    more prompt per item). Returns counts: items, scored now, resumed, prompts sent.
     """
     checker = LabelChecker(tokenizer)
-    prepared = [prepare_item(tokenizer, checker, it, g, permute=permute, flip=flip) for it, g in zip(items, groups, strict=True)]
+    prepared = [prepare_item(tokenizer, checker, it, g, permute=permute, flip=flip, profile=profile)
+                for it, g in zip(items, groups, strict=True)]
     partial = PartialScores(out, identity)
     todo = [p for p in prepared if p.item.id not in partial.records]
     resumed = len(prepared) - len(todo)
@@ -157,18 +225,18 @@ def score_cell(
              max((len(p.layouts) for p in prepared), default=0), len(todo), resumed)
     prompts = 0
     if todo:
-        canary(backend, todo[0])
+        canary(backend, todo[0], answer_mass=answer_mass)
     try:
         for start in range(0, len(todo), chunk_items):
             chunk = todo[start : start + chunk_items]
             try:
-                records = score_prepared(backend, chunk)
+                records = score_prepared(backend, chunk, answer_mass=answer_mass)
             except LabelTokenError as exc:
                 ids = ", ".join(repr(p.item.id) for p in chunk[:5])
                 raise LabelTokenError(f"scoring items {ids}{'...' if len(chunk) > 5 else ''}: {exc}",
                                       missing_ids=exc.missing_ids, returned_ids=exc.returned_ids) from exc
             partial.add(records)
-            prompts += sum(len({tuple(ids) for _, ids in p.layouts}) for p in chunk)
+            prompts += sum(len({tuple(ids) for _, ids in p.layouts}) + int(answer_mass) for p in chunk)
             progress.update(len(chunk))
     finally:
         partial.close()

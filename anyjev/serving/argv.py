@@ -6,6 +6,7 @@ server mode (raw logprobs, sampling defaults, prefix caching) changes scores wit
 
 from __future__ import annotations
 
+import json
 import shlex
 
 from anyjev.errors import ConfigError
@@ -29,6 +30,8 @@ PINNED_FLAGS: dict[str, str] = {
     "--tensor-parallel-size": "set models.<name>.tensor_parallel_size instead",
     "--enable-prefix-caching": "prefix-cache hits move logprobs by up to ~0.06 nat; set models.<name>.prefix_caching",
     "--model": "the weights come from models.<name>.source (with its repo, path or url)",
+    "--hf-overrides": "it carries the pinned lm-head dtype (head_dtype float32, so label log-probs are not "
+    "rounded to bf16 steps that tie); set models.<name>.fp32_head instead, so it is recorded with the scores",
 }
 # Flags that are not pinned themselves but would override pinned ones behind our back.
 REFUSED_FLAGS: dict[str, str] = {
@@ -78,6 +81,12 @@ def check_extra_flags(flags: tuple[str, ...] | list[str], key: str) -> None:
                 )
 
 
+def hf_overrides(spec: ServerSpec) -> dict:
+    """The pinned ``--hf-overrides``: the lm-head dtype. ``float32`` computes the head (and so every
+    log-prob) in fp32 whatever the model dtype; ``model`` is vLLM's default for generation models."""
+    return {"head_dtype": "float32" if spec.fp32_head else "model"}
+
+
 def build_argv(spec: ServerSpec, port: int) -> list[str]:
     """The server command line: pinned flags from the spec, then the config's extra flags.
 
@@ -100,6 +109,7 @@ def build_argv(spec: ServerSpec, port: int) -> list[str]:
         "--dtype", spec.dtype,
         "--tensor-parallel-size", str(spec.tensor_parallel_size),
         "--enable-prefix-caching" if spec.prefix_caching else "--no-enable-prefix-caching",
+        "--hf-overrides", json.dumps(hf_overrides(spec)),
     ]  # fmt: skip
     if spec.max_model_len is not None:
         argv += ["--max-model-len", str(spec.max_model_len)]

@@ -27,6 +27,9 @@ class ServerSpec:
     tensor_parallel_size: int = 1
     seed: int = 0
     prefix_caching: bool = False
+    # The lm-head in fp32 (vLLM's ModelConfig.head_dtype via --hf-overrides): in bf16 the label log-probs
+    # come in steps of 0.125 nat and exact ties for the top label are common (18/100 MMLU items raw).
+    fp32_head: bool = True
     extra_flags: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     start_timeout: float = 900

@@ -234,3 +234,15 @@ def test_reference_cell_evaluates_within_budget(tmp_path: Path) -> None:
     assert out["settings"]["resampled"].startswith("test and calibration items")
     header = (tmp_path / "pred.csv").read_text().splitlines()[0]
     assert header.endswith("n_top")
+
+
+def test_answer_mass_is_summarised_per_cell_with_an_interval() -> None:
+    from anyjev.numbers.evaluation import answer_mass_summary
+
+    rng = np.random.default_rng(3)
+    values = rng.uniform(0.2, 0.9, size=60)
+    test = [{"answer_mass": float(v)} for v in values]
+    s = answer_mass_summary(test, n_boot=1000, seed=0, level=0.95)
+    assert s["value"] == pytest.approx(values.mean())
+    assert s["lo"] < s["value"] < s["hi"] and s["hi"] - s["lo"] < 0.2
+    assert answer_mass_summary([{"answer_mass": 0.5}, {}], n_boot=1000, seed=0, level=0.95) is None

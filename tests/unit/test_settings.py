@@ -20,6 +20,7 @@ from anyjev.settings import (
     ClientSettings,
     EvaluationSettings,
     ModelSettings,
+    ScoringSettings,
     ServerSettings,
     Settings,
     TaskSettings,
@@ -43,6 +44,7 @@ def schema_defaults(node: dict, path: tuple[str, ...] = ()) -> dict[tuple[str, .
 
 
 SETTINGS_CLASSES = {("client",): ClientSettings, ("evaluation",): EvaluationSettings, ("server",): ServerSettings,
+                    ("scoring",): ScoringSettings,
                     ("models", "*"): ModelSettings, ("tasks", "*"): TaskSettings, (): Settings}
 
 # Library functions that take a setting as a keyword argument with a default: (schema key path, function, parameter).
@@ -52,6 +54,9 @@ LIBRARY_DEFAULTS = [
     (("client", "timeout"), VLLMBackend.__init__, "timeout"),
     (("client", "retries"), VLLMBackend.__init__, "retries"),
     (("client", "chunk_items"), scoring.score_cell, "chunk_items"),
+    (("scoring", "prompt_profile"), scoring.score_cell, "profile"),
+    (("scoring", "answer_mass"), scoring.score_cell, "answer_mass"),
+    (("scoring", "prompt_profile"), scoring.scoring_identity, "profile"),
     (("evaluation", "prior_strength"), levels.compute_levels, "strength"),
     (("evaluation", "prior_min_items"), levels.compute_levels, "min_items"),
     (("evaluation", "prior_batch_size"), levels.compute_levels, "batch_size"),
@@ -66,7 +71,8 @@ LIBRARY_DEFAULTS = [
 SPEC_FIELDS = {"dtype": ("models", "*", "dtype"), "max_model_len": ("models", "*", "max_model_len"),
                "tensor_parallel_size": ("models", "*", "tensor_parallel_size"), "port": ("models", "*", "port"),
                "start_timeout": ("models", "*", "start_timeout"), "prefix_caching": ("models", "*", "prefix_caching"),
-               "max_logprobs": ("server", "max_logprobs"), "seed": ("server", "seed")}
+               "max_logprobs": ("server", "max_logprobs"), "seed": ("server", "seed"),
+               "fp32_head": ("models", "*", "fp32_head")}
 
 
 def test_every_schema_default_is_a_settings_default() -> None:
