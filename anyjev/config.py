@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 from pathlib import Path
 
 import yaml
@@ -57,7 +58,7 @@ def load_strict(path: str | os.PathLike) -> dict:
             return yaml.load(fh, Loader=_StrictLoader) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark is not None else str(path)
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigSyntaxError(where, f"YAML syntax error: {problem} (check the indentation and quoting there)") from None
 
@@ -100,7 +101,13 @@ def validate_config(config: dict, schema_path: str | os.PathLike, *, workdir: st
     if config["evaluation"]["prior_batch_size"] is not None and config["evaluation"]["prior_mode"] != "streaming":
         raise ConfigError("evaluation.prior_batch_size", "applies to prior_mode streaming only (batch uses the whole "
                           "split): set evaluation.prior_mode: streaming, or remove prior_batch_size")
+    if any(m["source"] != "url" for m in models.values()):
+        check_server_python(config["server"]["python"], workdir)
     for name, task in tasks.items():
+        k = largest_k(name, task, workdir)
+        if k is not None and k > config["server"]["max_logprobs"]:
+            raise ConfigError("server.max_logprobs", f"is {config['server']['max_logprobs']}, but task {name!r} has items "
+                              f"with {k} options: a request reads every label's log-prob at once; set it >= {k}")
         if task["n_calib"] == 0 and "L1" in config["levels"]:
             raise ConfigError(f"tasks.{name}.n_calib", "is 0, but levels lists L1, whose temperature is fitted on the "
                               "calibration items: set n_calib > 0 or remove L1 from levels")
@@ -132,6 +139,34 @@ def check_config_file(path: str | os.PathLike, *, workdir: str | os.PathLike = "
     from anyjev.settings import SCHEMA_PATH
 
     return validate_config(load_strict(path), SCHEMA_PATH, workdir=workdir)
+
+
+def largest_k(name: str, task: dict, workdir: str | os.PathLike = ".") -> int | None:
+    """The most options any item of a configured task has, known from the config (and a task file's rows)."""
+    from anyjev.data import builtin, hub
+    from anyjev.data.tasks import jsonl_rows
+
+    dataset = task.get("builtin") or name
+    if task["source"] == "builtin":
+        return builtin.BUILTIN_K.get(dataset)
+    if task["source"] == "hub":
+        return hub.HUB_TASKS[dataset].k if dataset in hub.HUB_TASKS else None
+    try:
+        rows = jsonl_rows(Path(workdir) / task["path"])
+    except Exception:  # noqa: BLE001 - a malformed file is the prepare step's to explain, with its line
+        return None
+    sizes = [2 if row.get("kind") == "noul" else len(row.get("options") or ()) for _, row in rows if "question" in row]
+    return max(sizes, default=None)
+
+
+def check_server_python(python: str, workdir: str | os.PathLike = ".") -> None:
+    """The vLLM environment's interpreter must exist (on a cluster the score job checks it again on its node)."""
+    path = Path(python)
+    found = shutil.which(python) if os.sep not in python else (Path(workdir) / path if not path.is_absolute() else path)
+    if found is None or not (Path(found).is_file() and os.access(found, os.X_OK)):
+        raise ConfigError("server.python", f"{python!r} is not an executable interpreter (from {Path(workdir).resolve()}): "
+                          "point it at the vLLM environment's python (`bash scripts/setup_env.sh` creates "
+                          ".venv-server/bin/python; on a GPU cluster, the CUDA vLLM environment's)")
 
 
 def cells(config: dict) -> list[tuple[str, str]]:

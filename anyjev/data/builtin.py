@@ -177,3 +177,5 @@ def rotten_tomatoes() -> Task:
 
 
 BUILTIN: dict[str, Callable[..., Task]] = {"mmlu": mmlu, "socialiqa": socialiqa, "rotten_tomatoes": rotten_tomatoes}
+# Options per question, known before any data is read (config checks and `anyjev plan` use it).
+BUILTIN_K: dict[str, int] = {"mmlu": 4, "socialiqa": 3, "rotten_tomatoes": 2}

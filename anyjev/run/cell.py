@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+from anyjev.config import check_server_python
 from anyjev.data.tasks import load_task_file
 from anyjev.errors import BackendError, ConfigError
 from anyjev.files import file_sha256, now_iso, write_json_atomic
@@ -35,15 +35,6 @@ def check_label_capacity(task, max_logprobs: int) -> None:
     if k > max_logprobs:
         raise ConfigError("server.max_logprobs", f"is {max_logprobs}, but task {task.name!r} item {worst.id!r} has {k} "
                           f"options: a request reads K label log-probs at once; set server.max_logprobs >= {k}")
-
-
-def check_server_python(python: str) -> None:
-    """Before any server starts: the vLLM environment's interpreter must exist here (on this node)."""
-    found = shutil.which(python) if os.sep not in python else (python if os.access(python, os.X_OK) and Path(python).is_file() else None)
-    if found is None:
-        raise ConfigError("server.python", f"{python!r} is not an executable interpreter here (working directory "
-                          f"{os.getcwd()}): point it at the vLLM environment's python (`bash scripts/setup_env.sh` "
-                          "creates .venv-server/bin/python; on a GPU cluster, the CUDA vLLM environment's)")
 
 
 def context_length(spec_max_model_len: int | None, model_dir: str | os.PathLike[str]) -> int | None:
@@ -73,7 +64,7 @@ def score_job(job: dict[str, Any], task_path: str | os.PathLike[str], out: str |
 
         spec = ServerSpec.from_dict(job["server"])
         check_label_capacity(task, spec.max_logprobs)
-        check_server_python(spec.python)
+        check_server_python(spec.python)  # again here: on a cluster, on the node that starts it
         limit = context_length(spec.max_model_len, spec.model)
         if limit is not None:
             longest = check_prompt_lengths(task.items, tokenizer, limit, source=task_path, model=job["model"],
