@@ -72,10 +72,10 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 
 def cmd_check_config(args: argparse.Namespace) -> None:
-    from anyjev.config import check_config_file
+    from anyjev.config import check_config_file, check_runnable
 
     for path in args.configfile:
-        check_config_file(path)
+        check_runnable(check_config_file(path))
         print(f"{path}: ok")
 
 

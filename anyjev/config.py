@@ -101,8 +101,6 @@ def validate_config(config: dict, schema_path: str | os.PathLike, *, workdir: st
     if config["evaluation"]["prior_batch_size"] is not None and config["evaluation"]["prior_mode"] != "streaming":
         raise ConfigError("evaluation.prior_batch_size", "applies to prior_mode streaming only (batch uses the whole "
                           "split): set evaluation.prior_mode: streaming, or remove prior_batch_size")
-    if any(m["source"] != "url" for m in models.values()):
-        check_server_python(config["server"]["python"], workdir)
     for name, task in tasks.items():
         k = largest_k(name, task, workdir)
         if k is not None and k > config["server"]["max_logprobs"]:
@@ -135,10 +133,17 @@ def validate_config(config: dict, schema_path: str | os.PathLike, *, workdir: st
 
 
 def check_config_file(path: str | os.PathLike, *, workdir: str | os.PathLike = ".") -> dict:
-    """Read and validate one config file as the workflow will: syntax (file:line), duplicate keys, schema."""
+    """Read and validate one config file: syntax (file:line), duplicate keys, schema, semantic checks."""
     from anyjev.settings import SCHEMA_PATH
 
     return validate_config(load_strict(path), SCHEMA_PATH, workdir=workdir)
+
+
+def check_runnable(config: dict, workdir: str | os.PathLike = ".") -> None:
+    """What a run (a dry run too) needs on this machine beyond a valid config: the vLLM interpreter when the
+    workflow starts servers. (`anyjev plan` does not need it: plan a cluster run anywhere.)"""
+    if any(m["source"] != "url" for m in config["models"].values()):
+        check_server_python(config["server"]["python"], workdir)
 
 
 def largest_k(name: str, task: dict, workdir: str | os.PathLike = ".") -> int | None:

@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -73,6 +74,10 @@ def paper_dry_run(tmp_path_factory):
     (work / "config").mkdir()
     shutil.copy(REPO / "config" / "config.yaml", work / "config" / "config.yaml")
     shutil.copy(PAPER, work / "config" / "paper.yaml")
+    # The CUDA vLLM environment's interpreter that paper.yaml names (server.python), as on a GPU cluster.
+    gpu_python = work / yaml.safe_load(PAPER.read_text())["server"]["python"]
+    gpu_python.parent.mkdir(parents=True)
+    gpu_python.symlink_to(sys.executable)
     published = yaml.safe_load(PAPER.read_text())["published"]
     (work / published).parent.mkdir(parents=True)
     shutil.copy(REPO / published, work / published)

@@ -10,6 +10,7 @@ a prepared model or a download at another commit.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,7 +122,7 @@ def _config(tasks: dict, lock: str | None = None) -> dict:
     from anyjev.settings import SCHEMA_PATH
 
     return validate_config({"models": {"m": {"source": "hub", "repo": "org/model", "revision": "main"}}, "tasks": tasks,
-                            "lock": lock, "published": None}, SCHEMA_PATH)
+                            "lock": lock, "published": None, "server": {"python": sys.executable}}, SCHEMA_PATH)
 
 
 def write_lock(path: str, datasets_: dict | None = None, models_: dict | None = None) -> Lock:

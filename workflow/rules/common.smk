@@ -7,7 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from anyjev.config import load_strict, validate_config
+from anyjev.config import check_runnable, load_strict, validate_config
 from anyjev.errors import ConfigError
 from anyjev.settings import STATE_DIR, Settings
 
@@ -21,6 +21,7 @@ def _load_settings():
             raise WorkflowError(f"invalid config {path}: {exc}")
     try:
         validated = validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
+        check_runnable(validated)
         return validated, Settings.from_config(validated)
     except ConfigError as exc:
         files = ", ".join(map(str, workflow.configfiles))
