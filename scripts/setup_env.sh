@@ -19,7 +19,7 @@ if ! .venv-server/bin/python -c "import vllm" 2>/dev/null; then
   "$PY" -m venv .venv-server
   .venv-server/bin/pip install -q --upgrade pip
   .venv-server/bin/pip install -q -r requirements/server.txt
-  # vllm.md: PyPI's torchvision/torchaudio/torchcodec do not match the CPU torch and break
+  # PyPI's torchvision/torchaudio/torchcodec do not match the CPU torch and break
   # transformers' model imports; text models need none of them.
   .venv-server/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
 fi

@@ -83,7 +83,7 @@ def vllm_raw(smollm2_dir, tmp_path_factory):
     from anyjev.serving.argv import build_argv
     from anyjev.serving.launch import free_port
 
-    spec = smollm2_spec("smollm2-raw", "bfloat16", smollm2_dir)
+    spec = smollm2_spec("smollm2-raw", "float32", smollm2_dir)
     port = free_port("127.0.0.1")
     argv = build_argv(spec, port)
     i = argv.index("--logprobs-mode")

@@ -1,5 +1,5 @@
 """Backends turn token-id prompts and their label ids into label log-probabilities (N x K)."""
 
-from anyjev.backends.base import Backend, restrict_and_normalise
+from anyjev.backends.base import Backend
 
-__all__ = ["Backend", "restrict_and_normalise"]
+__all__ = ["Backend"]

@@ -21,10 +21,3 @@ class Backend(Protocol):
     def label_logprobs(self, prompts: Sequence[Sequence[int]], label_ids: Sequence[int]) -> np.ndarray: ...
 
     def describe(self) -> dict: ...
-
-
-def restrict_and_normalise(values: np.ndarray) -> np.ndarray:
-    """Log-softmax along the last axis: turns label logits or log-probs into a distribution over labels."""
-    values = np.asarray(values, dtype=np.float64)
-    m = values.max(axis=-1, keepdims=True)
-    return values - (m + np.log(np.exp(values - m).sum(axis=-1, keepdims=True)))

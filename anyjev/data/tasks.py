@@ -64,7 +64,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +72,7 @@ import numpy as np
 
 from anyjev.decision.questions import KINDS, NOUL_OPTIONS, Question, choice, noul, score
 from anyjev.errors import QuestionError, TaskDataError
+from anyjev.files import write_text_atomic
 
 SPLITS = ("test", "calib")
 PRIOR_GROUPS = ("question", "task")
@@ -154,15 +154,6 @@ class Task:
         if self.prior_group == "task":
             return [self.name] * len(self.items)
         return [it.question.key() for it in self.items]
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    """SHA-256 hex digest of a file's bytes, recorded so a result can be tied to its exact data."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -464,18 +455,7 @@ def write_task_file(task: Task, path: str | os.PathLike) -> Path:
         raise TaskDataError(task._where(), "header", problem)
     lines = [json.dumps(header, ensure_ascii=False)]
     lines += [json.dumps(item_to_dict(it), ensure_ascii=False) for it in task.items]
-    payload = ("\n".join(lines) + "\n").encode("utf-8")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_text_atomic(p, "\n".join(lines) + "\n")
     return p
 
 

@@ -15,6 +15,7 @@ all calibration items together.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import logging
 import math
@@ -29,8 +30,6 @@ from anyjev.errors import TaskDataError
 from anyjev.files import write_json_atomic, write_text_atomic
 from anyjev.numbers.levels import (
     LEVELS,
-    PRIOR_MIN_ITEMS,
-    PRIOR_STRENGTH,
     LevelInputs,
     at_bound,
     fit_log_temperature,
@@ -38,7 +37,7 @@ from anyjev.numbers.levels import (
     levels_resampled,
 )
 from anyjev.numbers.logprobs import log_softmax
-from anyjev.numbers.metrics import BOOTSTRAP_SEED, METRICS, MIN_BOOT, N_BOOT, TIE_TOL, interval, jackknife_acceleration, metrics_batch
+from anyjev.numbers.metrics import METRICS, MIN_BOOT, TIE_TOL, interval, jackknife_acceleration, metrics_batch
 from anyjev.run.store import read_scores
 from anyjev.settings import EvaluationSettings, default
 
@@ -183,19 +182,22 @@ def _test_order(groups: list[_KGroup]) -> np.ndarray:
     return np.argsort(np.concatenate([g.test_pos for g in groups]), kind="stable")
 
 
-def evaluate_records(records: list[dict], *, strength: float = PRIOR_STRENGTH, min_items: int = PRIOR_MIN_ITEMS,
-                     prior_mode: str = DEFAULT_PRIOR_MODE, batch_size: int | None = None, n_boot: int = N_BOOT,
-                     seed: int = BOOTSTRAP_SEED, level: float = 0.95, source: str = "<records>") -> dict:
+def evaluate_records(records: list[dict], settings: EvaluationSettings | None = None, *, level: float = 0.95,
+                     source: str = "<records>") -> dict:
     """Levels and metrics for the test split, with L1 fitted on the calibration split, and refit-BCa intervals.
 
-    ``prior_mode``: ``"streaming"`` (published: per prior group, K and rotation, the mean over the test items
-    scored so far, the current one included, in the task file's seeded order; ``batch_size`` > 1 scores that
-    many items per call) or ``"batch"`` (the whole test split; ``batch_size`` must be None).
+    SETTINGS are the config's ``evaluation.*`` (default: the schema's). ``prior_mode``: ``"streaming"``
+    (published: per prior group, K and rotation, the mean over the test items scored so far, the current one
+    included, in the task file's seeded order; ``prior_batch_size`` > 1 scores that many items per call) or
+    ``"batch"`` (the whole test split; ``prior_batch_size`` must be None).
     """
+    s = settings or EvaluationSettings()
+    strength, min_items, prior_mode, batch_size = s.prior_strength, s.prior_min_items, s.prior_mode, s.prior_batch_size
+    n_boot, seed = s.n_boot, s.bootstrap_seed
     if prior_mode not in PRIOR_MODES:
         raise ValueError(f"prior_mode: must be one of {PRIOR_MODES}, got {prior_mode!r}")
     if prior_mode == "batch" and batch_size is not None:
-        raise ValueError(f"batch_size: only meaningful with prior_mode 'streaming', got {batch_size} with 'batch'")
+        raise ValueError(f"prior_batch_size: only meaningful with prior_mode 'streaming', got {batch_size} with 'batch'")
     if n_boot < MIN_BOOT:
         raise ValueError(f"n_boot: must be >= {MIN_BOOT}, got {n_boot}")
     effective_batch = (batch_size or 1) if prior_mode == "streaming" else None
@@ -263,8 +265,7 @@ def evaluate_records(records: list[dict], *, strength: float = PRIOR_STRENGTH, m
         "temperature": temperature,
         **({"answer_mass": mass} if mass is not None else {}),
         "intervals_widened": int(widened),
-        "settings": {"strength": strength, "min_items": min_items, "prior_mode": prior_mode,
-                     "batch_size": effective_batch, "n_boot": n_boot, "bootstrap_seed": seed,
+        "settings": {**dataclasses.asdict(s), "effective_batch_size": effective_batch,
                      "interval": f"BCa {level:.0%}", "interval_level": level, "resampled": RESAMPLED,
                      "tie_tolerance": TIE_TOL},
         "_result": result,
@@ -334,10 +335,8 @@ def evaluate_file(scores: str, metrics_out: str, predictions_out: str | None = N
                   settings: EvaluationSettings | None = None) -> dict:
     """Evaluate ``scores`` with the config's evaluation settings; write ``metrics.json`` (and the predictions
     CSV) atomically."""
-    s = settings or EvaluationSettings()
     identity, records = read_scores(scores)
-    evaluation = evaluate_records(records, strength=s.prior_strength, min_items=s.prior_min_items, prior_mode=s.prior_mode,
-                                  batch_size=s.prior_batch_size, n_boot=s.n_boot, seed=s.bootstrap_seed, source=scores)
+    evaluation = evaluate_records(records, settings, source=scores)
     out = public(evaluation) | {"identity": identity, "metric_names": list(METRICS)}
     write_json_atomic(metrics_out, out)
     acc = {lv: round(out["metrics"][lv]["acc"]["value"], 3) for lv in out["levels"]}

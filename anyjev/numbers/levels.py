@@ -9,7 +9,7 @@ Shapes used throughout:
 Every log-prob array returned here is normalised over its last axis (logsumexp = 0). Priors are returned as
 probabilities (they sum to 1 over the last axis), because the correction divides probabilities by them.
 
-The levels follow the published method (docs/architecture.md, reference/method.md "Levels"):
+The levels follow the published method (docs/architecture.md, docs/metrics.md):
 
 * ``raw``: layout 0 mapped to option space;
 * ``L0-perm``: geometric mean over all layouts, no prior correction;

@@ -2,8 +2,8 @@
 single column (3.5 in) or the text width (7 in) at 7-8 pt type; matplotlib without a display.
 
 Levels are alternatives, not a sequence: they are categories on the x axis, shown as points with their
-interval (a vertical segment from lo to hi, drawn as is even when a percentile interval does not
-contain the point estimate, as happens for ECE), never joined by lines.
+interval (a vertical segment from lo to hi: BCa, widened to include the point where the bootstrap
+distribution lies on one side), never joined by lines.
 """
 
 from __future__ import annotations

@@ -30,6 +30,14 @@ HIGHER_IS_BETTER = {"acc": True, "macro_f1": True, "nll": False, "brier": False,
                     "cov@5": True, "aurc": False}
 README_METRICS = ("acc", "macro_f1", "nll", "brier", "ece", "flip")
 INTERVAL_NOTE = "bootstrap 95% intervals (see metrics.json settings)"
+
+
+def interval_note(settings: dict | None) -> str:
+    """How the cells' intervals were computed and which label prior they used, from metrics.json's settings."""
+    if not settings or "interval" not in settings:
+        return INTERVAL_NOTE
+    return (f"{settings['interval']} bootstrap intervals ({settings.get('n_boot')} resamples of the "
+            f"{settings.get('resampled', 'test items')}); label prior: {settings.get('prior_mode', 'batch')}")
 assert set(TABLE_METRICS) <= set(METRICS) and set(HIGHER_IS_BETTER) == set(TABLE_METRICS)
 
 
@@ -85,6 +93,9 @@ def summary_frame(metrics_files: Sequence[str | os.PathLike], levels: Sequence[s
             tie = scalar(lvl.get("tie_rate", (data.get("tie_rate") or {}).get(level)))
             if tie is not None:
                 row["tie_rate"] = tie
+            mass = data.get("answer_mass")
+            if isinstance(mass, dict):  # the cell's answer mass (scoring.answer_mass), on every row of the cell
+                row["answer_mass"], row["answer_mass_lo"], row["answer_mass_hi"] = mass["value"], mass["lo"], mass["hi"]
             if level == "L1":  # L1's fitted temperature per layout group, flagged at the search bound
                 for group, fit in (data.get("temperature") or {}).items():
                     if isinstance(fit, dict) and "T" in fit:
@@ -113,15 +124,21 @@ def _markdown(df: pd.DataFrame, keys: Sequence[str], metrics: Sequence[str]) -> 
     return lines
 
 
-def summary_markdown(df: pd.DataFrame) -> str:
+def summary_markdown(df: pd.DataFrame, settings: dict | None = None) -> str:
     lines = _markdown(df, ["model", "task", "level", "n", "K"], TABLE_METRICS)
-    note = (f"\nValues with their {INTERVAL_NOTE}, resampling test items. ↑: higher is better, ↓: lower is better. "
+    note = (f"\nValues with their {interval_note(settings)}. ↑: higher is better, ↓: lower is better. "
             "flip: share of items whose answer changes when the option order is reversed (Yes/No: the phrasing "
             "swapped). cov@5%: share of items answerable at <= 5% error, most confident first.\n")
     if "tie_rate" in df.columns and df["tie_rate"].notna().any():
         note += "\n" + tie_rate_markdown(df)
     if "T_fwd" in df.columns and df["T_fwd"].notna().any():
         note += "\n" + temperature_markdown(df)
+    if "answer_mass" in df.columns and df["answer_mass"].notna().any():
+        cells = df.drop_duplicates(["model", "task"])
+        note += ("\nAnswer mass (mean probability on the label tokens at all, before renormalising over them):\n\n"
+                 "| model | task | answer mass |\n|---|---|---|\n")
+        note += "".join(f"| {r['model']} | {r['task']} | {_fmt(r['answer_mass'], r['answer_mass_lo'], r['answer_mass_hi'])} |\n"
+                        for _, r in cells.iterrows())
     return "\n".join(lines) + "\n" + note
 
 
@@ -164,6 +181,9 @@ def readme_markdown(df: pd.DataFrame) -> str:
         extra.append(("ties", lambda r: "–" if _missing(r.get("tie_rate")) else f"{r['tie_rate']:.2f}"))
     if "T_fwd" in df.columns:
         extra.append(("T (L1)", lambda r: _temperature_text(r, "fwd") if r["level"] == "L1" else ""))
+    if "answer_mass" in df.columns:
+        extra.append(("answer mass", lambda r: _fmt(r["answer_mass"], r["answer_mass_lo"], r["answer_mass_hi"])
+                      if r["level"] == "raw" else ""))
     if extra:
         lines[0] = lines[0] + " " + " | ".join(name for name, _ in extra) + " |"
         lines[1] = lines[1] + "---|" * len(extra)
@@ -192,13 +212,13 @@ def _tex_value(v: float, lo: float, hi: float) -> str:
     return f"{v:.3f} {{\\scriptsize [{lo:.3f}, {hi:.3f}]}}"
 
 
-def summary_latex(df: pd.DataFrame) -> str:
+def summary_latex(df: pd.DataFrame, settings: dict | None = None) -> str:
     """A plain ``tabular`` (no packages beyond LaTeX itself) with the same rows as summary.md, for
     ``\\input`` in a paper; wrap it in ``\\resizebox`` or a ``table*`` where it is too wide."""
     keys = ["model", "task", "level", "n", "K"]
     tex_arrow = {True: r"$\uparrow$", False: r"$\downarrow$"}
     heads = [tex_escape(k) for k in keys] + [f"{tex_escape(METRIC_TITLES[m])} {tex_arrow[HIGHER_IS_BETTER[m]]}" for m in TABLE_METRICS]
-    lines = [f"% anyjev summary: values with their {INTERVAL_NOTE}; generated from summary.csv, do not edit.",
+    lines = [f"% anyjev summary: values with their {interval_note(settings)}; generated from summary.csv, do not edit.",
              "\\begin{tabular}{lllrr" + "l" * len(TABLE_METRICS) + "}", "\\hline", " & ".join(heads) + " \\\\", "\\hline"]
     previous = None
     for _, r in df.iterrows():
@@ -215,11 +235,11 @@ def summary_latex(df: pd.DataFrame) -> str:
 def write_summary(metrics_files: Sequence[str], levels: Sequence[str], csv_out: str, md_out: str,
                   tex_out: str | None = None) -> pd.DataFrame:
     df = summary_frame(metrics_files, levels)
-    Path(csv_out).parent.mkdir(parents=True, exist_ok=True)
+    settings = json.loads(Path(metrics_files[0]).read_text()).get("settings") if metrics_files else None
     write_text_atomic(csv_out, df.to_csv(index=False, float_format="%.6f"))
-    write_text_atomic(md_out, summary_markdown(df))
+    write_text_atomic(md_out, summary_markdown(df, settings))
     if tex_out:
-        write_text_atomic(tex_out, summary_latex(df))
+        write_text_atomic(tex_out, summary_latex(df, settings))
     return df
 
 

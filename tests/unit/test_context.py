@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anyjev.backends.base import restrict_and_normalise
 from anyjev.data.tasks import Item, find_item_line, load_task_file
 from anyjev.decision.questions import choice, noul, score
 from anyjev.errors import TaskDataError
+from anyjev.numbers.logprobs import log_softmax
 from anyjev.run.context import check_prompt_lengths
 from anyjev.run.scoring import score_cell
 
@@ -38,7 +38,7 @@ class RecordingBackend:
 
     def label_logprobs(self, prompts, label_ids) -> np.ndarray:
         self.sent += [list(p) for p in prompts]
-        return restrict_and_normalise(np.zeros((len(prompts), len(label_ids))))
+        return log_softmax(np.zeros((len(prompts), len(label_ids))))
 
     def describe(self) -> dict:
         return {"backend": self.name}

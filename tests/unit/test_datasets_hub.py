@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import anyjev.data.hub as hub
-from anyjev.data.tasks import file_sha256
 from anyjev.errors import TaskDataError
+from anyjev.files import file_sha256
 
 
 def write_cache(

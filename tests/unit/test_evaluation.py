@@ -15,6 +15,7 @@ from anyjev.numbers.evaluation import DEFAULT_PRIOR_MODE, evaluate_file, evaluat
 from anyjev.numbers.levels import LevelInputs, compute_levels, level_inputs, levels_resampled
 from anyjev.numbers.logprobs import log_softmax
 from anyjev.numbers.metrics import METRICS, metric_values
+from anyjev.settings import EvaluationSettings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -123,7 +124,7 @@ def test_evaluation_intervals_contain_points_and_state_what_is_resampled() -> No
     # seeded: the same seed gives the same intervals, another seed others
     again = evaluate_records(recs)
     assert again["metrics"] == ev["metrics"]
-    other = evaluate_records(recs, seed=1)
+    other = evaluate_records(recs, EvaluationSettings(bootstrap_seed=1))
     assert other["metrics"]["L1"]["nll"]["lo"] != ev["metrics"]["L1"]["nll"]["lo"]
 
 
@@ -140,17 +141,18 @@ def test_refit_interval_is_wider_than_a_held_fit_interval() -> None:
 def test_prior_modes_match_compute_levels() -> None:
     recs = make_records(np.random.default_rng(3), 30, 12, 3)
     for mode, batch_size in (("streaming", 1), ("batch", None)):
-        ev = evaluate_records(recs, prior_mode=mode)
+        ev = evaluate_records(recs, EvaluationSettings(prior_mode=mode))
         ref = levels_of(recs, batch_size)
         for level in ("L0", "L0-bc", "L1"):
             np.testing.assert_allclose(ev["_result"][level]["fwd"], ref[level]["fwd"], atol=1e-12)
-        assert ev["settings"]["batch_size"] == batch_size
-    stream, batch = evaluate_records(recs, prior_mode="streaming"), evaluate_records(recs, prior_mode="batch")
+        assert ev["settings"]["effective_batch_size"] == batch_size
+    stream = evaluate_records(recs, EvaluationSettings(prior_mode="streaming"))
+    batch = evaluate_records(recs, EvaluationSettings(prior_mode="batch"))
     assert not np.allclose(stream["_result"]["L0"]["fwd"], batch["_result"]["L0"]["fwd"])
     with pytest.raises(ValueError, match="prior_mode"):
-        evaluate_records(recs, prior_mode="running")
+        evaluate_records(recs, EvaluationSettings(prior_mode="running"))
     with pytest.raises(ValueError, match="batch_size"):
-        evaluate_records(recs, prior_mode="batch", batch_size=4)
+        evaluate_records(recs, EvaluationSettings(prior_mode="batch", prior_batch_size=4))
 
 
 def test_temperature_at_the_bound_is_flagged_and_warned(caplog: pytest.LogCaptureFixture) -> None:

@@ -14,12 +14,12 @@ import httpx
 import numpy as np
 import pytest
 
-from anyjev.backends.base import restrict_and_normalise
 from anyjev.backends.vllm import VLLMBackend
 from anyjev.data.tasks import Item
 from anyjev.decision.prompts import prompt_hash
 from anyjev.decision.questions import choice, noul
 from anyjev.errors import BackendError, ConfigError, LabelTokenError
+from anyjev.numbers.logprobs import log_softmax
 from anyjev.run.scoring import score_cell, scoring_identity
 from anyjev.run.store import read_scores
 from anyjev.serving.argv import PINNED_FLAGS, build_argv, check_extra_flags
@@ -108,7 +108,7 @@ class MassBackend:
         return np.array([-1.5 - 0.1 * ((sum(prompt) + 3 * j) % 7) for j in range(len(label_ids))])
 
     def label_logprobs(self, prompts, label_ids) -> np.ndarray:
-        return np.array([restrict_and_normalise(self.raw(p, label_ids)) for p in prompts])
+        return np.array([log_softmax(self.raw(p, label_ids)) for p in prompts])
 
     def vocab_logprobs(self, prompts, label_ids) -> np.ndarray:
         self.vocab_calls.append([list(p) for p in prompts])

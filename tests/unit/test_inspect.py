@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import yaml
 
-from anyjev.backends.base import restrict_and_normalise
 from anyjev.cli import main
 from anyjev.data.tasks import Item, Task, load_task_file, write_task_file
 from anyjev.decision.prompts import encode, prompt_hash
 from anyjev.decision.questions import choice, score
 from anyjev.errors import TaskDataError
+from anyjev.numbers.logprobs import log_softmax
 from anyjev.run.inspect import export_scores_with_prompts, list_tasks, show_prompt, tasks_table
 from anyjev.run.scoring import score_cell
 from anyjev.run.store import read_scores, write_scores
@@ -40,7 +40,7 @@ class StubBackend:
         for p in prompts:
             logits = [int.from_bytes(hashlib.sha256(f"{list(p)}|{lab}".encode()).digest()[:4], "big") / 2**32 * 6
                       for lab in label_ids]
-            rows.append(restrict_and_normalise(np.array(logits)))
+            rows.append(log_softmax(np.array(logits)))
         return np.array(rows)
 
     def describe(self) -> dict:

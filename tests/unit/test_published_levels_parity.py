@@ -24,6 +24,7 @@ import pytest
 
 from anyjev.numbers.evaluation import evaluate_records
 from anyjev.numbers.logprobs import log_softmax
+from anyjev.settings import EvaluationSettings
 from tests.published import require_published
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,7 +89,7 @@ def published_l0(published, tok, question, records: list[dict], per_call: int) -
 
 
 def ours_l0(records: list[dict], batch_size: int) -> np.ndarray:
-    ev = evaluate_records(records, prior_mode="streaming", batch_size=batch_size, n_boot=1000)
+    ev = evaluate_records(records, EvaluationSettings(prior_mode="streaming", prior_batch_size=batch_size))
     return np.exp(ev["_result"]["L0"]["fwd"])
 
 
@@ -103,7 +104,7 @@ def test_l0_equals_published_on_stored_mmlu_logprobs(published, qwen3, per_call:
     assert np.abs(ours - theirs).max() <= 1e-9
     # the prior acts (from the 8th item on), so this compares more than the rotation average; and the
     # whole-split prior (our default) is a different number
-    batch_ev = evaluate_records(records, prior_mode="batch", n_boot=1000)
+    batch_ev = evaluate_records(records, EvaluationSettings(prior_mode="batch"))
     assert np.abs(np.exp(batch_ev["_result"]["L0"]["fwd"]) - theirs).max() > 1e-3  # batch mode is not theirs
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from anyjev import cli
 from anyjev.backends.vllm import VLLMBackend
-from anyjev.numbers import evaluation, levels
+from anyjev.numbers import levels, metrics
 from anyjev.run import scoring
 from anyjev.serving.spec import ServerSpec
 from anyjev.settings import (
@@ -61,12 +61,8 @@ LIBRARY_DEFAULTS = [
     (("evaluation", "prior_min_items"), levels.compute_levels, "min_items"),
     (("evaluation", "prior_batch_size"), levels.compute_levels, "batch_size"),
     (("evaluation", "prior_strength"), levels.prior_correct, "strength"),
-    (("evaluation", "prior_strength"), evaluation.evaluate_records, "strength"),
-    (("evaluation", "prior_min_items"), evaluation.evaluate_records, "min_items"),
-    (("evaluation", "prior_batch_size"), evaluation.evaluate_records, "batch_size"),
-    (("evaluation", "prior_mode"), evaluation.evaluate_records, "prior_mode"),
-    (("evaluation", "n_boot"), evaluation.evaluate_records, "n_boot"),
-    (("evaluation", "bootstrap_seed"), evaluation.evaluate_records, "seed"),
+    (("evaluation", "n_boot"), metrics.bootstrap, "n_boot"),
+    (("evaluation", "bootstrap_seed"), metrics.bootstrap, "seed"),
 ]
 SPEC_FIELDS = {"dtype": ("models", "*", "dtype"), "max_model_len": ("models", "*", "max_model_len"),
                "tensor_parallel_size": ("models", "*", "tensor_parallel_size"), "port": ("models", "*", "port"),

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anyjev.backends.base import restrict_and_normalise
 from anyjev.data.tasks import Item
 from anyjev.decision.layouts import layouts_for
 from anyjev.decision.prompts import prompt_hash
 from anyjev.decision.questions import choice, noul, score
 from anyjev.errors import LabelTokenError, TaskDataError
+from anyjev.numbers.logprobs import log_softmax
 from anyjev.run.scoring import score_cell
 from anyjev.run.store import FORMAT, partial_path, read_scores
 
@@ -59,7 +59,7 @@ class FakeBackend:
         for lab in label_ids:
             digest = hashlib.sha256(f"{list(prompt)}|{lab}".encode()).digest()
             logits.append(int.from_bytes(digest[:4], "big") / 2**32 * 8.0)
-        return restrict_and_normalise(np.array(logits))
+        return log_softmax(np.array(logits))
 
     def label_logprobs(self, prompts, label_ids) -> np.ndarray:
         if self.fail_after_calls is not None and self.calls >= self.fail_after_calls:

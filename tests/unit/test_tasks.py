@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from anyjev.data.tasks import Item, Task, file_sha256, load_task_file, split_items, write_task_file
+from anyjev.data.tasks import Item, Task, load_task_file, split_items, write_task_file
 from anyjev.decision.questions import choice, noul, score
 from anyjev.errors import TaskDataError
+from anyjev.files import file_sha256
 
 GOOD = [
     {"id": "a", "state": "s1", "question": "Pick one", "options": ["x", "y", "z"], "gold": "y"},
