@@ -35,7 +35,9 @@ def test_summary_table_has_every_cell_level_and_interval(finished_run):
     rt = df[df["task"] == "rotten_tomatoes"].set_index("level")
     assert rt.loc["L0", "flip"] == 0.0
     md = (finished_run["dir"] / "results/tables/summary.md").read_text()
-    assert md.count(f"| {MODEL} |") == 15 and "macro-F1" in md and "[" in md
+    main_table = md.split("\n\n")[0]  # then the notes: tie rates and L1 temperatures per cell
+    assert main_table.count(f"| {MODEL} |") == 15 and "macro-F1" in main_table and "[" in main_table
+    assert "Tie rate" in md and "L1 temperature" in md and "BCa 95%" in md
 
 
 def test_plots_are_real_pngs(finished_run):
