@@ -86,7 +86,7 @@ EXPECTED_VS_PUBLISHED = [
 ]
 VS_PUBLISHED_HEAD = ["| model | task | level | metric | ours [95% CI] | published | diff | inside CI |",
                      "|---|---|---|---|---|---|---|---|"]
-MD_ROW = re.compile(r"\| (\S+) \| (\S+) \| (\S+) \| (\S+) \| (-?\d+\.\d{3}) \[(-?\d+\.\d{3}), (-?\d+\.\d{3})\] \| "
+MD_ROW = re.compile(r"\| (\S+) \| (\S+) \| (\S+) \| (\S+) [↑↓] \| (-?\d+\.\d{3}) \[(-?\d+\.\d{3}), (-?\d+\.\d{3})\] \| "
                     r"(-?\d+\.\d{3}) \| ([+-]\d+\.\d{3}) \| (yes|no) \|")
 
 
@@ -127,7 +127,7 @@ def test_vs_published_shows_only_matching_cells(finished_run):
                             (diff, r["diff"])):
             assert float(text) == pytest.approx(value, abs=5e-4 + 1e-9), line
         assert inside_ci == ("yes" if r["published_in_interval"] else "no"), line
-    assert f"| {MODEL} | rotten_tomatoes | L0 | flip | 0.000 [0.000, 0.000] | 0.000 | +0.000 | yes |" in md
+    assert f"| {MODEL} | rotten_tomatoes | L0 | flip ↓ | 0.000 [0.000, 0.000] | 0.000 | +0.000 | yes |" in md
 
 
 def test_noop_rerun_and_report(finished_run):
