@@ -1,0 +1,33 @@
+"""The package declares what it imports: every third-party module imported at module level under anyjev/ is a
+declared dependency in pyproject.toml, and every declared dependency is imported somewhere."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DISTRIBUTION = {"yaml": "pyyaml", "huggingface_hub": "huggingface-hub"}  # module -> distribution name
+
+
+def module_level_imports(path: Path) -> set[str]:
+    """Top-level package names imported outside functions (imports inside functions are optional extras)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_declared_dependencies_are_what_the_package_imports() -> None:
+    imported = set().union(*(module_level_imports(p) for p in (REPO / "anyjev").rglob("*.py")))
+    third_party = {DISTRIBUTION.get(m, m) for m in imported - set(sys.stdlib_module_names) - {"anyjev", "__future__"}}
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = {d.split("[")[0].split("=")[0].split(">")[0].strip().lower() for d in project["dependencies"]}
+    assert third_party == declared, f"imported {sorted(third_party)}, declared {sorted(declared)}"
+    lazy = set().union(*(set(v) for v in project["optional-dependencies"].values()))
+    assert {"torch", "transformers", "datasets", "huggingface-hub"} <= lazy
