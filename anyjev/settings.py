@@ -228,8 +228,8 @@ class Settings:
             "seed": self.server.seed,
             "prefix_caching": m.prefix_caching,
             "fp32_head": m.fp32_head,
-            "extra_flags": list(m.server_flags),
-            "env": sorted([k, v] for k, v in m.server_env.items()),
+            "server_flags": list(m.server_flags),
+            "server_env": sorted([k, v] for k, v in m.server_env.items()),
             "start_timeout": m.start_timeout,
             "port": m.port,
         }

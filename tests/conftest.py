@@ -89,7 +89,7 @@ def vllm_raw(smollm2_dir, tmp_path_factory):
     i = argv.index("--logprobs-mode")
     del argv[i : i + 2]
     log_path = tmp_path_factory.mktemp("raw") / "server.log"
-    env = dict(os.environ) | dict(spec.env)
+    env = dict(os.environ) | dict(spec.server_env)
     env.pop("PYTHONPATH", None)
     with open(log_path, "w") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

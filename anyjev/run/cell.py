@@ -74,7 +74,7 @@ def score_job(job: dict[str, Any], task_path: str | os.PathLike[str], out: str |
         url, served = handle.url, handle.served_name
         server_record: dict[str, Any] = handle.to_dict() | {"spec": job["server"]}
         model_id: dict[str, Any] = {"backend": "vllm", "model": spec.model, "dtype": spec.dtype, "served_name": served,
-                                    "server_flags": list(spec.extra_flags), "max_model_len": spec.max_model_len,
+                                    "server_flags": list(spec.server_flags), "max_model_len": spec.max_model_len,
                                     "seed": spec.seed, "prefix_caching": spec.prefix_caching,
                                     "fp32_head": spec.fp32_head}
     else:

@@ -93,7 +93,7 @@ def build_argv(spec: ServerSpec, port: int) -> list[str]:
     Raises ConfigError (key ``models.<name>.server_flags``) when an extra flag would override a pinned one,
     because a silently different server mode (raw logprobs, sampling defaults, prefix caching) changes scores.
     """
-    check_extra_flags(spec.extra_flags, f"models.{spec.name}.server_flags")
+    check_extra_flags(spec.server_flags, f"models.{spec.name}.server_flags")
     if spec.max_logprobs < 1:
         raise ConfigError("server.max_logprobs", f"must be >= 1 (the largest label count), got {spec.max_logprobs}")
     argv = [
@@ -114,6 +114,6 @@ def build_argv(spec: ServerSpec, port: int) -> list[str]:
     if spec.max_model_len is not None:
         argv += ["--max-model-len", str(spec.max_model_len)]
 
-    return argv + list(spec.extra_flags)
+    return argv + list(spec.server_flags)
 
 

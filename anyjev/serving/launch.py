@@ -57,13 +57,13 @@ class _PortInUse(Exception):
 
 
 def supervisor_env(spec: ServerSpec) -> dict[str, str]:
-    """Environment for the supervisor: ours plus spec.env, with anyjev importable by the supervisor.
+    """Environment for the supervisor: ours plus spec.server_env, with anyjev importable by the supervisor.
 
-    The server's own PYTHONPATH (spec.env's, else ours) travels in CHILD_PYTHONPATH_ENV and is restored by the
+    The server's own PYTHONPATH (spec.server_env's, else ours) travels in CHILD_PYTHONPATH_ENV and is restored by the
     supervisor, so the project directory never leaks onto the server's import path.
     """
     env = dict(os.environ)
-    env.update(dict(spec.env))
+    env.update(dict(spec.server_env))
     env.pop(TOKEN_ENV, None)
     env.pop(NAME_ENV, None)
     child_pp = env.get("PYTHONPATH")

@@ -30,8 +30,8 @@ class ServerSpec:
     # The lm-head in fp32 (vLLM's ModelConfig.head_dtype via --hf-overrides): in bf16 the label log-probs
     # come in steps of 0.125 nat and exact ties for the top label are common (18/100 MMLU items raw).
     fp32_head: bool = True
-    extra_flags: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
+    server_flags: tuple[str, ...] = ()
+    server_env: tuple[tuple[str, str], ...] = ()
     start_timeout: float = 900
     port: int | None = None
     host: str = "127.0.0.1"
@@ -41,15 +41,15 @@ class ServerSpec:
     def from_dict(cls, data: dict[str, Any]) -> ServerSpec:
         """From JSON (a score job's ``server`` settings): lists become the tuples the spec holds."""
         fields = dict(data)
-        fields["extra_flags"] = tuple(fields.get("extra_flags", ()))
-        fields["env"] = tuple(tuple(kv) for kv in fields.get("env", ()))
+        fields["server_flags"] = tuple(fields.get("server_flags", ()))
+        fields["server_env"] = tuple(tuple(kv) for kv in fields.get("server_env", ()))
         return cls(**fields)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (tuples as lists); ``from_dict(to_dict())`` is the identity."""
         data = dataclasses.asdict(self)
-        data["extra_flags"] = list(self.extra_flags)
-        data["env"] = [list(kv) for kv in self.env]
+        data["server_flags"] = list(self.server_flags)
+        data["server_env"] = [list(kv) for kv in self.server_env]
         return data
 
     def spec_hash(self) -> str:

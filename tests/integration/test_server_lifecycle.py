@@ -83,7 +83,7 @@ def make_spec(stub_root: Path, request: pytest.FixtureRequest) -> Callable[..., 
             "model": f"/nonexistent/stub-model-{name}",
             "served_name": f"served-{name}",
             "python": sys.executable,
-            "env": (("PYTHONPATH", str(stub_root)), *sorted((env or {}).items())),
+            "server_env": (("PYTHONPATH", str(stub_root)), *sorted((env or {}).items())),
             "start_timeout": 20.0,
             "stop_grace": GRACE,
         }
@@ -241,7 +241,7 @@ def test_server_gets_the_specs_environment(make_spec: Callable[..., ServerSpec],
     spec = make_spec(env={"VLLM_CPU_KVCACHE_SPACE": "2"})
     handle = acquire(spec, workdir)
     env = proc_environ(handle.pid)
-    assert env["PYTHONPATH"] == str(stub_root)  # spec.env's, without the project dir the supervisor needed
+    assert env["PYTHONPATH"] == str(stub_root)  # spec.server_env's, without the project dir the supervisor needed
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2" and CHILD_PYTHONPATH_ENV not in env
     stop_server(handle)
 
@@ -257,7 +257,7 @@ def test_server_without_pythonpath_gets_none(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_config_error_starts_nothing(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
-    spec = make_spec(extra_flags=("--logprobs-mode", "raw_logprobs"))
+    spec = make_spec(server_flags=("--logprobs-mode", "raw_logprobs"))
     with pytest.raises(ConfigError, match=f"models.{spec.name}.server_flags"):
         acquire(spec, workdir)
     assert not vllm_process_pids(spec.name)
@@ -370,9 +370,7 @@ import json, sys, time
 from anyjev.serving.lease import acquire_server
 from anyjev.serving.spec import ServerSpec
 raw = json.loads(sys.argv[1])
-raw["env"] = tuple(tuple(kv) for kv in raw["env"])
-raw["extra_flags"] = tuple(raw["extra_flags"])
-handle = acquire_server(ServerSpec(**raw), state_dir=sys.argv[2], owner_pid=int(sys.argv[3]), log_path=sys.argv[4])
+handle = acquire_server(ServerSpec.from_dict(raw), state_dir=sys.argv[2], owner_pid=int(sys.argv[3]), log_path=sys.argv[4])
 print(json.dumps(handle.to_dict()), flush=True)
 time.sleep(100000)
 """
@@ -411,9 +409,7 @@ from anyjev.serving.lease import acquire_server
 from anyjev.serving.spec import ServerSpec
 import json
 raw = json.loads(sys.argv[1])
-raw["env"] = tuple(tuple(kv) for kv in raw["env"])
-raw["extra_flags"] = tuple(raw["extra_flags"])
-handle = acquire_server(ServerSpec(**raw), state_dir=sys.argv[2], owner_pid=os.getpid(), log_path=sys.argv[3])
+handle = acquire_server(ServerSpec.from_dict(raw), state_dir=sys.argv[2], owner_pid=os.getpid(), log_path=sys.argv[3])
 print(handle.pid, flush=True)
 time.sleep(100000)
 """

@@ -82,7 +82,7 @@ def test_every_pinned_flag_is_in_argv_exactly_once() -> None:
 def test_harmless_extra_flags_pass_through_after_pinned_ones() -> None:
     extra = ("--enforce-eager", "--max-num-seqs", "8", "--kv-cache-dtype=auto", "--disable-log-stats",
              "--return-tokens-as-token-ids", "-pp", "1", "--prefix-caching-hash-algo", "sha256")
-    argv = build_argv(make_spec(extra_flags=extra), 8000)
+    argv = build_argv(make_spec(server_flags=extra), 8000)
     assert tuple(argv[-len(extra):]) == extra
 
 
@@ -103,7 +103,7 @@ def override_attempts() -> list[tuple[str, ...]]:
 
 @pytest.mark.parametrize("extra", override_attempts(), ids=lambda t: " ".join(t))
 def test_override_of_pinned_flag_is_refused(extra: tuple[str, ...]) -> None:
-    spec = make_spec(name="llama", extra_flags=("--enforce-eager", *extra))
+    spec = make_spec(name="llama", server_flags=("--enforce-eager", *extra))
     with pytest.raises(ConfigError) as info:
         build_argv(spec, 8000)
     msg = str(info.value)
@@ -126,20 +126,20 @@ def test_override_of_pinned_flag_is_refused(extra: tuple[str, ...]) -> None:
 )
 def test_abbreviations_and_aliases_of_pinned_flags_are_refused(extra: tuple[str, ...], pinned: str) -> None:
     with pytest.raises(ConfigError, match="models.m.server_flags") as info:
-        build_argv(make_spec(name="m", extra_flags=extra), 8000)
+        build_argv(make_spec(name="m", server_flags=extra), 8000)
     assert pinned in str(info.value)
 
 
 @pytest.mark.parametrize("flag", sorted(REFUSED_FLAGS))
 def test_flags_that_would_bypass_the_pins_are_refused(flag: str) -> None:
     with pytest.raises(ConfigError, match="models.m.server_flags") as info:
-        build_argv(make_spec(name="m", extra_flags=(flag, "x.yaml")), 8000)
+        build_argv(make_spec(name="m", server_flags=(flag, "x.yaml")), 8000)
     assert flag in str(info.value)
 
 
 def test_pinned_value_in_flag_value_position_is_not_a_flag() -> None:
     # A value that merely looks like a model name is not an override.
-    argv = build_argv(make_spec(extra_flags=("--chat-template", "port.jinja")), 8000)
+    argv = build_argv(make_spec(server_flags=("--chat-template", "port.jinja")), 8000)
     assert argv[-2:] == ["--chat-template", "port.jinja"]
 
 
@@ -152,8 +152,8 @@ def test_spec_hash_ignores_timeouts_but_not_argv_or_env() -> None:
     a = make_spec()
     assert a.spec_hash() == make_spec(start_timeout=5, stop_grace=1).spec_hash()
     assert a.spec_hash() != make_spec(dtype="float32").spec_hash()
-    assert a.spec_hash() != make_spec(env=(("VLLM_CPU_KVCACHE_SPACE", "2"),)).spec_hash()
-    assert a.spec_hash() != make_spec(extra_flags=("--enforce-eager",)).spec_hash()
+    assert a.spec_hash() != make_spec(server_env=(("VLLM_CPU_KVCACHE_SPACE", "2"),)).spec_hash()
+    assert a.spec_hash() != make_spec(server_flags=("--enforce-eager",)).spec_hash()
 
 
 def test_spec_from_the_workflows_json_keeps_argv_and_hash():
@@ -163,7 +163,7 @@ def test_spec_from_the_workflows_json_keeps_argv_and_hash():
     from anyjev.serving.spec import ServerSpec
 
     spec = ServerSpec(name="m", model="models/m", served_name="m", python="py", dtype="bfloat16",
-                      extra_flags=("--enforce-eager",), env=(("VLLM_CPU_KVCACHE_SPACE", "2"),))
+                      server_flags=("--enforce-eager",), server_env=(("VLLM_CPU_KVCACHE_SPACE", "2"),))
     data = json.loads(json.dumps({k: getattr(spec, k) for k in spec.__dataclass_fields__}))  # tuples become lists
     again = ServerSpec.from_dict(data)
     assert again == spec and again.spec_hash() == spec.spec_hash()
