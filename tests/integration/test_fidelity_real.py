@@ -16,12 +16,12 @@ import os
 
 import numpy as np
 import pytest
-from conftest import require_vllm, smollm2_spec
 
 from anyjev.backends.vllm import VLLMBackend
 from anyjev.data.builtin import mmlu, rotten_tomatoes, socialiqa
 from anyjev.decision.labels import LabelChecker
 from anyjev.run.scoring import prepare_item
+from tests.conftest import require_vllm, smollm2_spec
 
 pytestmark = pytest.mark.vllm
 
