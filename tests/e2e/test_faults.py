@@ -333,7 +333,7 @@ def test_bad_task_line_fails_prepare_task_naming_file_and_line(tmp_path, smollm2
     good = {"id": "q1", "state": "", "question": "Capital of France?", "kind": "choice",
             "options": ["Paris", "Lyon"], "gold": 0}
     tasks = {"broken": {"source": "file", "path": "tasks/broken.jsonl", "n_test": 2, "n_calib": 0}}
-    work = make_workdir(tmp_path / "w", reduced_config({model: smollm2_model()}, tasks), smollm2_dir)
+    work = make_workdir(tmp_path / "w", reduced_config({model: smollm2_model()}, tasks, levels=["raw", "L0"]), smollm2_dir)
     (work / "tasks").mkdir()
     (work / "tasks" / "broken.jsonl").write_text(json.dumps(good) + "\n" + json.dumps(good | {"id": "q2"}) + "\n"
                                                   + '{"id": "q3", "state": "oops\n')
