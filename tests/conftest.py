@@ -54,8 +54,8 @@ def smollm2_spec(name: str, dtype: str, model_dir: Path, **changes):
     from anyjev.settings import DEFAULT_CONFIG, Settings
 
     base = ServerSpec.from_dict(Settings.load(DEFAULT_CONFIG, workdir=REPO).server_spec("smollm2-135m"))
-    return dataclasses.replace(base, name=name, model=str(model_dir), served_name=name, python=str(SERVER_PYTHON),
-                               dtype=dtype, **changes)
+    fields = {"name": name, "model": str(model_dir), "served_name": name, "python": str(SERVER_PYTHON), "dtype": dtype}
+    return dataclasses.replace(base, **(fields | changes))
 
 
 @pytest.fixture(scope="session")

@@ -43,7 +43,7 @@ STOP_SLACK_S = 15
 
 # The snakemake-executor-plugin-slurm 2.8.0 line logged for each sbatch submission.
 SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.")
-SUPERVISOR = re.compile(r"\[anyjev\.supervisor (\S+) pid (\d+)\] (.*)")
+SUPERVISOR = re.compile(r"\[anyjev\.serving\.supervisor (\S+) pid (\d+)\] (.*)")
 
 
 def require_slurm() -> None:
