@@ -46,6 +46,25 @@ def cmd_score(args: argparse.Namespace) -> None:
     score_job(load_job(args.settings), args.task, args.out, args.provenance, owner_pid=args.owner_pid or os.getppid())
 
 
+def cmd_score_model(args: argparse.Namespace) -> None:
+    from anyjev.run.allocation import score_model_job
+    from anyjev.settings import load_job
+
+    task_files = {}
+    for pair in args.task:
+        name, sep, path = pair.partition("=")
+        if not sep:
+            raise ConfigError("--task", f"{pair!r} is not NAME=PATH")
+        task_files[name] = path
+    score_model_job(load_job(args.settings), task_files, args.out, owner_pid=args.owner_pid or os.getppid())
+
+
+def cmd_publish_cell(args: argparse.Namespace) -> None:
+    from anyjev.run.allocation import publish_cell
+
+    publish_cell(args.allocation, args.task, args.out, args.provenance)
+
+
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from anyjev.numbers.evaluation import evaluate_file
     from anyjev.settings import EvaluationSettings, load_job
@@ -150,6 +169,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="output scores file (JSON lines); the checkpoint is OUT.partial")
     s.add_argument("--provenance", help="write the cell's provenance record (JSON) here")
     s.add_argument("--owner-pid", type=int, help="the process whose exit stops a managed server (default: the parent)")
+
+    s = _command(sub, "score-model", cmd_score_model, "score every cell of one model in one job (one server start), "
+                 "recording each cell's outcome; a failed cell does not stop the others", "Settings.score_model_job")
+    s.add_argument("--task", action="append", required=True, help="NAME=PATH of each cell's task file (repeat)")
+    s.add_argument("--out", required=True, help="the job's outcome record (JSON): what publish-cell reads")
+    s.add_argument("--owner-pid", type=int, help="the process whose exit stops a managed server (default: the parent)")
+    s = _command(sub, "publish-cell", cmd_publish_cell, "publish a cell scored by score-model, or fail with the "
+                 "cell's own error (e.g. the missing label ids)")
+    s.add_argument("--allocation", required=True, help="the outcome record score-model wrote")
+    s.add_argument("--task", required=True, help="the cell's task name")
+    s.add_argument("--out", required=True, help="the cell's scores file")
+    s.add_argument("--provenance", required=True, help="the cell's provenance record")
 
     s = _command(sub, "evaluate", cmd_evaluate, "levels and metrics (bootstrap intervals) of a scored cell; no server needed",
                  "the evaluation section")

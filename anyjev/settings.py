@@ -171,6 +171,7 @@ class Settings:
     published: str | None
     limit: int | None
     lock: str | None
+    score_jobs: str
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
     client: ClientSettings = field(default_factory=ClientSettings)
@@ -189,6 +190,7 @@ class Settings:
             split_seed=config["split_seed"],
             limit=config["limit"],
             lock=config["lock"],
+            score_jobs=config["score_jobs"],
             evaluation=from_mapping(EvaluationSettings, config["evaluation"], "evaluation"),
             server=from_mapping(ServerSettings, config["server"], "server"),
             client=from_mapping(ClientSettings, config["client"], "client"),
@@ -247,6 +249,14 @@ class Settings:
             job["url"] = m.url
             job["served_name"] = m.served_name or model
         return job
+
+    def model_tasks(self, model: str) -> list[str]:
+        """The tasks of MODEL's cells, in config order."""
+        return [t for m, t in self.cells if m == model]
+
+    def score_model_job(self, model: str) -> dict[str, Any]:
+        """What one job scoring every cell of MODEL needs (``score_jobs: model``): each cell's score job."""
+        return {"model": model, "cells": {t: self.score_job(model, t) for t in self.model_tasks(model)}}
 
     def prepare_job(self, task: str) -> dict[str, Any]:
         """Everything the prepare step needs to build and split a task."""

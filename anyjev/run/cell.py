@@ -16,6 +16,7 @@ from anyjev.errors import BackendError, ConfigError
 from anyjev.files import file_sha256, now_iso, write_json_atomic
 from anyjev.run import provenance, scoring
 from anyjev.run.context import check_prompt_lengths
+from anyjev.run.store import scored_under
 from anyjev.settings import ClientSettings, ScoringSettings, from_mapping
 
 log = logging.getLogger(__name__)
@@ -57,12 +58,34 @@ def score_job(job: dict[str, Any], task_path: str | os.PathLike[str], out: str |
     client = from_mapping(ClientSettings, job["client"], "client")
     options = from_mapping(ScoringSettings, job["scoring"], "scoring")
     tokenizer = load_tokenizer(job["tokenizer"])
-    handle = None
     if "server" in job:
-        from anyjev.serving.lease import acquire_server
         from anyjev.serving.spec import ServerSpec
 
         spec = ServerSpec.from_dict(job["server"])
+        model_id: dict[str, Any] = {"backend": "vllm", "model": spec.model, "dtype": spec.dtype,
+                                    "served_name": spec.served_name, "server_flags": list(spec.server_flags),
+                                    "max_model_len": spec.max_model_len, "seed": spec.seed,
+                                    "prefix_caching": spec.prefix_caching, "fp32_head": spec.fp32_head}
+    else:
+        model_id = {"backend": "vllm", "url": job["url"], "served_name": job["served_name"]}
+    identity = {
+        "task": task.name,
+        "task_sha256": file_sha256(task_path),
+        "model": model_id,
+        "model_source": provenance.model_source(job["tokenizer"]),
+        "layouts": {"permute": True, "flip": True},
+        **scoring.scoring_identity(options.prompt_profile, answer_mass=options.answer_mass),
+    }
+    if scored_under(out, identity) and (provenance_path is None or Path(provenance_path).is_file()):
+        # A job that scores several cells (score_jobs: model) and is rerun skips the cells it already finished,
+        # without starting a server for them.
+        log.info("%s is already scored under this identity: nothing to send", out)
+        n = len(task.items)
+        return {"items": n, "scored": 0, "resumed": n, "prompts": 0}
+    handle = None
+    if "server" in job:
+        from anyjev.serving.lease import acquire_server
+
         check_label_capacity(task, spec.max_logprobs)
         check_server_python(spec.python)  # again here: on a cluster, on the node that starts it
         limit = context_length(spec.max_model_len, spec.model)
@@ -73,28 +96,14 @@ def score_job(job: dict[str, Any], task_path: str | os.PathLike[str], out: str |
         handle = acquire_server(spec, state_dir=job["state_dir"], owner_pid=owner_pid, log_path=job["server_log"])
         url, served = handle.url, handle.served_name
         server_record: dict[str, Any] = handle.to_dict() | {"spec": job["server"]}
-        model_id: dict[str, Any] = {"backend": "vllm", "model": spec.model, "dtype": spec.dtype, "served_name": served,
-                                    "server_flags": list(spec.server_flags), "max_model_len": spec.max_model_len,
-                                    "seed": spec.seed, "prefix_caching": spec.prefix_caching,
-                                    "fp32_head": spec.fp32_head}
     else:
         url, served = job["url"], job["served_name"]
         server_record = {"url": url, "served_name": served, "external": True}
-        model_id = {"backend": "vllm", "url": url, "served_name": served}
     # Every cell of a managed server shares its request lock (answer-mass requests must not share a batch).
     request_lock = Path(job["state_dir"]) / f"{job['model']}.requests.lock" if "server" in job else None
     backend = VLLMBackend(url, served, prompts_per_request=client.prompts_per_request, max_concurrency=client.max_concurrency,
                           timeout=client.timeout, retries=client.retries, decode=lambda i: tokenizer.decode([i]),
                           request_lock=request_lock)
-    model_source = provenance.model_source(job["tokenizer"])
-    identity = {
-        "task": task.name,
-        "task_sha256": file_sha256(task_path),
-        "model": model_id,
-        "model_source": model_source,
-        "layouts": {"permute": True, "flip": True},
-        **scoring.scoring_identity(options.prompt_profile, answer_mass=options.answer_mass),
-    }
     try:
         counts = scoring.score_cell(backend, tokenizer, task.items, task.prior_groups(), str(out), identity,
                                     chunk_items=client.chunk_items, profile=options.prompt_profile,

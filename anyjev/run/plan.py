@@ -134,10 +134,16 @@ def plan_config(config_path: str | os.PathLike, *, workdir: str | os.PathLike = 
         "total": {key: sum(c[key] for c in cells) for key in ("items", "n_test", "n_calib", "layouts", "prompts")}
         | {"prompt_tokens": sum(c["prompt_tokens"] or 0 for c in cells),
            "cells_without_tokens": sum(c["prompt_tokens"] is None for c in cells)},
-        # docs/servers.md: a run starts each managed model's server once; on SLURM each score_cell job starts its own.
-        "server_starts": {"local": {m: 1 for m in managed},
-                          "slurm": {m: sum(cm == m for cm, _ in settings.cells) for m in managed}},
+        "score_jobs": settings.score_jobs,
+        "server_starts": server_starts(settings, managed),
     }
+
+
+def server_starts(settings: Settings, managed: list[str]) -> dict[str, dict[str, int]]:
+    """Server starts per managed model, for a local run and for ``--executor slurm`` (docs/servers.md): one per
+    model, except on a cluster under ``score_jobs: cell``, where each cell's job starts its own."""
+    once = {m: 1 for m in managed}
+    return {"local": once, "slurm": {m: len(settings.model_tasks(m)) for m in managed} if settings.score_jobs == "cell" else once}
 
 
 def _n(x: int) -> str:
@@ -166,9 +172,10 @@ def plan_text(plan: dict[str, Any]) -> str:
         if i == 0 or i == len(rows) - 2:
             lines.append("  ".join("-" * w for w in widths))
     local, slurm = plan["server_starts"]["local"], plan["server_starts"]["slurm"]
+    cluster_jobs = "one job per cell" if plan["score_jobs"] == "cell" else "one job per model"
     lines += ["", f"server starts, local run (one per model): {sum(local.values())}"
               + (f" ({', '.join(f'{m} {n}' for m, n in local.items())})" if local else ""),
-              f"server starts, --executor slurm (one per score_cell job): {sum(slurm.values())}"
+              f"server starts, --executor slurm ({cluster_jobs}, score_jobs: {plan['score_jobs']}): {sum(slurm.values())}"
               + (f" ({', '.join(f'{m} {n}' for m, n in slurm.items())})" if slurm else "")]
     estimates = {c["task"]: c["estimate"] for c in plan["cells"] if c["estimate"]}
     if estimates:

@@ -118,6 +118,16 @@ def write_scores(out: str | os.PathLike, identity: dict, records: list[dict]) ->
     write_text_atomic(out, "".join(line + "\n" for line in lines))
 
 
+def scored_under(path: str | os.PathLike, identity: dict) -> bool:
+    """Whether PATH is a final scores file made under IDENTITY (reads its header line only)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            header = json.loads(fh.readline())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return header.get("format") == FORMAT and header.get("identity") == identity
+
+
 def read_scores(path: str | os.PathLike) -> tuple[dict, list[dict]]:
     """(identity, item records) of a final scores file."""
     path = Path(path)

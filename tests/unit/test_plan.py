@@ -105,7 +105,11 @@ def test_plan_of_the_paper_config_offline(tmp_path: Path, monkeypatch, capsys) -
     assert {c["task"]: c["layouts_per_item"][0] for c in plan["cells"]} == {"banking20": 40, "newsgroups": 40, "injection": 4}
     assert all(c["tokens_note"] == "task data not fetched, tokenizer not prepared" for c in plan["cells"])
     assert plan["server_starts"]["local"] == dict.fromkeys(["Qwen3-8B", "Qwen2.5-7B-Instruct", "Qwen3-30B-A3B-Instruct-2507"], 1)
-    assert sum(plan["server_starts"]["slurm"].values()) == 9
+    assert plan["server_starts"]["slurm"] == plan["server_starts"]["local"]  # score_jobs auto: one job per model
+    per_cell = tmp_path / "per-cell.yaml"  # the same grid cut into one job per cell: each job starts its server
+    per_cell.write_text((REPO / "config" / "paper.yaml").read_text() + "\nscore_jobs: cell\n")
+    assert plan_config(per_cell)["server_starts"]["slurm"] == dict.fromkeys(
+        ["Qwen3-8B", "Qwen2.5-7B-Instruct", "Qwen3-30B-A3B-Instruct-2507"], 3)
     assert cli.main(["plan", "--config", str(REPO / "config" / "paper.yaml")]) == 0
     out = capsys.readouterr().out
     assert "total" in out and "123,000" in out and "n/a (task data not fetched, tokenizer not prepared)" in out

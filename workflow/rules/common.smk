@@ -3,6 +3,7 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -46,6 +47,11 @@ def _check_rule_python():
 CONFIG_AS_RUN, SETTINGS = _load_settings()
 _check_rule_python()
 CELLS = SETTINGS.cells
+# One scoring job per cell, or per model (docs/servers.md); auto: per model when jobs go to a cluster. A cluster
+# job's own Snakemake (remote_exec) parses this file too and must define the same rules as the main process.
+SCORE_JOBS = SETTINGS.score_jobs
+if SCORE_JOBS == "auto":
+    SCORE_JOBS = "model" if workflow.non_local_exec or workflow.remote_exec else "cell"
 MODELS = sorted({m for m, _ in CELLS})
 TASKS = sorted({t for _, t in CELLS})
 # The run's owner: a managed vLLM server lives as long as this Snakemake process (docs/servers.md). Each
@@ -117,6 +123,21 @@ def output_targets():
                 "results/plots/vs_published.pdf",
             ]
     return targets
+
+
+def retry_failed_allocations():
+    """After a run with failed cells (score_jobs: model): drop the outcome record of each model that has one, so
+    the next run schedules the model's job again; it rescores only the cells that are not staged yet."""
+    from anyjev.run.allocation import allocation_path, failed_cells
+
+    for model in MODELS:
+        path = allocation_path(model)
+        failed = failed_cells(path)
+        if failed:
+            os.remove(path)
+            print(
+                f"anyjev: {model}: cell(s) {', '.join(failed)} failed; the next run retries them " f"(the model's finished cells are kept)"
+            )
 
 
 def stop_run_servers(why):

@@ -1,30 +1,76 @@
-# One job per (model, task) cell: score it against the model's server, then evaluate it offline.
-# The server is started once per model and run, and leased by each cell (docs/servers.md).
+# Scoring, one job per cell (score_jobs: cell, local runs) or one job per model (score_jobs: model, clusters),
+# then each cell evaluated offline. Both start each model's server once per run (docs/servers.md).
 
 
-rule score_cell:
-    input:
-        task="resources/tasks/{task}.jsonl",
-        model=lambda wc: model_marker(wc.model),
-    output:
-        scores="results/cells/{model}/{task}/scores.jsonl",
-        provenance="results/cells/{model}/{task}/provenance.json",
-    log:
-        "logs/score/{model}/{task}.log",
-    benchmark:
-        "benchmarks/score/{model}/{task}.tsv"
-    conda:
-        "../envs/client.yaml"
-    resources:
-        # memory and time per model (models.<name>.mem_mb / runtime); unset: the profile's
-        **SETTINGS.score_resources(workflow.resource_settings.default_resources),
-        gpu=lambda wc: SETTINGS.models[wc.model].gpus,
-    params:
-        settings=lambda wc: as_json(SETTINGS.score_job(wc.model, wc.task)),
-    shell:
-        # $PPID: the Snakemake process running this job owns the server (it stops when that process exits).
-        "python -m anyjev score --settings {params.settings:q} --task {input.task:q} --out {output.scores:q} "
-        "--provenance {output.provenance:q} --owner-pid $PPID > {log:q} 2>&1"
+if SCORE_JOBS == "cell":
+
+    # One job per cell; the cells of a model share one server start through the run's lease.
+    rule score_cell:
+        input:
+            task="resources/tasks/{task}.jsonl",
+            model=lambda wc: model_marker(wc.model),
+        output:
+            scores="results/cells/{model}/{task}/scores.jsonl",
+            provenance="results/cells/{model}/{task}/provenance.json",
+        log:
+            "logs/score/{model}/{task}.log",
+        benchmark:
+            "benchmarks/score/{model}/{task}.tsv"
+        conda:
+            "../envs/client.yaml"
+        resources:
+            # memory and time per model (models.<name>.mem_mb / runtime); unset: the profile's
+            **SETTINGS.score_resources(workflow.resource_settings.default_resources),
+            gpu=lambda wc: SETTINGS.models[wc.model].gpus,
+        params:
+            settings=lambda wc: as_json(SETTINGS.score_job(wc.model, wc.task)),
+        shell:
+            # $PPID: the Snakemake process running this job owns the server (it stops when that process exits).
+            "python -m anyjev score --settings {params.settings:q} --task {input.task:q} --out {output.scores:q} "
+            "--provenance {output.provenance:q} --owner-pid $PPID > {log:q} 2>&1"
+
+else:
+
+    # One job (one allocation on a cluster) per model: one server start, every cell of the model scored into
+    # its staging folder, each cell's outcome recorded (anyjev/run/allocation.py).
+    rule score_model:
+        input:
+            tasks=lambda wc: [f"resources/tasks/{t}.jsonl" for t in SETTINGS.model_tasks(wc.model)],
+            model=lambda wc: model_marker(wc.model),
+        output:
+            "results/cells/{model}/allocation.json",
+        log:
+            "logs/score_model/{model}.log",
+        benchmark:
+            "benchmarks/score_model/{model}.tsv"
+        conda:
+            "../envs/client.yaml"
+        resources:
+            # memory and time of the model's whole allocation (models.<name>.mem_mb / runtime); unset: the profile's
+            **SETTINGS.score_resources(workflow.resource_settings.default_resources),
+            gpu=lambda wc: SETTINGS.models[wc.model].gpus,
+        params:
+            settings=lambda wc: as_json(SETTINGS.score_model_job(wc.model)),
+            tasks=lambda wc: " ".join(f"--task {shlex.quote(f'{t}=resources/tasks/{t}.jsonl')}" for t in SETTINGS.model_tasks(wc.model)),
+        shell:
+            "python -m anyjev score-model --settings {params.settings:q} {params.tasks} --out {output:q} "
+            "--owner-pid $PPID > {log:q} 2>&1"
+
+    # Per cell, in the main process: publish the staged scores, or fail with the cell's own error.
+    rule score_cell:
+        input:
+            "results/cells/{model}/allocation.json",
+        output:
+            scores="results/cells/{model}/{task}/scores.jsonl",
+            provenance="results/cells/{model}/{task}/provenance.json",
+        log:
+            "logs/score/{model}/{task}.log",
+        localrule: True
+        conda:
+            "../envs/client.yaml"
+        shell:
+            "python -m anyjev publish-cell --allocation {input:q} --task {wildcards.task:q} --out {output.scores:q} "
+            "--provenance {output.provenance:q} > {log:q} 2>&1"
 
 
 rule evaluate_cell:

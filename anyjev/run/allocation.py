@@ -1,0 +1,138 @@
+"""One job for all the cells of a model (``score_jobs: model``, the cluster default; docs/servers.md).
+
+On a cluster, Snakemake's job groups cannot share one GPU allocation among a model's cells without tying their
+fates together (one failed job fails the group and deletes its members' outputs). So one job per model,
+``score_model``, holds the allocation: it starts the model's server once and scores every cell into the cell's
+staging folder (``results/cells/<model>/<task>/staged/``), recording each cell's outcome in
+``results/cells/<model>/allocation.json`` instead of stopping at the first failure. A local ``score_cell`` job per
+cell then publishes the staged scores, or fails with the cell's own error (the missing label ids), so a failed
+cell fails alone and every other cell keeps its outputs.
+
+The staged scores live outside Snakemake's outputs: an allocation that is killed or hits its time limit keeps
+every checkpointed item (``scores.jsonl.partial``), and the next run's job resumes them; a rerun skips cells
+already staged under the same identity without starting a server for them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from anyjev.errors import AnyjevError, BackendError, ConfigError, LabelTokenError, ServerError, TaskDataError
+from anyjev.files import now_iso, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+FORMAT = "anyjev.allocation/1"
+# A cell's own failures: recorded, and the job goes on with the model's next cell. Anything else (the server
+# will not start or died: ServerError) ends the job, as it would end every later cell of the model too.
+CELL_ERRORS = (LabelTokenError, BackendError, ConfigError, TaskDataError)
+ERROR_TYPES = {cls.__name__: cls for cls in (*CELL_ERRORS, ServerError)}
+
+
+def allocation_path(model: str) -> str:
+    """The outcome record of MODEL's scoring job (the output of the ``score_model`` rule)."""
+    return f"results/cells/{model}/allocation.json"
+
+
+def staged_paths(model: str, task: str) -> dict[str, str]:
+    """Where ``score_model`` scores the cell (MODEL, TASK) before its ``score_cell`` job publishes it."""
+    folder = f"results/cells/{model}/{task}/staged"
+    return {"scores": f"{folder}/scores.jsonl", "provenance": f"{folder}/provenance.json"}
+
+
+def _outcome(task: str, status: str, **fields: Any) -> dict[str, Any]:
+    return {"task": task, "status": status, "finished": now_iso(), **fields}
+
+
+def _failure(task: str, exc: AnyjevError) -> dict[str, Any]:
+    fields: dict[str, Any] = {"error": type(exc).__name__, "message": str(exc)}
+    if isinstance(exc, LabelTokenError):
+        fields |= {"missing_ids": exc.missing_ids, "returned_ids": exc.returned_ids}
+    return _outcome(task, "failed", **fields)
+
+
+def score_model_job(job: dict[str, Any], task_files: dict[str, str], out: str | os.PathLike[str],
+                    owner_pid: int) -> dict[str, Any]:
+    """Score every cell of one model (``Settings.score_model_job``) into its staging folder; write OUT.
+
+    Returns the record written to OUT. A cell error is recorded and the next cell goes on; a ServerError is
+    recorded for the cell it hit, OUT is not written, and the error is raised (the job fails and the next run
+    resumes every checkpointed item).
+    """
+    from anyjev.run.cell import score_job
+
+    model, cells = job["model"], job["cells"]
+    record: dict[str, Any] = {"format": FORMAT, "model": model, "host": socket.gethostname(),
+                              "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "started": now_iso(), "cells": {}}
+    t0 = time.monotonic()
+    for n, (task, cell_job) in enumerate(cells.items(), start=1):
+        paths = staged_paths(model, task)
+        log.info("cell %d/%d: %s/%s -> %s", n, len(cells), model, task, paths["scores"])
+        try:
+            counts = score_job(cell_job, task_files[task], paths["scores"], paths["provenance"], owner_pid=owner_pid)
+        except CELL_ERRORS as exc:
+            log.error("cell %s/%s failed: %s: %s (the model's other cells go on)", model, task, type(exc).__name__, exc)
+            record["cells"][task] = _failure(task, exc)
+            continue
+        except ServerError as exc:
+            record["cells"][task] = _failure(task, exc)
+            log.error("the server of %s failed in cell %s; the job stops (checkpointed items resume next run): %s",
+                      model, task, exc)
+            raise
+        record["cells"][task] = _outcome(task, "ok", counts=counts, **paths)
+    record |= {"finished": now_iso(), "seconds": round(time.monotonic() - t0, 1)}
+    failed = [t for t, c in record["cells"].items() if c["status"] != "ok"]
+    log.info("%s: %d cell(s) scored, %d failed%s", model, len(cells) - len(failed), len(failed),
+             f" ({', '.join(failed)}: each fails its own score_cell job)" if failed else "")
+    write_json_atomic(out, record)
+    return record
+
+
+def read_allocation(path: str | os.PathLike[str]) -> dict[str, Any]:
+    record = json.loads(Path(path).read_text())
+    if record.get("format") != FORMAT:
+        raise TaskDataError(str(path), "line 1", f"not an {FORMAT} record")
+    return record
+
+
+def publish_cell(allocation: str | os.PathLike[str], task: str, out: str | os.PathLike[str],
+                 provenance_path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Publish the cell TASK of a model's allocation into OUT (and its provenance), or raise its own error."""
+    record = read_allocation(allocation)
+    model = record["model"]
+    outcome = record["cells"].get(task)
+    where = f"model {model!r}'s scoring job" + (f" (SLURM job {record['slurm_job_id']})" if record.get("slurm_job_id") else "")
+    if outcome is None:
+        raise TaskDataError(str(allocation), "cells", f"{where} did not score task {task!r}")
+    if outcome["status"] != "ok":
+        cls = ERROR_TYPES.get(outcome["error"], AnyjevError)
+        message = f"cell {model}/{task} failed in {where}, log logs/score_model/{model}.log: {outcome['message']}"
+        if cls is LabelTokenError:
+            raise LabelTokenError(message, missing_ids=outcome.get("missing_ids", ()),
+                                  returned_ids=outcome.get("returned_ids", ()))
+        if cls in (BackendError, ServerError):
+            raise cls(message)
+        raise AnyjevError(message)  # ConfigError / TaskDataError: the message already names the key or file:line
+    for src, dst in ((outcome["scores"], out), (outcome["provenance"], provenance_path)):
+        Path(dst).parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(f"{dst}.tmp")
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    log.info("published %s/%s from %s: %s", model, task, where, outcome["counts"])
+    return outcome
+
+
+def failed_cells(allocation: str | os.PathLike[str]) -> list[str]:
+    """Tasks whose cell failed in an allocation record (none when there is no readable record)."""
+    try:
+        record = read_allocation(allocation)
+    except (OSError, ValueError, AnyjevError):
+        return []
+    return [t for t, c in record["cells"].items() if c["status"] != "ok"]

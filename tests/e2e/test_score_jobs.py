@@ -1,0 +1,99 @@
+"""`score_jobs: model` (one scoring job per model, the cluster default) run through the real workflow, locally.
+
+The model is a `url` model read from an in-process stub of vLLM's completions endpoint that drops one label from
+the Yes/No task's answers (what a server in raw_logprobs mode does), so no vLLM starts. Checked: one score_model job
+scores both cells; the Yes/No cell fails its own score_cell job naming the missing label id, while the other cell is
+published and evaluated (--keep-going); the run's end drops the model's outcome record so that the next run
+retries, and that rerun sends requests for the failed cell only (the finished cell is skipped) and completes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.workflow_helpers import REPO, job_blocks, run_snakemake
+from tests.stub_http import Reply, StubCompletions
+
+QWEN3 = Path(os.environ.get("ANYJEV_QWEN3_TOKENIZER_DIR") or REPO / "resources" / "tokenizers" / "qwen3")
+MODEL = "stub-url"
+
+
+def _drop_second_label(body: dict, payload: dict) -> None:
+    """Answers of Yes/No prompts (two labels) lose the second label, as in vLLM's raw_logprobs mode."""
+    labels = [int(i) for i in payload["allowed_token_ids"]]
+    if len(labels) != 2:
+        return
+    for choice in body["choices"]:
+        choice["logprobs"]["top_logprobs"][0].pop(f"token_id:{labels[1]}", None)
+
+
+def _write_tasks(work: Path) -> dict:
+    (work / "tasks").mkdir(parents=True, exist_ok=True)
+    capitals = [{"id": f"c{i}", "state": f"Country number {i}.", "question": "Which city is the capital?",
+                 "kind": "choice", "options": ["Paris", "Rome", "Madrid"], "gold": i % 3} for i in range(6)]
+    yesno = [{"id": f"y{i}", "state": f"Statement {i}: water is wet.", "question": "Is the statement true?",
+              "kind": "noul", "gold": i % 2} for i in range(6)]
+    for name, items in (("capitals", capitals), ("yesno", yesno)):
+        (work / "tasks" / f"{name}.jsonl").write_text("".join(json.dumps(it) + "\n" for it in items))
+    return {name: {"source": "file", "path": f"tasks/{name}.jsonl", "n_test": 4, "n_calib": 2}
+            for name in ("capitals", "yesno")}
+
+
+@pytest.fixture
+def stub():
+    with StubCompletions() as s:
+        yield s
+
+
+def test_one_job_per_model_fails_one_cell_alone_and_retries_it(tmp_path, stub):
+    if not (QWEN3 / "tokenizer.json").is_file():
+        pytest.skip(f"the Qwen3 tokenizer is missing at {QWEN3} (scripts/setup_env.sh --test fetches it)")
+    work = tmp_path / "w"
+    tasks = _write_tasks(work)
+    config = {"models": {MODEL: {"source": "url", "url": stub.url, "tokenizer": str(QWEN3)}}, "tasks": tasks,
+              "levels": ["raw", "L0"], "score_jobs": "model", "published": None,
+              "client": {"chunk_items": 2}}
+    (work / "config").mkdir()
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    stub.default = Reply(mutate=_drop_second_label)
+
+    proc = run_snakemake(work, "--keep-going", timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-4000:]
+    jobs = job_blocks(out)
+    assert [j["wildcards"]["model"] for j in jobs if j["rule"] == "score_model"] == [MODEL], "one job for the model"
+    assert sorted(j["wildcards"]["task"] for j in jobs if j["rule"] == "score_cell") == ["capitals", "yesno"]
+    # The failed cell fails its own job, naming the missing id; the other cell is published and evaluated.
+    assert out.count("Error in rule score_cell") == 1 and "Error in rule score_model" not in out, out[-4000:]
+    cell_log = (work / f"logs/score/{MODEL}/yesno.log").read_text()
+    missing = [p["allowed_token_ids"][1] for p in stub.requests if len(p["allowed_token_ids"]) == 2][0]
+    assert "LabelTokenError" in cell_log and str(missing) in cell_log, cell_log
+    assert f"cell {MODEL}/yesno failed in model {MODEL!r}'s scoring job" in cell_log
+    assert not (work / f"results/cells/{MODEL}/yesno/scores.jsonl").exists()
+    for name in ("scores.jsonl", "provenance.json", "metrics.json", "predictions.csv"):
+        assert (work / f"results/cells/{MODEL}/capitals/{name}").is_file(), name
+    # The end of the run drops the outcome record, so the next run schedules the model's job again.
+    assert not (work / f"results/cells/{MODEL}/allocation.json").exists()
+    assert f"{MODEL}: cell(s) yesno failed; the next run retries them" in out
+    staged = work / f"results/cells/{MODEL}/capitals/staged/scores.jsonl"
+    published = (work / f"results/cells/{MODEL}/capitals/scores.jsonl").read_bytes()
+    assert staged.read_bytes() == published
+
+    # The server is fixed: the rerun scores the failed cell only and completes the run.
+    stub.default = Reply()
+    before = len(stub.requests)
+    proc = run_snakemake(work, "--keep-going", timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    sent = stub.requests[before:]
+    assert sent and all(len(p["allowed_token_ids"]) == 2 for p in sent), "only the failed (Yes/No) cell is re-sent"
+    record = json.loads((work / f"results/cells/{MODEL}/allocation.json").read_text())
+    assert {t: c["status"] for t, c in record["cells"].items()} == {"capitals": "ok", "yesno": "ok"}
+    assert record["cells"]["capitals"]["counts"]["prompts"] == 0
+    assert (work / f"results/cells/{MODEL}/capitals/scores.jsonl").read_bytes() == published
+    assert (work / "results/tables/summary.csv").is_file()
