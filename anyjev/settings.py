@@ -110,6 +110,11 @@ class ScoringSettings:
 
     prompt_profile: str
     answer_mass: bool
+    rotations: str
+    target_disagreement: float
+    confidence: float
+    rotations_per_round: int
+    option_order: str
 
 
 @schema_section("models", "*")
@@ -205,6 +210,11 @@ class Settings:
 
         return cls.from_config(check_config_file(path, workdir=workdir))
 
+    @property
+    def content_free(self) -> bool:
+        """Whether score jobs also read the content-free probes: the prior mode or a listed level needs them."""
+        return self.evaluation.prior_mode == "content_free" or "L0-cf" in self.levels
+
     # ------------------------------------------------------------------ what each job is handed
     def model_dir(self, model: str) -> str:
         """The model's weights/tokenizer folder: prepared under resources/, or the user's."""
@@ -241,6 +251,8 @@ class Settings:
         m = self.models[model]
         job: dict[str, Any] = {"model": model, "task": task, "tokenizer": self.model_dir(model),
                                "client": dataclasses.asdict(self.client), "scoring": dataclasses.asdict(self.scoring)}
+        if self.content_free:
+            job["content_free"] = True
         if m.managed:
             job["server"] = self.server_spec(model)
             job["server_log"] = f"logs/servers/{model}.log"

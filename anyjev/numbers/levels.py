@@ -3,7 +3,10 @@
 Shapes used throughout:
 
 * position-space log-probs ``(N, S, K)``: item ``i``, layout (rotation) ``s``, position ``p`` (label A first);
-* ``orders`` ``(S, K)``: ``orders[s, p]`` is the option index shown at position ``p`` in layout ``s``;
+* ``orders`` ``(S, K)``: ``orders[s, p]`` is the option index shown at position ``p`` in layout ``s``; or
+  ``(N, S, K)`` when items differ (canonical option order: each item's listing is sorted by its own texts);
+* ``read`` ``(N, S)`` booleans (optional): which layouts an item read (adaptive rotations); the others hold
+  placeholders and are left out of every mean (geometric mean over layouts, batch prior per layout);
 * option space: ``lp_opt[..., s, orders[s, p]] = lp_pos[..., s, p]``.
 
 Every log-prob array returned here is normalised over its last axis (logsumexp = 0). Priors are returned as
@@ -15,7 +18,8 @@ The levels follow the published method (docs/architecture.md, docs/metrics.md):
 * ``L0-perm``: geometric mean over all layouts, no prior correction;
 * ``L0-bc``: batch label-prior correction of layout 0 only;
 * ``L0``: prior correction per layout, then geometric mean;
-* ``L1``: temperature scaling on top of L0, fit on a labelled calibration split whose prior is frozen.
+* ``L1``: temperature scaling on top of L0, fit on a labelled calibration split whose prior is frozen;
+* ``L0-cf`` (ablation, when content-free probes were scored): L0 with the content-free prior.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ PRIOR_STRENGTH: float = default("evaluation", "prior_strength")
 PRIOR_MIN_ITEMS: int = default("evaluation", "prior_min_items")
 
 LEVELS: tuple[str, ...] = ("raw", "L0-perm", "L0-bc", "L0", "L1")
+CF_LEVEL = "L0-cf"  # ablation: L0 with the content-free prior (only when the probes were scored)
+ALL_LEVELS: tuple[str, ...] = (*LEVELS, CF_LEVEL)
+PRIOR_SOURCES: tuple[str, ...] = ("items", "content_free")
 GROUPS: tuple[str, ...] = ("fwd", "rev")
 
 PRIOR_FLOOR = 1e-8  # floor on both q and the prior in the prior correction (published method)
@@ -57,14 +64,16 @@ def _check_lp(name: str, lp: object, ndim: int) -> np.ndarray:
     return arr
 
 
-def _check_orders(name: str, orders: object, s: int, k: int) -> np.ndarray:
-    """Orders must be one permutation of range(K) per layout, else the mapping to option space is wrong."""
+def _check_orders(name: str, orders: object, s: int, k: int, n: int | None = None) -> np.ndarray:
+    """Orders must be one permutation of range(K) per layout (shared ``(S, K)``, or per item ``(N, S, K)`` when
+    N is given), else the mapping to option space is wrong."""
     arr = np.asarray(orders)
-    if arr.shape != (s, k):
-        raise ValueError(f"{name}: expected shape ({s}, {k}) to match the log-probs, got {arr.shape}")
+    if arr.shape != (s, k) and (n is None or arr.shape != (n, s, k)):
+        want = f"({s}, {k})" + ("" if n is None else f" or ({n}, {s}, {k})")
+        raise ValueError(f"{name}: expected shape {want} to match the log-probs, got {arr.shape}")
     if arr.dtype.kind not in "iu":
         raise ValueError(f"{name}: expected integer option indices, got dtype {arr.dtype}")
-    if not np.array_equal(np.sort(arr, axis=1), np.broadcast_to(np.arange(k), (s, k))):
+    if not np.array_equal(np.sort(arr, axis=-1), np.broadcast_to(np.arange(k), arr.shape)):
         raise ValueError(f"{name}: every row must be a permutation of 0..{k - 1}, got {arr.tolist()}")
     return arr.astype(np.intp)
 
@@ -86,15 +95,16 @@ def _labels(name: str, groups: object, n: int) -> list[Hashable]:
 
 
 def _option_space(lp: np.ndarray, orders: np.ndarray) -> np.ndarray:
-    """``(..., S, K)`` position space to option space for validated ``orders`` ``(S, K)``."""
-    inverse = np.argsort(orders, axis=1)  # inverse[s, option] = position showing that option
-    return np.take_along_axis(lp, inverse.reshape((1,) * (lp.ndim - 2) + inverse.shape), axis=-1)
+    """``(..., S, K)`` position space to option space for validated ``orders`` ``(S, K)`` (or with the
+    leading item axes of ``lp``, per-item orders)."""
+    inverse = np.argsort(orders, axis=-1)  # inverse[..., s, option] = position showing that option
+    return np.take_along_axis(lp, inverse.reshape((1,) * (lp.ndim - inverse.ndim) + inverse.shape), axis=-1)
 
 
 def to_option_space(lp_pos: np.ndarray, orders: np.ndarray) -> np.ndarray:
     """Map ``(N, S, K)`` position-space log-probs to option space, so layouts can be combined per option."""
     lp = _check_lp("lp_pos", lp_pos, 3)
-    return _option_space(lp, _check_orders("orders", orders, lp.shape[1], lp.shape[2]))
+    return _option_space(lp, _check_orders("orders", orders, lp.shape[1], lp.shape[2], lp.shape[0]))
 
 
 def _group_ids(*label_lists: list[Hashable]) -> tuple[list[np.ndarray], list[Hashable]]:
@@ -105,7 +115,7 @@ def _group_ids(*label_lists: list[Hashable]) -> tuple[list[np.ndarray], list[Has
 
 
 def _running_prior(probs: np.ndarray, gid: np.ndarray, idx: np.ndarray, *, n_groups: int, min_items: int,
-                   batch_size: int | None) -> np.ndarray:
+                   batch_size: int | None, read: np.ndarray | None = None) -> np.ndarray:
     """Prior per item of each resample ``idx`` ``(B, n)`` (indices into ``probs`` ``(N, S, K)``), ``(B, n, S, K)``.
 
     Each row is a data set scored in its row order (rows of a bootstrap are sorted, so the task file's order
@@ -113,6 +123,10 @@ def _running_prior(probs: np.ndarray, gid: np.ndarray, idx: np.ndarray, *, n_gro
     every item of its group at positions before the end of its batch (``batch_size`` consecutive positions;
     ``None``: the whole row), its own batch included. Vectorised over resamples by sorting each row by
     (group, position) and differencing one cumulative sum per row.
+
+    With ``read`` ``(N, S)``, a layout's prior is the mean over the items that read it; a layout read by
+    fewer than ``min_items`` of them falls back to the group's pooled position profile (the mean over every
+    layout read), which needs ``min_items`` items. When every item read every layout this is the plain rule.
     """
     _, s, k = probs.shape
     b, n = idx.shape
@@ -129,13 +143,23 @@ def _running_prior(probs: np.ndarray, gid: np.ndarray, idx: np.ndarray, *, n_gro
     local = (np.arange(b) * n)[:, None]
     start = np.searchsorted(flat, (g_sorted * stride + row_off).ravel()).reshape(b, n) - local
     stop = np.searchsorted(flat, (g_sorted * stride + end_sorted + row_off).ravel()).reshape(b, n) - local
+    rows = np.take_along_axis(idx, order, axis=1)
     cum = np.zeros((b, n + 1, s, k))
-    cum[:, 1:] = np.cumsum(probs[np.take_along_axis(idx, order, axis=1)], axis=1)
+    cum[:, 1:] = np.cumsum(probs[rows] if read is None else probs[rows] * read[rows][..., None], axis=1)
     seen = stop - start
     total = (np.take_along_axis(cum, stop[:, :, None, None], axis=1)
              - np.take_along_axis(cum, start[:, :, None, None], axis=1))
-    active = (seen >= min_items)[:, :, None, None]
-    prior_sorted = np.where(active, total / np.maximum(seen, 1)[:, :, None, None], 1.0 / k)
+    if read is None:
+        active = (seen >= min_items)[:, :, None, None]
+        prior_sorted = np.where(active, total / np.maximum(seen, 1)[:, :, None, None], 1.0 / k)
+    else:
+        cnt = np.zeros((b, n + 1, s))
+        cnt[:, 1:] = np.cumsum(read[rows].astype(np.float64), axis=1)
+        seen_s = np.take_along_axis(cnt, stop[:, :, None], axis=1) - np.take_along_axis(cnt, start[:, :, None], axis=1)
+        per_layout = total / np.maximum(seen_s, 1)[..., None]
+        pooled = total.sum(axis=2, keepdims=True) / np.maximum(seen_s.sum(axis=2), 1)[:, :, None, None]
+        prior_sorted = np.where((seen_s >= min_items)[..., None], per_layout,
+                                np.where((seen >= min_items)[:, :, None, None], pooled, 1.0 / k))
     inverse = np.argsort(order, axis=1)
     return np.take_along_axis(prior_sorted, inverse[:, :, None, None], axis=1)
 
@@ -196,9 +220,13 @@ def prior_correct(lp_pos: np.ndarray, prior: np.ndarray, strength: float = PRIOR
     return _correct(lp, pr, strength)
 
 
-def _marginalise(lp: np.ndarray) -> np.ndarray:
-    """Geometric mean over the layout axis (-2) on validated arrays."""
-    return log_softmax(np.maximum(lp, math.log(MARGINAL_FLOOR)).mean(axis=-2))
+def _marginalise(lp: np.ndarray, read: np.ndarray | None = None) -> np.ndarray:
+    """Geometric mean over the layout axis (-2) on validated arrays; with ``read`` (``lp``'s shape without
+    the last axis), over the layouts read only."""
+    floored = np.maximum(lp, math.log(MARGINAL_FLOOR))
+    if read is None:
+        return log_softmax(floored.mean(axis=-2))
+    return log_softmax((floored * read[..., None]).sum(axis=-2) / read.sum(axis=-1)[..., None])
 
 
 def marginalise(lp_opt: np.ndarray) -> np.ndarray:
@@ -297,8 +325,10 @@ class LevelInputs:
     """Validated arrays of one cell (one K) that every resample of :func:`levels_resampled` draws from.
 
     ``test[g]`` / ``calib[g]``: normalised position-space log-probs ``(N, S, K)`` per layout group; ``orders[g]``
-    ``(S, K)``; ``test_gid`` / ``calib_gid``: prior-group ids into ``group_names``; ``calib`` is empty
-    without a calibration split (no L1).
+    ``(S, K)`` or per test item ``(N, S, K)``, ``calib_orders[g]`` likewise for the calibration items;
+    ``test_gid`` / ``calib_gid``: prior-group ids into ``group_names``; ``calib`` is empty without a
+    calibration split (no L1). ``read[g]`` ``(N, S)``: the layouts each test item read (absent: all);
+    ``cf[g]`` / ``calib_cf[g]``: content-free priors (probabilities, ``(N, S, K)``), present when scored.
     """
 
     test: dict[str, np.ndarray]
@@ -308,6 +338,10 @@ class LevelInputs:
     calib_gid: np.ndarray
     calib_gold: np.ndarray
     group_names: list[Hashable]
+    calib_orders: dict[str, np.ndarray] = field(default_factory=dict)
+    read: dict[str, np.ndarray] = field(default_factory=dict)
+    cf: dict[str, np.ndarray] = field(default_factory=dict)
+    calib_cf: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def k(self) -> int:
@@ -361,9 +395,14 @@ def _take_groups(prior: np.ndarray, gid: np.ndarray) -> np.ndarray:
     return np.take_along_axis(prior, gid[:, :, None, None], axis=1)
 
 
+def _per_item(arr: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Orders of the resampled items: shared ``(S, K)`` as is, per item ``(N, S, K)`` indexed by ``idx``."""
+    return arr if arr.ndim == 2 else arr[idx]
+
+
 def levels_resampled(inputs: LevelInputs, idx_test: np.ndarray, idx_calib: np.ndarray | None, *,
                      strength: float = PRIOR_STRENGTH, min_items: int = PRIOR_MIN_ITEMS, batch_size: int | None = None,
-                     fit: bool = True) -> ResampledLevels:
+                     fit: bool = True, prior_source: str = "items") -> ResampledLevels:
     """Every level for ``B`` resamples at once: rows of ``idx_test`` ``(B, n)`` / ``idx_calib`` ``(B, nc)``.
 
     Each resample refits everything that is fitted: the test prior (from the resampled test items, in their
@@ -373,30 +412,50 @@ def levels_resampled(inputs: LevelInputs, idx_test: np.ndarray, idx_calib: np.nd
     streaming prior sees items in their scored order. ``fit=False`` stops before the temperature (no L1;
     ``calib_l0`` and ``frozen_l0`` are filled), for a caller that fits one T over several cells (mixed K);
     without calibration items ``frozen_l0`` is L0 under the uniform prior (a group unseen in calibration).
+    ``prior_source="content_free"`` takes every prior (test, and L1's frozen one) from the content-free probes.
+    Where content-free priors are given, ``L0-cf`` is L0 under them.
     """
+    if prior_source not in PRIOR_SOURCES:
+        raise ValueError(f"prior_source: must be one of {PRIOR_SOURCES}, got {prior_source!r}")
+    if prior_source == "content_free" and not inputs.cf:
+        raise ValueError("prior_source 'content_free': the cell has no content-free probes (score it with them)")
     n_groups = len(inputs.group_names)
-    levels: dict[str, dict[str, np.ndarray]] = {name: {} for name in LEVELS}
+    levels: dict[str, dict[str, np.ndarray]] = {name: {} for name in ALL_LEVELS}
     out = ResampledLevels(levels=levels, log_t={}, test_prior={}, calib_prior={})
     use_calib = bool(inputs.calib) and idx_calib is not None
     gid_test = inputs.test_gid[idx_test]
     for g, lp in inputs.test.items():
-        orders = inputs.orders[g]
-        probs = np.exp(lp)
-        prior = _running_prior(probs, inputs.test_gid, idx_test, n_groups=n_groups, min_items=min_items,
-                               batch_size=batch_size)
+        orders = _per_item(inputs.orders[g], idx_test)
+        read = inputs.read.get(g)
+        read_b = None if read is None else read[idx_test]
+        cf = inputs.cf[g][idx_test] if g in inputs.cf else None
+        if prior_source == "content_free":
+            prior = cf
+        else:
+            prior = _running_prior(np.exp(lp), inputs.test_gid, idx_test, n_groups=n_groups, min_items=min_items,
+                                   batch_size=batch_size, read=read)
         out.test_prior[g] = prior
         lp_b = lp[idx_test]
         opt = _option_space(lp_b, orders)
         levels["raw"][g] = log_softmax(opt[:, :, 0, :])
-        levels["L0-perm"][g] = _marginalise(opt)
-        levels["L0-bc"][g] = _option_space(_correct(lp_b[:, :, :1], prior[:, :, :1], strength), orders[:1])[:, :, 0, :]
-        levels["L0"][g] = _marginalise(_option_space(_correct(lp_b, prior, strength), orders))
+        levels["L0-perm"][g] = _marginalise(opt, read_b)
+        levels["L0-bc"][g] = _option_space(_correct(lp_b[:, :, :1], prior[:, :, :1], strength),
+                                           orders[..., :1, :])[:, :, 0, :]
+        levels["L0"][g] = _marginalise(_option_space(_correct(lp_b, prior, strength), orders), read_b)
+        if cf is not None:
+            levels[CF_LEVEL][g] = _marginalise(_option_space(_correct(lp_b, cf, strength), orders), read_b)
         if use_calib:
             cal = inputs.calib[g]
-            frozen, counts = _frozen_priors(np.exp(cal), inputs.calib_gid, idx_calib, n_groups, min_items)
+            cal_orders = _per_item(inputs.calib_orders.get(g, inputs.orders[g]), idx_calib)
             cal_gid = inputs.calib_gid[idx_calib]
-            cal_l0 = _marginalise(_option_space(_correct(cal[idx_calib], _take_groups(frozen, cal_gid), strength), orders))
-            test_l0 = _marginalise(_option_space(_correct(lp_b, _take_groups(frozen, gid_test), strength), orders))
+            if prior_source == "content_free":
+                frozen, counts = inputs.calib_cf[g][idx_calib], np.zeros((0,))
+                cal_prior, test_frozen = frozen, cf
+            else:
+                frozen, counts = _frozen_priors(np.exp(cal), inputs.calib_gid, idx_calib, n_groups, min_items)
+                cal_prior, test_frozen = _take_groups(frozen, cal_gid), _take_groups(frozen, gid_test)
+            cal_l0 = _marginalise(_option_space(_correct(cal[idx_calib], cal_prior, strength), cal_orders))
+            test_l0 = _marginalise(_option_space(_correct(lp_b, test_frozen, strength), orders), read_b)
             out.calib_prior[g] = (frozen, counts)
             out.calib_l0[g] = cal_l0
             if fit:
@@ -404,10 +463,13 @@ def levels_resampled(inputs: LevelInputs, idx_test: np.ndarray, idx_calib: np.nd
                 levels["L1"][g] = log_softmax(test_l0 / np.exp(log_t)[:, None, None])
                 out.log_t[g] = log_t
         else:
-            test_l0 = _marginalise(_option_space(_correct(lp_b, np.full(lp_b.shape, 1.0 / lp_b.shape[-1]), strength), orders))
+            test_l0 = _marginalise(_option_space(_correct(lp_b, np.full(lp_b.shape, 1.0 / lp_b.shape[-1]), strength),
+                                                 orders), read_b)
         out.frozen_l0[g] = test_l0
     if not (use_calib and fit):
         del levels["L1"]
+    if not levels[CF_LEVEL]:
+        del levels[CF_LEVEL]
     return out
 
 
@@ -422,8 +484,20 @@ def level_inputs(
     calib_rev: np.ndarray | None = None,
     calib_groups: Sequence[Hashable] | np.ndarray | None = None,
     calib_gold: np.ndarray | None = None,
+    calib_orders_fwd: np.ndarray | None = None,
+    calib_orders_rev: np.ndarray | None = None,
+    read_fwd: np.ndarray | None = None,
+    read_rev: np.ndarray | None = None,
+    cf_fwd: np.ndarray | None = None,
+    cf_rev: np.ndarray | None = None,
+    calib_cf_fwd: np.ndarray | None = None,
+    calib_cf_rev: np.ndarray | None = None,
 ) -> LevelInputs:
-    """Validate the arrays of :func:`compute_levels` once (shapes, orders, groups, gold) for any number of resamples."""
+    """Validate the arrays of :func:`compute_levels` once (shapes, orders, groups, gold) for any number of resamples.
+
+    Optional per group: ``calib_orders_*`` (the calibration items' own orders, when orders are per item),
+    ``read_*`` ``(N, S)`` (layouts each test item read; unread entries of the log-probs are placeholders),
+    ``cf_*`` / ``calib_cf_*`` (content-free priors, probabilities ``(N, S, K)``)."""
     fwd = _check_lp("test_fwd", test_fwd, 3)
     n, _, k = fwd.shape
     labels = _labels("groups_test", groups_test, n)
@@ -433,13 +507,13 @@ def level_inputs(
         raise ValueError("calib_rev: given without test_rev")
 
     test = {"fwd": log_softmax(fwd)}
-    orders = {"fwd": _check_orders("orders_fwd", orders_fwd, fwd.shape[1], k)}
+    orders = {"fwd": _check_orders("orders_fwd", orders_fwd, fwd.shape[1], k, n)}
     if test_rev is not None:
         rev = _check_lp("test_rev", test_rev, 3)
         if rev.shape[0] != n or rev.shape[2] != k:
             raise ValueError(f"test_rev: shape {rev.shape} does not match test_fwd items and labels {fwd.shape}")
         test["rev"] = log_softmax(rev)
-        orders["rev"] = _check_orders("orders_rev", orders_rev, rev.shape[1], k)
+        orders["rev"] = _check_orders("orders_rev", orders_rev, rev.shape[1], k, n)
 
     calib: dict[str, np.ndarray] = {}
     cal_labels: list[Hashable] = []
@@ -466,8 +540,44 @@ def level_inputs(
     elif calib_rev is not None or calib_gold is not None or calib_groups is not None:
         raise ValueError("calib_fwd: required when any other calibration argument is given")
     (test_gid, calib_gid), names = _group_ids(labels, cal_labels)
-    return LevelInputs(test=test, orders=orders, test_gid=test_gid, calib=calib, calib_gid=calib_gid,
-                       calib_gold=cal_gold, group_names=names)
+    out = LevelInputs(test=test, orders=orders, test_gid=test_gid, calib=calib, calib_gid=calib_gid,
+                      calib_gold=cal_gold, group_names=names)
+    n_cal = out.n_calib
+    extra = {"fwd": (calib_orders_fwd, read_fwd, cf_fwd, calib_cf_fwd),
+             "rev": (calib_orders_rev, read_rev, cf_rev, calib_cf_rev)}
+    for g, (cal_orders, read, cf, cal_cf) in extra.items():
+        if g not in test:
+            if any(a is not None for a in (cal_orders, read, cf, cal_cf)):
+                raise ValueError(f"{g}: per-group arrays given without test_{g}")
+            continue
+        s_g = test[g].shape[1]
+        if cal_orders is not None:
+            if not calib:
+                raise ValueError(f"calib_orders_{g}: given without calibration items")
+            out.calib_orders[g] = _check_orders(f"calib_orders_{g}", cal_orders, s_g, k, n_cal)
+        elif orders[g].ndim == 3 and calib:
+            raise ValueError(f"calib_orders_{g}: required when orders_{g} are per item")
+        if read is not None:
+            r = np.asarray(read)
+            if r.shape != (n, s_g) or r.dtype != bool:
+                raise ValueError(f"read_{g}: expected a boolean array of shape ({n}, {s_g}), got {r.dtype} {r.shape}")
+            if not r[:, 0].all():
+                raise ValueError(f"read_{g}: every item must read layout 0 (raw and L0-bc use it); item "
+                                 f"{int(np.argmin(r[:, 0]))} did not")
+            if not r.all():  # all read: the plain rule, bit for bit
+                out.read[g] = r
+        for name, arr, rows, store in ((f"cf_{g}", cf, n, out.cf), (f"calib_cf_{g}", cal_cf, n_cal, out.calib_cf)):
+            if arr is None:
+                continue
+            a = np.asarray(arr, dtype=np.float64)
+            if a.shape != (rows, s_g, k) or np.isnan(a).any() or (a < 0).any():
+                raise ValueError(f"{name}: expected probabilities of shape ({rows}, {s_g}, {k}), got {a.shape}")
+            store[g] = a
+    if out.cf and set(out.cf) != set(test):
+        raise ValueError(f"cf_*: content-free priors needed for every layout group {sorted(test)}, got {sorted(out.cf)}")
+    if out.cf and calib and set(out.calib_cf) != set(test):
+        raise ValueError("calib_cf_*: the calibration items need content-free priors too")
+    return out
 
 
 def compute_levels(
@@ -475,6 +585,7 @@ def compute_levels(
     strength: float = PRIOR_STRENGTH,
     min_items: int = PRIOR_MIN_ITEMS,
     batch_size: int | None = None,
+    prior_source: str = "items",
     **calib: np.ndarray | Sequence[Hashable] | None,
 ) -> LevelResult:
     """All levels for the test items, per layout group (``fwd``, and ``rev`` for the order-flip probe).
@@ -486,13 +597,14 @@ def compute_levels(
     ``batch_size=1`` gives the published streaming ("scored so far") prior, ``None`` the whole-split prior.
 
     ARRAYS and CALIB are :func:`level_inputs`'s: ``(test_fwd, test_rev, orders_fwd, orders_rev, groups_test)``
-    and the keyword calibration arrays.
+    and the keyword arrays (calibration, per-item orders, layouts read, content-free priors).
+    ``prior_source="content_free"`` uses the content-free prior wherever the batch prior would be.
     """
     inputs = level_inputs(*arrays, **calib)  # type: ignore[arg-type]
     _check_prior_args(min_items, batch_size)
     idx_calib = np.arange(inputs.n_calib)[None, :] if inputs.calib else None
     res = levels_resampled(inputs, np.arange(inputs.n_test)[None, :], idx_calib, strength=strength,
-                           min_items=min_items, batch_size=batch_size)
+                           min_items=min_items, batch_size=batch_size, prior_source=prior_source)
     levels: dict[str, dict[str, np.ndarray | None]] = {
         name: {g: (res.levels[name][g][0] if g in res.levels[name] else None) for g in GROUPS}
         for name in res.levels
@@ -502,6 +614,8 @@ def compute_levels(
         result.test_prior[g] = res.test_prior[g][0]
         if g in res.log_t:
             result.temperature[g] = math.exp(float(res.log_t[g][0]))
+            if prior_source == "content_free":
+                continue
             frozen = res.calib_prior[g][0][0]
             seen = set(inputs.calib_gid.tolist())
             result.calib_prior[g] = {name: frozen[i] for i, name in enumerate(inputs.group_names) if i in seen}

@@ -14,16 +14,20 @@ import numpy as np
 from anyjev.backends.base import Backend
 from anyjev.decision import published
 from anyjev.decision.labels import LabelChecker, label_strings
-from anyjev.decision.layouts import Layout, layouts_for
+from anyjev.decision.layouts import OPTION_ORDERS, Layout, layouts_for
 from anyjev.decision.prompts import DEFAULT_PROFILE, PROMPT_SYSTEM_VERSION, PromptProfile, encode, get_profile, prompt_hash, render_text
-from anyjev.errors import BackendError, LabelTokenError
+from anyjev.errors import BackendError, ConfigError, LabelTokenError
 from anyjev.run.store import PartialScores
+from anyjev.settings import default
 
 log = logging.getLogger(__name__)
 
 # Bump when the prompt text or layout scheme changes: partial scores made under another version are
 # not resumed.
 PROMPT_VERSION = "1"
+ROTATIONS = ("full", "adaptive")
+# The content-free probes (Zhao et al., 2021), each shown as the item's state.
+CONTENT_FREE_PROBES: tuple[str, ...] = ("N/A", "", "[MASK]")
 
 
 @dataclass
@@ -38,14 +42,40 @@ class PreparedItem:
     layouts: list[tuple[Layout, list[int]]]
 
 
-def scoring_identity(profile: str | PromptProfile = DEFAULT_PROFILE, *, answer_mass: bool = False) -> dict:
+def scoring_identity(
+    profile: str | PromptProfile = DEFAULT_PROFILE,
+    *,
+    answer_mass: bool = False,
+    rotations: str = default("scoring", "rotations"),
+    target_disagreement: float = default("scoring", "target_disagreement"),
+    confidence: float = default("scoring", "confidence"),
+    rotations_per_round: int = default("scoring", "rotations_per_round"),
+    option_order: str = default("scoring", "option_order"),
+    content_free: bool = False,
+) -> dict:
     """The identity fragment for how prompts are made and what each record holds: merge it into the cell
-    identity, so a checkpoint made under another profile (or without answer mass) is not resumed."""
-    return {
+    identity, so a checkpoint made under another profile (or without answer mass) is not resumed.
+
+    Settings at their defaults add nothing (a default cell's identity is what it always was); adaptive
+    rotations add every setting the stopping rule depends on, so a changed target is never resumed."""
+    out = {
         "prompt_version": f"{PROMPT_VERSION}.{PROMPT_SYSTEM_VERSION}",
         "prompt_profile": get_profile(profile).identity(),
         "answer_mass": bool(answer_mass),
     }
+    if rotations not in ROTATIONS:
+        raise ConfigError("scoring.rotations", f"must be one of {', '.join(ROTATIONS)}, got {rotations!r}")
+    if option_order not in OPTION_ORDERS:
+        raise ConfigError("scoring.option_order", f"must be one of {', '.join(OPTION_ORDERS)}, got {option_order!r}")
+    if rotations == "adaptive":
+        from anyjev.run.adaptive import rule_identity
+
+        out["rotations"] = rule_identity(target_disagreement, confidence, rotations_per_round)
+    if option_order != "as_given":
+        out["option_order"] = option_order
+    if content_free:
+        out["content_free"] = list(CONTENT_FREE_PROBES)
+    return out
 
 
 def _check_published_labels(tokenizer, item, labels: list[str], ids: list[int]) -> None:
@@ -69,9 +99,10 @@ def prepare_item(
     permute: bool = True,
     flip: bool = True,
     profile: str | PromptProfile = DEFAULT_PROFILE,
+    option_order: str = "as_given",
 ) -> PreparedItem:
-    """Render every layout (in PROFILE's wording) and check its labels; score questions fall back from
-    digits to letters."""
+    """Render every layout (in PROFILE's wording, rotating the OPTION_ORDER listing) and check its labels;
+    score questions fall back from digits to letters."""
     profile = get_profile(profile)
     question = item.question
     kinds = ["digits", "letters"] if question.kind == "score" else ["default"]
@@ -80,7 +111,7 @@ def prepare_item(
         labels = label_strings(question, "letters" if kind == "letters" else "default")
         try:
             layouts, ids = [], None
-            for group_layouts in layouts_for(question, permute=permute, flip=flip).values():
+            for group_layouts in layouts_for(question, permute=permute, flip=flip, option_order=option_order).values():
                 for layout in group_layouts:
                     text = render_text(tokenizer, question, item.state, layout, labels, profile)
                     layout_ids = checker.ids(text, labels)
@@ -99,7 +130,15 @@ def prepare_item(
     raise LabelTokenError(f"item {item.id!r} (question {question.key()}): {last_error}") from last_error
 
 
+def layouts_record(p: PreparedItem, values: dict[str, list[float]]) -> dict:
+    """The ``layouts`` field of a record: the layouts that were read (the keys of VALUES), each with its
+    order (caller's option indices by position), phrasing, prompt hash and label log-probs."""
+    return {lay.name: {"order": list(lay.order), "swapped": lay.swapped, "prompt_sha": prompt_hash(ids), "lp": values[lay.name]}
+            for lay, ids in p.layouts if lay.name in values}
+
+
 def item_record(p: PreparedItem, values: dict[str, list[float]], answer_mass: float | None = None) -> dict:
+    """An item's record; only the layouts named in VALUES (those read) are stored."""
     record = {
         "type": "item",
         "id": p.item.id,
@@ -111,10 +150,7 @@ def item_record(p: PreparedItem, values: dict[str, list[float]], answer_mass: fl
         "label_ids": p.label_ids,
         "label_kind": p.label_kind,
         "question": p.item.question.key(),
-        "layouts": {
-            lay.name: {"order": list(lay.order), "swapped": lay.swapped, "prompt_sha": prompt_hash(ids), "lp": values[lay.name]}
-            for lay, ids in p.layouts
-        },
+        "layouts": layouts_record(p, values),
     }
     if answer_mass is not None:
         record["answer_mass"] = answer_mass
@@ -138,27 +174,71 @@ def answer_masses(backend: Backend, chunk: Sequence[PreparedItem]) -> list[float
     return out
 
 
-def score_prepared(backend: Backend, chunk: Sequence[PreparedItem], *, answer_mass: bool = False) -> list[dict]:
-    """Score a chunk of items with as few prompts as possible (identical prompts are sent once); with
-    ``answer_mass``, one more prompt per item (:func:`answer_masses`)."""
+def read_layouts(backend: Backend, requests: Sequence[tuple[Sequence[int], Sequence[tuple[Layout, list[int]]]]]
+                 ) -> tuple[list[dict[str, list[float]]], int]:
+    """Label log-probs of each request's layouts, as ``{layout name: lp}`` per request, and the number of
+    prompts sent: one backend call per label set, identical prompts sent once. A request is
+    ``(label ids, [(layout, prompt ids), ...])``."""
     by_labels: dict[tuple[int, ...], list[list[int]]] = {}
     index: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
-    for p in chunk:
-        key = tuple(p.label_ids)
+    for label_ids, layouts in requests:
+        key = tuple(label_ids)
         bucket = by_labels.setdefault(key, [])
-        for _, ids in p.layouts:
+        for _, ids in layouts:
             k = (key, tuple(ids))
             if k not in index:
                 index[k] = len(bucket)
                 bucket.append(ids)
     results = {key: backend.label_logprobs(prompts, list(key)) for key, prompts in by_labels.items()}
+    out = []
+    for label_ids, layouts in requests:
+        key = tuple(label_ids)
+        out.append({lay.name: results[key][index[(key, tuple(ids))]].tolist() for lay, ids in layouts})
+    return out, len(index)
+
+
+def score_prepared(backend: Backend, chunk: Sequence[PreparedItem], *, answer_mass: bool = False) -> list[dict]:
+    """Score a chunk of items with as few prompts as possible (identical prompts are sent once); with
+    ``answer_mass``, one more prompt per item (:func:`answer_masses`)."""
+    values, _ = read_layouts(backend, [(p.label_ids, p.layouts) for p in chunk])
     masses = answer_masses(backend, chunk) if answer_mass else [None] * len(chunk)
-    records = []
-    for p, mass in zip(chunk, masses, strict=True):
-        key = tuple(p.label_ids)
-        values = {lay.name: results[key][index[(key, tuple(ids))]].tolist() for lay, ids in p.layouts}
-        records.append(item_record(p, values, mass))
-    return records
+    return [item_record(p, v, mass) for p, v, mass in zip(chunk, values, masses, strict=True)]
+
+
+@dataclass(frozen=True)
+class _Probe:
+    """A content-free probe standing in for an item: the probe text is the state."""
+
+    id: str
+    state: str
+    question: object
+
+
+def prepare_content_free(tokenizer, checker: LabelChecker, prepared: Sequence[PreparedItem], *, permute: bool = True,
+                         flip: bool = True, profile: str | PromptProfile = DEFAULT_PROFILE,
+                         option_order: str = "as_given") -> list[tuple[str, PreparedItem]]:
+    """The content-free probes of every distinct question of PREPARED (in first-seen order): per question,
+    each probe of :data:`CONTENT_FREE_PROBES` rendered in every layout as if it were the state."""
+    out: list[tuple[str, PreparedItem]] = []
+    seen: set[str] = set()
+    for p in prepared:
+        key = p.item.question.key()
+        if key in seen:
+            continue
+        seen.add(key)
+        for i, probe in enumerate(CONTENT_FREE_PROBES):
+            probe_item = _Probe(f"cf/{key}/{i}", probe, p.item.question)
+            out.append((key, prepare_item(tokenizer, checker, probe_item, p.group, permute=permute, flip=flip,
+                                          profile=profile, option_order=option_order)))
+    return out
+
+
+def score_content_free(backend: Backend, probes: Sequence[tuple[str, PreparedItem]]) -> list[dict]:
+    """Records (``type: content_free``) of the probes: the question key, the probe, every layout's log-probs."""
+    values, _ = read_layouts(backend, [(p.label_ids, p.layouts) for _, p in probes])
+    return [{"type": "content_free", "id": p.item.id, "question": key, "probe": p.item.state, "labels": p.labels,
+             "label_ids": p.label_ids, "layouts": layouts_record(p, v)}
+            for (key, p), v in zip(probes, values, strict=True)]
 
 
 class Progress:
@@ -206,19 +286,34 @@ def score_cell(
     flip: bool = True,
     profile: str | PromptProfile = DEFAULT_PROFILE,
     answer_mass: bool = False,
+    rotations: str = default("scoring", "rotations"),
+    target_disagreement: float = default("scoring", "target_disagreement"),
+    confidence: float = default("scoring", "confidence"),
+    rotations_per_round: int = default("scoring", "rotations_per_round"),
+    option_order: str = default("scoring", "option_order"),
+    content_free: bool = False,
 ) -> dict:
     """Score ``items`` into ``out`` (resuming a checkpoint made under the same ``identity``).
 
     Every item's labels are checked before the first request, so a tokenizer that cannot emit a label
     as one token fails the cell at once. PROFILE is the prompt wording (merge :func:`scoring_identity` of
-    the same profile into ``identity``). ``answer_mass`` adds each item's answer mass to its record (one
-    more prompt per item). Returns counts: items, scored now, resumed, prompts sent.
+    the same settings into ``identity``). ``answer_mass`` adds each item's answer mass to its record (one
+    more prompt per item). ``rotations="adaptive"`` reads the test items' rotations a round at a time and
+    stops at a threshold certified on the calibration items (:mod:`anyjev.run.adaptive`);
+    ``option_order="canonical"`` rotates the options sorted by text; ``content_free`` also scores the
+    content-free probes of every question. Returns counts: items, scored now, resumed, prompts sent.
     """
+    if rotations not in ROTATIONS:
+        raise ConfigError("scoring.rotations", f"must be one of {', '.join(ROTATIONS)}, got {rotations!r}")
     checker = LabelChecker(tokenizer)
-    prepared = [prepare_item(tokenizer, checker, it, g, permute=permute, flip=flip, profile=profile)
+    prepared = [prepare_item(tokenizer, checker, it, g, permute=permute, flip=flip, profile=profile,
+                             option_order=option_order)
                 for it, g in zip(items, groups, strict=True)]
+    probes = (prepare_content_free(tokenizer, checker, prepared, permute=permute, flip=flip, profile=profile,
+                                   option_order=option_order) if content_free else [])
     partial = PartialScores(out, identity)
     todo = [p for p in prepared if p.item.id not in partial.records]
+    probes = [(key, p) for key, p in probes if p.item.id not in partial.extras]
     resumed = len(prepared) - len(todo)
     progress = Progress(len(prepared), resumed)
     log.info("%d items, %d layouts each at most, %d to score (%d resumed)", len(prepared),
@@ -227,18 +322,41 @@ def score_cell(
     if todo:
         canary(backend, todo[0], answer_mass=answer_mass)
     try:
-        for start in range(0, len(todo), chunk_items):
-            chunk = todo[start : start + chunk_items]
-            try:
-                records = score_prepared(backend, chunk, answer_mass=answer_mass)
-            except LabelTokenError as exc:
-                ids = ", ".join(repr(p.item.id) for p in chunk[:5])
-                raise LabelTokenError(f"scoring items {ids}{'...' if len(chunk) > 5 else ''}: {exc}",
-                                      missing_ids=exc.missing_ids, returned_ids=exc.returned_ids) from exc
-            partial.add(records)
-            prompts += sum(len({tuple(ids) for _, ids in p.layouts}) + int(answer_mass) for p in chunk)
-            progress.update(len(chunk))
+        for start in range(0, len(probes), chunk_items):
+            part = probes[start : start + chunk_items]
+            partial.add(score_content_free(backend, part))
+            prompts += sum(len({tuple(ids) for _, ids in p.layouts}) for _, p in part)
+        if rotations == "adaptive":
+            from anyjev.run.adaptive import score_adaptive
+
+            prompts += score_adaptive(backend, prepared, partial, progress, chunk_items=chunk_items,
+                                      answer_mass=answer_mass, target=target_disagreement, confidence=confidence,
+                                      per_round=rotations_per_round)
+        else:
+            prompts += score_full(backend, todo, partial, progress, chunk_items=chunk_items, answer_mass=answer_mass)
     finally:
         partial.close()
     partial.finalise(out, [p.item.id for p in prepared])
     return {"items": len(prepared), "scored": len(todo), "resumed": resumed, "prompts": prompts}
+
+
+def _named(chunk: Sequence[PreparedItem], exc: LabelTokenError) -> LabelTokenError:
+    ids = ", ".join(repr(p.item.id) for p in chunk[:5])
+    return LabelTokenError(f"scoring items {ids}{'...' if len(chunk) > 5 else ''}: {exc}",
+                           missing_ids=exc.missing_ids, returned_ids=exc.returned_ids)
+
+
+def score_full(backend: Backend, todo: Sequence[PreparedItem], partial: PartialScores, progress: Progress, *,
+               chunk_items: int, answer_mass: bool) -> int:
+    """Read every layout of TODO's items, a chunk at a time, checkpointing each chunk; returns prompts sent."""
+    prompts = 0
+    for start in range(0, len(todo), chunk_items):
+        chunk = todo[start : start + chunk_items]
+        try:
+            records = score_prepared(backend, chunk, answer_mass=answer_mass)
+        except LabelTokenError as exc:
+            raise _named(chunk, exc) from exc
+        partial.add(records)
+        prompts += sum(len({tuple(ids) for _, ids in p.layouts}) + int(answer_mass) for p in chunk)
+        progress.update(len(chunk))
+    return prompts

@@ -2,7 +2,10 @@
 
 A cell's scores are a JSON-lines file: a header line with the cell's identity (what was read: model,
 task file, prompt version, layouts), then one line per item with its gold label, prior group, label
-strings and ids, and for every layout its order, prompt hash and label log-probabilities.
+strings and ids, and for every layout its order, prompt hash and label log-probabilities. A cell may
+also hold records of other types after its items (``certificate``: adaptive scoring's stopping threshold;
+``content_free``: the content-free probes), each with a unique ``id``; :func:`read_scores` returns the items
+only, :func:`read_cell` the others too.
 
 While scoring, items are appended to ``<out>.partial`` and flushed as they complete, so a killed job
 loses at most the chunk in flight. The final file is written atomically in task order, so a resumed
@@ -48,6 +51,7 @@ class PartialScores:
         self.path = partial_path(out)
         self.identity = identity
         self.records: dict[str, dict] = {}
+        self.extras: dict[str, dict] = {}  # records of other types (certificate, content_free), by id
         self._load()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         new = not self.path.exists()
@@ -84,7 +88,7 @@ class PartialScores:
                     self._truncate_to(lines[: n - 1])
                     break
                 raise TaskDataError(str(self.path), f"line {n}", "corrupt partial scores line") from None
-            self.records[rec["id"]] = rec
+            self._keep(rec)
         log.info("resuming %s: %d items already scored", self.path, len(self.records))
 
     def _truncate_to(self, lines: list[str]) -> None:
@@ -93,10 +97,13 @@ class PartialScores:
     def _write(self, obj: dict) -> None:
         self._fh.write(_dumps(obj) + "\n")
 
+    def _keep(self, rec: dict) -> None:
+        (self.records if is_item(rec) else self.extras)[rec["id"]] = rec
+
     def add(self, records: Iterable[dict]) -> None:
         for rec in records:
             self._write(rec)
-            self.records[rec["id"]] = rec
+            self._keep(rec)
         self._fh.flush()
         os.fsync(self._fh.fileno())
 
@@ -109,8 +116,14 @@ class PartialScores:
         missing = [i for i in order if i not in self.records]
         if missing:
             raise RuntimeError(f"cannot finalise {out}: {len(missing)} items unscored (first: {missing[:3]})")
-        write_scores(out, self.identity, [self.records[i] for i in order])
+        extras = [self.extras[i] for i in sorted(self.extras)]
+        write_scores(out, self.identity, [self.records[i] for i in order] + extras)
         self.path.unlink()
+
+
+def is_item(rec: dict) -> bool:
+    """Item records carry ``type: item`` (older files none); other record types are cell-level extras."""
+    return rec.get("type", "item") == "item"
 
 
 def write_scores(out: str | os.PathLike, identity: dict, records: list[dict]) -> None:
@@ -130,6 +143,12 @@ def scored_under(path: str | os.PathLike, identity: dict) -> bool:
 
 def read_scores(path: str | os.PathLike) -> tuple[dict, list[dict]]:
     """(identity, item records) of a final scores file."""
+    identity, items, _ = read_cell(path)
+    return identity, items
+
+
+def read_cell(path: str | os.PathLike) -> tuple[dict, list[dict], dict[str, dict]]:
+    """(identity, item records, other records by id) of a final scores file."""
     path = Path(path)
     with open(path, encoding="utf-8") as fh:
         lines = _lines(fh.read())
@@ -144,4 +163,4 @@ def read_scores(path: str | os.PathLike) -> tuple[dict, list[dict]]:
             records.append(json.loads(line))
         except json.JSONDecodeError as exc:
             raise TaskDataError(str(path), f"line {n}", f"not JSON ({exc})") from None
-    return header["identity"], records
+    return header["identity"], [r for r in records if is_item(r)], {r["id"]: r for r in records if not is_item(r)}
