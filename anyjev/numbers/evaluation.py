@@ -29,7 +29,7 @@ from anyjev.decision.layouts import GROUPS
 from anyjev.errors import TaskDataError
 from anyjev.files import write_json_atomic, write_text_atomic
 from anyjev.numbers.levels import (
-    LEVELS,
+    ALL_LEVELS,
     LevelInputs,
     at_bound,
     fit_log_temperature,
@@ -38,12 +38,12 @@ from anyjev.numbers.levels import (
 )
 from anyjev.numbers.logprobs import log_softmax
 from anyjev.numbers.metrics import METRICS, MIN_BOOT, TIE_TOL, interval, jackknife_acceleration, metrics_batch
-from anyjev.run.store import read_scores
+from anyjev.run.store import read_cell
 from anyjev.settings import EvaluationSettings, default
 
 log = logging.getLogger(__name__)
 
-PRIOR_MODES = ("streaming", "batch")
+PRIOR_MODES = ("streaming", "batch", "content_free")
 DEFAULT_PRIOR_MODE: str = default("evaluation", "prior_mode")  # chosen by measurement: docs/metrics.md "Prior modes"
 RESAMPLED = ("test and calibration items (each split resampled within itself, per option count K); "
              "test prior, calibration prior and L1 temperature refit in every resample")
@@ -55,12 +55,48 @@ def _layout_names(rec: dict, group: str) -> list[str]:
     return sorted(names, key=lambda n: int(n.split("/r")[1]))
 
 
-def _arrays(records: list[dict], group: str, names: list[str]) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
+def _layout_order(rec: dict, name: str) -> list[int]:
+    """A layout's order; for a rotation the item did not read (adaptive), its rotation of the item's r0 order."""
+    if name in rec["layouts"]:
+        return rec["layouts"][name]["order"]
+    group, s = name.split("/r")
+    return list(np.roll(rec["layouts"][f"{group}/r0"]["order"], -int(s)))
+
+
+def _arrays(records: list[dict], group: str, names: list[str]
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | tuple[None, None, None]:
+    """Position-space log-probs ``(N, S, K)`` (uniform placeholders where a layout was not read), orders
+    (shared ``(S, K)`` when every item has the same, else per item ``(N, S, K)``) and the read mask ``(N, S)``."""
     if not names:
-        return None, None
-    lp = np.array([[rec["layouts"][n]["lp"] for n in names] for rec in records], dtype=np.float64)
-    orders = np.array([records[0]["layouts"][n]["order"] for n in names], dtype=int)
-    return lp, orders
+        return None, None, None
+    k = int(records[0]["k"])
+    filler = [-math.log(k)] * k
+    lp = np.array([[rec["layouts"][n]["lp"] if n in rec["layouts"] else filler for n in names] for rec in records],
+                  dtype=np.float64)
+    read = np.array([[n in rec["layouts"] for n in names] for rec in records], dtype=bool)
+    orders = np.array([[_layout_order(rec, n) for n in names] for rec in records], dtype=int)
+    shared = bool((orders == orders[:1]).all())
+    return lp, (orders[0] if shared else orders), read
+
+
+def _content_free(records: list[dict], group: str, names: list[str], cf: dict[str, list[dict]], source: str
+                  ) -> np.ndarray | None:
+    """Per item, the content-free prior of its question per layout: the mean over the probes of each layout's
+    label probabilities, ``(N, S, K)``; None when the cell has no probes."""
+    if not cf or not names:
+        return None
+    out = []
+    for rec in records:
+        probes = cf.get(rec["question"])
+        if not probes:
+            raise TaskDataError(source, f"item {rec['id']}", f"no content-free probes for its question {rec['question']}")
+        try:
+            out.append(np.mean([[np.exp(log_softmax(np.array(pr["layouts"][n]["lp"]))) for n in names] for pr in probes],
+                               axis=0))
+        except KeyError as exc:
+            raise TaskDataError(source, f"content-free probes of question {rec['question']}",
+                                f"layout {exc} missing (item {rec['id']} has it)") from None
+    return np.array(out)
 
 
 @dataclass
@@ -73,25 +109,49 @@ class _KGroup:
     gold: np.ndarray
 
 
-def _k_groups(test: list[dict], calib: list[dict], source: str) -> list[_KGroup]:
-    """Split a cell by K; within a K every item must have the same layouts (else levels would mix layouts)."""
+def _k_groups(test: list[dict], calib: list[dict], source: str, cf: dict[str, list[dict]] | None = None) -> list[_KGroup]:
+    """Split a cell by K; within a K every item must have the same layouts (else levels would mix layouts),
+    except that a test item read adaptively (``adaptive`` in its record) may hold a subset of them."""
     out = []
+    cf = cf or {}
     for k in sorted({int(r["k"]) for r in test}):
         pos = [i for i, r in enumerate(test) if int(r["k"]) == k]
         t = [test[i] for i in pos]
         c = [r for r in calib if int(r["k"]) == k]
-        names = {g: _layout_names(t[0], g) for g in GROUPS}
+        full = next((r for r in t if "adaptive" not in r), None) or next(iter(c), None)
+        names = {g: sorted({n for r in ([full] if full else t) for n in _layout_names(r, g)},
+                           key=lambda n: int(n.split("/r")[1])) for g in GROUPS}
         for rec in t + c:
             for g in GROUPS:
-                if _layout_names(rec, g) != names[g]:
+                mine = _layout_names(rec, g)
+                if mine != names[g] and not ("adaptive" in rec and set(mine) <= set(names[g])):
+                    ref = full["id"] if full else t[0]["id"]
                     raise TaskDataError(source, f"item {rec['id']}",
-                                        f"layouts {sorted(rec['layouts'])} differ from those of item {t[0]['id']} (K={k})")
-        fwd, orders_fwd = _arrays(t, "fwd", names["fwd"])
-        rev, orders_rev = _arrays(t, "rev", names["rev"])
-        kwargs: dict = {}
+                                        f"layouts {sorted(rec['layouts'])} differ from those of item {ref} (K={k})")
+        fwd, orders_fwd, read_fwd = _arrays(t, "fwd", names["fwd"])
+        rev, orders_rev, read_rev = _arrays(t, "rev", names["rev"])
+        kwargs: dict = {"read_fwd": read_fwd, "read_rev": read_rev,
+                        "cf_fwd": _content_free(t, "fwd", names["fwd"], cf, source),
+                        "cf_rev": _content_free(t, "rev", names["rev"], cf, source)}
         if c:
-            kwargs = {"calib_fwd": _arrays(c, "fwd", names["fwd"])[0], "calib_rev": _arrays(c, "rev", names["rev"])[0],
-                      "calib_groups": [r["group"] for r in c], "calib_gold": np.array([r["gold"] for r in c])}
+            cal = {g: _arrays(c, g, names[g]) for g in GROUPS}
+            kwargs |= {"calib_fwd": cal["fwd"][0], "calib_rev": cal["rev"][0],
+                       "calib_groups": [r["group"] for r in c], "calib_gold": np.array([r["gold"] for r in c]),
+                       "calib_cf_fwd": _content_free(c, "fwd", names["fwd"], cf, source),
+                       "calib_cf_rev": _content_free(c, "rev", names["rev"], cf, source)}
+            for g, orders in (("fwd", orders_fwd), ("rev", orders_rev)):
+                cal_orders = cal[g][1]
+                if cal_orders is None:
+                    continue
+                if orders.ndim == 3 or cal_orders.ndim == 3 or not np.array_equal(orders, cal_orders):
+                    # per-item orders (canonical option order): test and calibration items each carry their own
+                    n_t = len(t)
+                    kwargs[f"calib_orders_{g}"] = np.broadcast_to(cal_orders, (len(c), *cal_orders.shape[-2:])).copy()
+                    per_item = np.broadcast_to(orders, (n_t, *orders.shape[-2:])).copy()
+                    if g == "fwd":
+                        orders_fwd = per_item
+                    else:
+                        orders_rev = per_item
         inputs = level_inputs(fwd, rev, orders_fwd, orders_rev, [r["group"] for r in t], **kwargs)
         out.append(_KGroup(k, inputs, np.array(pos, dtype=np.intp), np.array([r["gold"] for r in t], dtype=np.intp)))
     stray = sorted({int(r["k"]) for r in calib} - {g.k for g in out})
@@ -183,31 +243,41 @@ def _test_order(groups: list[_KGroup]) -> np.ndarray:
 
 
 def evaluate_records(records: list[dict], settings: EvaluationSettings | None = None, *, level: float = 0.95,
-                     source: str = "<records>") -> dict:
+                     source: str = "<records>", extras: dict[str, dict] | None = None) -> dict:
     """Levels and metrics for the test split, with L1 fitted on the calibration split, and refit-BCa intervals.
 
     SETTINGS are the config's ``evaluation.*`` (default: the schema's). ``prior_mode``: ``"streaming"``
     (published: per prior group, K and rotation, the mean over the test items scored so far, the current one
     included, in the task file's seeded order; ``prior_batch_size`` > 1 scores that many items per call) or
-    ``"batch"`` (the whole test split; ``prior_batch_size`` must be None).
+    ``"batch"`` (the whole test split; ``prior_batch_size`` must be None) or ``"content_free"`` (the mean over
+    the content-free probes of the item's question, per layout; the cell must hold them). EXTRAS are the
+    cell's non-item records (:func:`anyjev.run.store.read_cell`): content-free probes add the ``L0-cf`` row.
     """
     s = settings or EvaluationSettings()
     strength, min_items, prior_mode, batch_size = s.prior_strength, s.prior_min_items, s.prior_mode, s.prior_batch_size
     n_boot, seed = s.n_boot, s.bootstrap_seed
     if prior_mode not in PRIOR_MODES:
         raise ValueError(f"prior_mode: must be one of {PRIOR_MODES}, got {prior_mode!r}")
-    if prior_mode == "batch" and batch_size is not None:
-        raise ValueError(f"prior_batch_size: only meaningful with prior_mode 'streaming', got {batch_size} with 'batch'")
+    if prior_mode != "streaming" and batch_size is not None:
+        raise ValueError(f"prior_batch_size: only meaningful with prior_mode 'streaming', got {batch_size} with {prior_mode!r}")
     if n_boot < MIN_BOOT:
         raise ValueError(f"n_boot: must be >= {MIN_BOOT}, got {n_boot}")
     effective_batch = (batch_size or 1) if prior_mode == "streaming" else None
-    settings = {"strength": strength, "min_items": min_items, "batch_size": effective_batch}
+    settings = {"strength": strength, "min_items": min_items, "batch_size": effective_batch,
+                "prior_source": "content_free" if prior_mode == "content_free" else "items"}
+    cf: dict[str, list[dict]] = {}
+    for rec in sorted((extras or {}).values(), key=lambda r: r["id"]):
+        if rec.get("type") == "content_free":
+            cf.setdefault(rec["question"], []).append(rec)
+    if prior_mode == "content_free" and not cf:
+        raise TaskDataError(source, "evaluation.prior_mode", "is content_free, but the cell holds no content-free probes "
+                            "(rescore it: score jobs read them when prior_mode is content_free or levels lists L0-cf)")
 
     test = [r for r in records if r.get("split") in (None, "test")]
     calib = [r for r in records if r.get("split") == "calib"]
     if not test:
         raise TaskDataError(source, "items", "no test items to evaluate")
-    groups = _k_groups(test, calib, source)
+    groups = _k_groups(test, calib, source, cf)
     with_l1 = all(g.inputs.n_calib > 0 for g in groups)
     if calib and not with_l1:
         missing = [g.k for g in groups if g.inputs.n_calib == 0]
@@ -232,7 +302,7 @@ def evaluate_records(records: list[dict], settings: EvaluationSettings | None = 
 
     metrics: dict[str, dict] = {}
     widened = 0
-    for name in LEVELS:
+    for name in ALL_LEVELS:
         if name not in point:
             continue
         metrics[name] = {}
@@ -260,7 +330,7 @@ def evaluate_records(records: list[dict], settings: EvaluationSettings | None = 
         "n_calib": sum(g.inputs.n_calib for g in groups) if with_l1 else len(calib),
         "k": ks[0] if len(ks) == 1 else f"mixed ({ks[0]}-{ks[-1]})",
         "k_groups": [{"k": g.k, "n": g.inputs.n_test, "n_calib": g.inputs.n_calib} for g in groups],
-        "levels": [lv for lv in LEVELS if lv in metrics],
+        "levels": [lv for lv in ALL_LEVELS if lv in metrics],
         "metrics": metrics,
         "temperature": temperature,
         **({"answer_mass": mass} if mass is not None else {}),
@@ -335,8 +405,8 @@ def evaluate_file(scores: str, metrics_out: str, predictions_out: str | None = N
                   settings: EvaluationSettings | None = None) -> dict:
     """Evaluate ``scores`` with the config's evaluation settings; write ``metrics.json`` (and the predictions
     CSV) atomically."""
-    identity, records = read_scores(scores)
-    evaluation = evaluate_records(records, settings, source=scores)
+    identity, records, extras = read_cell(scores)
+    evaluation = evaluate_records(records, settings, source=scores, extras=extras)
     out = public(evaluation) | {"identity": identity, "metric_names": list(METRICS)}
     write_json_atomic(metrics_out, out)
     acc = {lv: round(out["metrics"][lv]["acc"]["value"], 3) for lv in out["levels"]}
