@@ -181,9 +181,10 @@ def read_adaptive(backend: Backend, chunk: Sequence[PreparedItem], rule: StopRul
 
 
 def score_adaptive(backend: Backend, prepared: Sequence[PreparedItem], partial: PartialScores, progress: Progress, *,
-                   chunk_items: int, answer_mass: bool, target: float, confidence: float, per_round: int) -> int:
+                   chunk_items: int, answer_mass: bool, target: float, confidence: float, per_round: int
+                   ) -> tuple[int, dict]:
     """Score an adaptive cell into PARTIAL (calibration items in full, certificate, then test items
-    adaptively); returns the prompts sent (answer-mass prompts included)."""
+    adaptively); returns the prompts sent (answer-mass prompts included) and the certificate per layout group."""
     from anyjev.run.scoring import answer_masses
 
     rule_identity(target, confidence, per_round)
@@ -230,4 +231,4 @@ def score_adaptive(backend: Backend, prepared: Sequence[PreparedItem], partial: 
             records.append(rec)
         partial.add(records)
         progress.update(len(chunk))
-    return prompts
+    return prompts, {g: c.to_dict() for g, c in rule.certificates.items()}

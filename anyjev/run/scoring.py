@@ -301,7 +301,8 @@ def score_cell(
     more prompt per item). ``rotations="adaptive"`` reads the test items' rotations a round at a time and
     stops at a threshold certified on the calibration items (:mod:`anyjev.run.adaptive`);
     ``option_order="canonical"`` rotates the options sorted by text; ``content_free`` also scores the
-    content-free probes of every question. Returns counts: items, scored now, resumed, prompts sent.
+    content-free probes of every question. Returns counts: items, scored now, resumed, prompts sent (and,
+    adaptive, the certificate per layout group).
     """
     if rotations not in ROTATIONS:
         raise ConfigError("scoring.rotations", f"must be one of {', '.join(ROTATIONS)}, got {rotations!r}")
@@ -319,6 +320,7 @@ def score_cell(
     log.info("%d items, %d layouts each at most, %d to score (%d resumed)", len(prepared),
              max((len(p.layouts) for p in prepared), default=0), len(todo), resumed)
     prompts = 0
+    certificate: dict | None = None
     if todo:
         canary(backend, todo[0], answer_mass=answer_mass)
     try:
@@ -329,15 +331,19 @@ def score_cell(
         if rotations == "adaptive":
             from anyjev.run.adaptive import score_adaptive
 
-            prompts += score_adaptive(backend, prepared, partial, progress, chunk_items=chunk_items,
-                                      answer_mass=answer_mass, target=target_disagreement, confidence=confidence,
-                                      per_round=rotations_per_round)
+            sent, certificate = score_adaptive(backend, prepared, partial, progress, chunk_items=chunk_items,
+                                               answer_mass=answer_mass, target=target_disagreement,
+                                               confidence=confidence, per_round=rotations_per_round)
+            prompts += sent
         else:
             prompts += score_full(backend, todo, partial, progress, chunk_items=chunk_items, answer_mass=answer_mass)
     finally:
         partial.close()
     partial.finalise(out, [p.item.id for p in prepared])
-    return {"items": len(prepared), "scored": len(todo), "resumed": resumed, "prompts": prompts}
+    counts = {"items": len(prepared), "scored": len(todo), "resumed": resumed, "prompts": prompts}
+    if certificate is not None:
+        counts["certificate"] = certificate
+    return counts
 
 
 def _named(chunk: Sequence[PreparedItem], exc: LabelTokenError) -> LabelTokenError:

@@ -1,0 +1,402 @@
+"""Adaptive rotations (spread order, Clopper-Pearson certificate, adaptive scoring with resume), the canonical
+option order and the content-free prior, with the real Qwen3 tokenizer and a planted in-process backend."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from anyjev.data.tasks import Item
+from anyjev.decision.labels import LabelChecker
+from anyjev.decision.layouts import layouts_for, spread_order
+from anyjev.decision.questions import choice, noul
+from anyjev.numbers.certificate import (
+    certify_margins,
+    certify_threshold,
+    check_points,
+    clopper_pearson_upper,
+    log_margin,
+    running_marginals,
+    stop_index,
+)
+from anyjev.numbers.evaluation import evaluate_records
+from anyjev.numbers.levels import compute_levels, marginalise, prior_correct, to_option_space
+from anyjev.numbers.logprobs import log_softmax
+from anyjev.run.adaptive import CERTIFICATE_ID, certify_records
+from anyjev.run.scoring import prepare_item, score_cell, scoring_identity
+from anyjev.run.store import partial_path, read_cell
+from anyjev.settings import EvaluationSettings
+
+QWEN3 = Path("/work/main/resources/tokenizers/qwen3")
+if not QWEN3.is_dir():
+    QWEN3 = Path(__file__).resolve().parents[2] / "resources" / "tokenizers" / "qwen3"
+
+
+@pytest.fixture(scope="module")
+def qwen3():
+    if not QWEN3.is_dir():
+        pytest.skip(f"Qwen3 tokenizer not found at {QWEN3} (scripts/fetch_tokenizers.sh)")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(QWEN3))
+
+
+def _unit(*parts: object) -> float:
+    """A deterministic number in [0, 1) from PARTS."""
+    return int.from_bytes(hashlib.sha256("|".join(map(str, parts)).encode()).digest()[:6], "big") / 2**48
+
+
+class PlantedBackend:
+    """Label log-probs computed from the rendered prompt: a content score per (state, option text), whose
+    scale varies by item (some items are clear, some ambiguous), plus a position bias, plus a small
+    layout-specific interaction, so the L0 structure is realistic and everything is a function of the prompt."""
+
+    name = "planted"
+    OPTION = re.compile(r"^([A-Z])\. (.*)$", re.M)
+
+    def __init__(self, tokenizer, fail_after_calls: int | None = None) -> None:
+        self.tokenizer = tokenizer
+        self.fail_after_calls = fail_after_calls
+        self.calls = 0
+        self.prompts = 0
+
+    def row(self, ids, k: int) -> np.ndarray:
+        text = self.tokenizer.decode(ids)
+        state = text.split("State:\n", 1)[1].split("\n\nQuestion:", 1)[0]
+        options = [m.group(2) for m in self.OPTION.finditer(text)][:k]
+        if len(options) < k:  # Yes/No: the phrasing names the words
+            options = [f"word {p} of {text[-80:]}" for p in range(k)]
+        scale = 6.0 * _unit("scale", state) ** 2
+        bias = np.linspace(0.8, -0.8, k)
+        logits = [scale * (_unit("content", state, opt) - 0.5) + bias[p] + 0.3 * (_unit("x", text, p) - 0.5)
+                  for p, opt in enumerate(options)]
+        return log_softmax(np.array(logits))
+
+    def label_logprobs(self, prompts, label_ids) -> np.ndarray:
+        if self.fail_after_calls is not None and self.calls >= self.fail_after_calls:
+            raise KeyboardInterrupt(f"killed after {self.calls} calls")
+        self.calls += 1
+        self.prompts += len(prompts)
+        return np.array([self.row(p, len(label_ids)) for p in prompts])
+
+    def describe(self) -> dict:
+        return {"backend": self.name}
+
+
+# ------------------------------------------------------------------------------------------ spread order
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 7, 10, 16, 20, 26])
+def test_spread_order_is_a_permutation_starting_at_raw_and_covers_the_cycle(k: int) -> None:
+    order = spread_order(k)
+    assert sorted(order) == list(range(k)) and order[0] == 0
+    for m in range(2, k + 1):
+        chosen = sorted(order[:m])
+        gaps = [b - a for a, b in zip(chosen, chosen[1:], strict=False)] + [k - chosen[-1] + chosen[0]]
+        # farthest-first keeps every gap within twice the best possible (ceil(k/m)), while reading
+        # rotations 0..m-1 in order leaves one gap of k-m+1
+        assert max(gaps) <= 2 * math.ceil(k / m)
+        assert max(gaps) <= k - m + 1
+    assert spread_order(4) == [0, 2, 1, 3]
+    assert spread_order(k) == spread_order(k)  # deterministic
+
+
+# ------------------------------------------------------------------------------------------- certificate
+
+
+@pytest.mark.parametrize(("x", "n", "upper"), [
+    # one-sided 95% Clopper-Pearson upper bounds: I_p(x+1, n-x) = 0.95 solved with mpmath (30 digits)
+    (1, 10, 0.394163302436505), (1, 100, 0.0465598114535389), (3, 300, 0.0256413930826096),
+    (0, 300, 0.00993608194445771), (5, 50, 0.198833002516418), (2, 200, 0.0311425994140837),
+    (9, 10, 0.994883803108176),
+])
+def test_clopper_pearson_matches_known_values(x: int, n: int, upper: float) -> None:
+    assert clopper_pearson_upper(x, n, 0.95) == pytest.approx(upper, rel=1e-10, abs=1e-13)
+
+
+def test_clopper_pearson_edges() -> None:
+    assert clopper_pearson_upper(0, 0) == 1.0 and clopper_pearson_upper(4, 4) == 1.0
+    assert clopper_pearson_upper(0, 299, 0.95) <= 0.01 < clopper_pearson_upper(0, 298, 0.95)
+    assert clopper_pearson_upper(2, 100, 0.99) > clopper_pearson_upper(2, 100, 0.95)
+    with pytest.raises(ValueError):
+        clopper_pearson_upper(5, 4)
+
+
+def _planted(n_clear: int, n_tricky: int, k: int = 8) -> list[np.ndarray]:
+    """Option-space log-probs (rotations in spread order) of two kinds of item, both decided for option 0 by
+    all K rotations: clear items favour 0 by 6 nats in every rotation; tricky items favour option 1 by 3 nats
+    in the first two rotations read, then option 0 by 1.5 in the rest (full-K: 0 wins by 6 * 1.5 - 2 * 3 = 3...)."""
+    rows = []
+    for _ in range(n_clear):
+        lp = np.zeros((k, k))
+        lp[:, 0] = 6.0
+        rows.append(log_softmax(lp))
+    for _ in range(n_tricky):
+        lp = np.zeros((k, k))
+        lp[:2, 1] = 3.0
+        lp[2:, 0] = 1.5
+        rows.append(log_softmax(lp))
+    return rows
+
+
+def test_certificate_on_planted_margins() -> None:
+    rows = _planted(900, 100)
+    cert = certify_threshold(rows, target=0.01, confidence=0.95, per_round=2)
+    # a threshold at or below 3 stops the 100 tricky items after 2 rotations on the wrong option: it must
+    # not certify; 6 stops the clear items after 2 rotations and must
+    assert cert.certified and 3.0 < cert.threshold <= 6.0
+    assert cert.disagreements == 0 and cert.bound <= 0.01
+    assert cert.mean_read < 8 and cert.full_read == 8
+    margins = [log_margin(running_marginals(r, check_points(8, 2))) for r in rows]
+    winners = [np.argmax(running_marginals(r, check_points(8, 2)), axis=-1) for r in rows]
+    at = stop_index(np.array(margins), 3.0)
+    bad = int(np.sum(np.array(winners)[np.arange(len(rows)), at] != 0))
+    assert bad == 100 and clopper_pearson_upper(bad, len(rows)) > 0.01
+    # offered only thresholds <= 3 the rule falls back to reading everything (threshold inf, certified)
+    low = certify_margins(margins, winners, [check_points(8, 2)] * len(rows), grid=[0.0, 1.0, 2.0, 3.0])
+    assert low.threshold == math.inf and low.mean_read == 8
+
+
+def test_certificate_cannot_certify_with_too_few_items() -> None:
+    cert = certify_threshold(_planted(200, 0), target=0.01, confidence=0.95)
+    assert not cert.certified and cert.n == 200 and cert.disagreements == 0
+    assert cert.bound == pytest.approx(1 - 0.05 ** (1 / 200))
+    assert "200 items" in cert.reason and "0.01" in cert.reason and "299" in cert.reason
+
+
+# ------------------------------------------------------------------------------------------ canonical order
+
+
+def test_canonical_order_any_listing_gives_identical_prompts_and_probabilities(qwen3) -> None:
+    options = ["banana", "Apple", "cherry", "apple pie"]
+    checker, backend = LabelChecker(qwen3), PlantedBackend(qwen3)
+    reference = None
+    as_given_prompts = set()
+    for perm in itertools.permutations(range(4)):
+        q = choice("Which fruit is it?", [options[i] for i in perm])
+        item = Item(f"i{perm}", "It is red and round.", q, gold=perm.index(1))
+        p = prepare_item(qwen3, checker, item, "g", option_order="canonical")
+        prompts = {lay.name: ids for lay, ids in p.layouts}
+        lp = {g: np.array([backend.row(ids, 4) for lay, ids in p.layouts if lay.name.startswith(g)]) for g in ("fwd", "rev")}
+        orders = {g: np.array([lay.order for lay, _ in p.layouts if lay.name.startswith(g)]) for g in ("fwd", "rev")}
+        # option-space L0-perm in the caller's indices, mapped back to the reference listing's indices
+        probs = {g: marginalise(to_option_space(lp[g][None], orders[g]))[0] for g in lp}
+        back = {g: np.empty(4) for g in probs}
+        for g in probs:
+            back[g][list(perm)] = probs[g]
+        if reference is None:
+            reference = (prompts, back)
+        else:
+            assert prompts == reference[0]
+            for g in back:
+                np.testing.assert_array_equal(back[g], reference[1][g])
+        as_given_prompts.add(tuple(prepare_item(qwen3, checker, item, "g").layouts[0][1]))
+    assert len(as_given_prompts) == 24  # the caller's listing changes every as-given prompt
+
+
+def test_canonical_order_leaves_noul_and_score_alone() -> None:
+    q = noul("Is it spam?")
+    assert layouts_for(q, option_order="canonical") == layouts_for(q)
+    with pytest.raises(ValueError, match="option_order"):
+        layouts_for(q, option_order="sorted")
+
+
+# ---------------------------------------------------------------------------------------- adaptive scoring
+
+
+COLOURS = ["red", "green", "blue", "yellow", "purple"]
+
+
+def _items(n_calib: int, n_test: int) -> list[Item]:
+    q = choice("Which colour does the message name?", COLOURS)
+    spam = noul("Is the message spam?")
+    items = [Item(f"c{i}", f"calibration message {i}", q, gold=i % 5, split="calib") for i in range(n_calib)]
+    items += [Item(f"t{i}", f"test message {i}", q, gold=(i * 3) % 5, split="test") for i in range(n_test)]
+    items.append(Item("t-noul", "a noul test message", spam, gold=0, split="test"))
+    return items
+
+
+ADAPTIVE = {"rotations": "adaptive", "target_disagreement": 0.05, "confidence": 0.9, "rotations_per_round": 2}
+RULE = {"target": 0.05, "confidence": 0.9, "per_round": 2}
+
+
+def _identity(**kw) -> dict:
+    return {"task": "planted", "model": {"backend": "planted"}, **scoring_identity(**kw)}
+
+
+def _run(tokenizer, out: Path, items: list[Item], backend=None, **kw) -> dict:
+    backend = backend or PlantedBackend(tokenizer)
+    return score_cell(backend, tokenizer, items, ["q"] * len(items), str(out), _identity(**kw), chunk_items=7, **kw)
+
+
+@pytest.fixture(scope="module")
+def adaptive_cell(qwen3, tmp_path_factory) -> tuple[Path, list[Item], dict]:
+    items = _items(60, 30)
+    out = tmp_path_factory.mktemp("adaptive") / "scores.jsonl"
+    counts = _run(qwen3, out, items, **ADAPTIVE)
+    return out, items, counts
+
+
+def test_adaptive_cell_certifies_on_calibration_items_and_stops_test_items(adaptive_cell) -> None:
+    out, items, counts = adaptive_cell
+    identity, records, extras = read_cell(out)
+    assert identity["rotations"]["mode"] == "adaptive" and identity["rotations"]["target_disagreement"] == 0.05
+    cert = extras[CERTIFICATE_ID]["groups"]
+    assert set(cert) == {"fwd", "rev"}
+    assert all(c["n"] == 60 and c["threshold"] is not None for c in cert.values())
+    by_id = {r["id"]: r for r in records}
+    for it in items:
+        rec = by_id[it.id]
+        if it.split == "calib" or it.question.kind == "noul":
+            assert "adaptive" not in rec and len(rec["layouts"]) == (10 if it.split == "calib" else 4)
+            continue
+        summ = rec["adaptive"]
+        for g in ("fwd", "rev"):
+            read = sorted(int(n.split("/r")[1]) for n in rec["layouts"] if n.startswith(g))
+            assert read == sorted(spread_order(5)[: summ["read"][g]])  # a prefix of the spread order
+            assert summ["read"][g] in (2, 4, 5) and summ["stopped"][g] == (summ["read"][g] < 5)
+    test = [r for r in records if "adaptive" in r]
+    reads = [r["adaptive"]["read"]["fwd"] + r["adaptive"]["read"]["rev"] for r in test]
+    assert min(reads) < 10, "no test item stopped early: the planted backend no longer exercises the rule"
+    assert counts["prompts"] == sum(len({lay["prompt_sha"] for lay in r["layouts"].values()}) for r in records)
+
+
+def test_adaptive_decisions_agree_with_full_reading(qwen3, adaptive_cell, tmp_path) -> None:
+    """The stopped decision (L0 under the frozen calibration prior, the rule's statistic) agrees with full K."""
+    out, items, _ = adaptive_cell
+    full_out = tmp_path / "full.jsonl"
+    _run(qwen3, full_out, items)
+    _, full_records, _ = read_cell(full_out)
+    _, records, _ = read_cell(out)
+    full = {r["id"]: r for r in full_records}
+    rule = certify_records([r for r in full_records if r["split"] == "calib"], **RULE)
+    disagree, stopped = 0, 0
+    for rec in (r for r in records if "adaptive" in r):
+        for name, lay in rec["layouts"].items():  # what was read is exactly what full reading read
+            assert lay["lp"] == full[rec["id"]]["layouts"][name]["lp"]
+        for g in ("fwd", "rev"):
+            decisions = []
+            for source in (rec, full[rec["id"]]):
+                read = spread_order(5)[: len([n for n in source["layouts"] if n.startswith(g)])]
+                lp = np.array([source["layouts"][f"{g}/r{s}"]["lp"] for s in read])
+                orders = np.array([source["layouts"][f"{g}/r{s}"]["order"] for s in read])
+                decisions.append(int(np.argmax(running_marginals(rule.corrected(g, "q", lp, orders, read), [len(read)]))))
+            disagree += decisions[0] != decisions[1]
+            stopped += rec["adaptive"]["stopped"][g]
+    # the rule's own decision (L0 under the frozen calibration prior) of the stopped items vs all K rotations:
+    # certified at 5% (90% confidence) on the 60 calibration items; 0 of the 62 (item, group) pairs here
+    assert stopped > 0 and disagree == 0
+
+
+@pytest.mark.parametrize("fail_after", [1, 5, 12, 16])
+def test_adaptive_resume_equals_uninterrupted(qwen3, adaptive_cell, tmp_path, fail_after: int) -> None:
+    """Killed mid-cell (during calibration, right after, or among the test items), then resumed: the same bytes."""
+    out_ref, items, _ = adaptive_cell
+    out = tmp_path / "scores.jsonl"
+    with pytest.raises(KeyboardInterrupt):
+        _run(qwen3, out, items, backend=PlantedBackend(qwen3, fail_after_calls=fail_after), **ADAPTIVE)
+    assert partial_path(out).exists() and not out.exists()
+    counts = _run(qwen3, out, items, **ADAPTIVE)
+    assert counts["resumed"] > 0 or fail_after == 1
+    assert out.read_bytes() == out_ref.read_bytes()
+
+
+def test_changed_target_is_not_resumed(qwen3, tmp_path) -> None:
+    assert _identity(**ADAPTIVE) != _identity(**(ADAPTIVE | {"target_disagreement": 0.02}))
+    assert "rotations" not in _identity() and "option_order" not in _identity()  # defaults: identity unchanged
+
+
+# --------------------------------------------------------------------------------- levels from layouts read
+
+
+def _full_records(rng: np.random.Generator, n: int, k: int, split: str) -> list[dict]:
+    recs = []
+    for i in range(n):
+        layouts = {}
+        for g, base in (("fwd", list(range(k))), ("rev", list(range(k))[::-1])):
+            for s in range(k):
+                order = [base[(p + s) % k] for p in range(k)]
+                layouts[f"{g}/r{s}"] = {"order": order, "swapped": False, "prompt_sha": "x",
+                                        "lp": log_softmax(rng.normal(size=k) * 2).tolist()}
+        recs.append({"type": "item", "id": f"{split}{i}", "split": split, "gold": int(rng.integers(k)), "group": "q",
+                     "k": k, "labels": list("ABCDE"[:k]), "question": "q", "layouts": layouts})
+    return recs
+
+
+def test_levels_from_all_rotations_read_adaptively_equal_full() -> None:
+    rng = np.random.default_rng(3)
+    records = _full_records(rng, 30, 5, "test") + _full_records(rng, 20, 5, "calib")
+    settings = EvaluationSettings(n_boot=1000)
+    full = evaluate_records(records, settings)
+    marked = [dict(r, adaptive={"read": {"fwd": 5, "rev": 5}}) if r["split"] == "test" else r for r in records]
+    again = evaluate_records(marked, settings)
+    assert json.dumps(full["metrics"], sort_keys=True) == json.dumps(again["metrics"], sort_keys=True)
+
+
+def test_levels_from_partial_rotations_use_only_the_layouts_read() -> None:
+    rng = np.random.default_rng(4)
+    k, n = 5, 12
+    records = _full_records(rng, n, k, "test")
+    order = spread_order(k)
+    partial = []
+    for i, r in enumerate(records):
+        m = 2 if i % 2 else k
+        keep = {f"{g}/r{s}" for g in ("fwd", "rev") for s in order[:m]}
+        partial.append(dict(r, layouts={name: v for name, v in r["layouts"].items() if name in keep}, adaptive={}))
+    res = evaluate_records(partial, EvaluationSettings(n_boot=1000, prior_min_items=20))  # uniform prior
+    for i, r in enumerate(partial):
+        names = sorted((n_ for n_ in r["layouts"] if n_.startswith("fwd/")), key=lambda x: int(x.split("/r")[1]))
+        lp = np.array([[r["layouts"][n_]["lp"] for n_ in names]])
+        orders = np.array([r["layouts"][n_]["order"] for n_ in names])
+        expected = marginalise(to_option_space(lp, orders))[0]
+        np.testing.assert_allclose(res["_result"]["L0-perm"]["fwd"][i], expected, atol=1e-12)
+        np.testing.assert_allclose(res["_result"]["L0"]["fwd"][i], expected, atol=1e-12)  # uniform prior: L0 = L0-perm
+    # a batch prior per rotation from the items that read it, pooled profile where too few did
+    both = compute_levels(np.array([[r["layouts"][f"fwd/r{s}"]["lp"] for s in range(k)] for r in records]), None,
+                          np.array([records[0]["layouts"][f"fwd/r{s}"]["order"] for s in range(k)]), None, ["q"] * n,
+                          read_fwd=np.ones((n, k), dtype=bool), min_items=3)
+    plain = compute_levels(np.array([[r["layouts"][f"fwd/r{s}"]["lp"] for s in range(k)] for r in records]), None,
+                           np.array([records[0]["layouts"][f"fwd/r{s}"]["order"] for s in range(k)]), None, ["q"] * n,
+                           min_items=3)
+    np.testing.assert_array_equal(both["L0"]["fwd"], plain["L0"]["fwd"])
+
+
+# ------------------------------------------------------------------------------------- content-free prior
+
+
+def test_content_free_prior_mode(qwen3, tmp_path) -> None:
+    items = _items(10, 12)[:-1]  # choice items only
+    out = tmp_path / "cf.jsonl"
+    _run(qwen3, out, items, content_free=True)
+    _, records, extras = read_cell(out)
+    probes = [e for e in extras.values() if e["type"] == "content_free"]
+    assert sorted(p["probe"] for p in probes) == ["", "N/A", "[MASK]"]  # one question: three probes
+    assert all(set(p["layouts"]) == set(records[0]["layouts"]) for p in probes)
+    settings = EvaluationSettings(n_boot=1000)
+    default = evaluate_records(records, settings, extras=extras)
+    cf_mode = evaluate_records(records, EvaluationSettings(n_boot=1000, prior_mode="content_free"), extras=extras)
+    assert "L0-cf" in default["levels"] and "L0-cf" in cf_mode["levels"]
+    np.testing.assert_allclose(cf_mode["_result"]["L0"]["fwd"], default["_result"]["L0-cf"]["fwd"], atol=1e-12)
+    assert not np.allclose(default["_result"]["L0"]["fwd"], default["_result"]["L0-cf"]["fwd"])
+    # by hand: the prior per layout is the mean of the probes' label probabilities
+    test = [r for r in records if r["split"] == "test"]
+    names = [f"fwd/r{s}" for s in range(5)]
+    prior = np.mean([[np.exp(p["layouts"][n]["lp"]) for n in names] for p in probes], axis=0)
+    lp = np.array([[r["layouts"][n]["lp"] for n in names] for r in test])
+    orders = np.array([test[0]["layouts"][n]["order"] for n in names])
+    expected = marginalise(to_option_space(prior_correct(lp, prior[None], 0.75), orders))
+    np.testing.assert_allclose(cf_mode["_result"]["L0"]["fwd"], expected, atol=1e-12)
+    # without probes the default cell has no L0-cf and content_free mode names the problem
+    plain = tmp_path / "plain.jsonl"
+    _run(qwen3, plain, items)
+    _, rec2, ext2 = read_cell(plain)
+    assert ext2 == {} and "L0-cf" not in evaluate_records(rec2, settings)["levels"]
+    with pytest.raises(Exception, match="content-free probes"):
+        evaluate_records(rec2, EvaluationSettings(n_boot=1000, prior_mode="content_free"), extras=ext2)
