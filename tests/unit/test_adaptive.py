@@ -201,6 +201,35 @@ def test_canonical_order_any_listing_gives_identical_prompts_and_probabilities(q
     assert len(as_given_prompts) == 24  # the caller's listing changes every as-given prompt
 
 
+def test_canonical_cell_evaluates_the_same_for_any_listing(qwen3, tmp_path) -> None:
+    """Two cells of the same items, one listing the options as written, one shuffled per item (gold follows
+    the text): under canonical order every level gives the same probability to every option text."""
+    rng = np.random.default_rng(5)
+    texts = ["apple", "Banana", "cherry", "date"]
+    plain, shuffled = [], []
+    for i in range(10):
+        gold = int(rng.integers(4))
+        perm = [int(x) for x in rng.permutation(4)]
+        q0 = choice("Which fruit is meant?", texts)
+        q1 = choice("Which fruit is meant?", [texts[j] for j in perm])
+        plain.append(Item(f"t{i}", f"message {i}", q0, gold=gold, split="test"))
+        shuffled.append(Item(f"t{i}", f"message {i}", q1, gold=perm.index(gold), split="test"))
+    results = []
+    for name, items in (("plain", plain), ("shuffled", shuffled)):
+        out = tmp_path / f"{name}.jsonl"
+        score_cell(PlantedBackend(qwen3), qwen3, items, ["q"] * len(items), str(out),
+                   _identity(option_order="canonical"), option_order="canonical")
+        _, records, _ = read_cell(out)
+        results.append(evaluate_records(records, EvaluationSettings(n_boot=1000)))
+    for level in ("raw", "L0-perm", "L0-bc", "L0"):
+        for g in ("fwd", "rev"):
+            for i, it in enumerate(shuffled):
+                by_text = dict(zip(it.question.options, results[1]["_result"][level][g][i], strict=True))
+                np.testing.assert_allclose([by_text[t] for t in texts], results[0]["_result"][level][g][i], atol=1e-12)
+        for metric in ("acc", "nll", "brier", "flip"):
+            assert results[0]["metrics"][level][metric]["value"] == pytest.approx(results[1]["metrics"][level][metric]["value"], abs=1e-12)
+
+
 def test_canonical_order_leaves_noul_and_score_alone() -> None:
     q = noul("Is it spam?")
     assert layouts_for(q, option_order="canonical") == layouts_for(q)
@@ -305,6 +334,44 @@ def test_adaptive_resume_equals_uninterrupted(qwen3, adaptive_cell, tmp_path, fa
     assert partial_path(out).exists() and not out.exists()
     counts = _run(qwen3, out, items, **ADAPTIVE)
     assert counts["resumed"] > 0 or fail_after == 1
+    assert out.read_bytes() == out_ref.read_bytes()
+
+
+KILL_SCRIPT = """
+import os, signal, sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+import test_adaptive as t
+from transformers import AutoTokenizer
+
+class Killed(t.PlantedBackend):
+    def label_logprobs(self, prompts, label_ids):
+        if self.calls >= {after}:
+            os.kill(os.getpid(), signal.SIGKILL)  # no finally, no flush: as a killed job
+        return super().label_logprobs(prompts, label_ids)
+
+tok = AutoTokenizer.from_pretrained(str(t.QWEN3))
+t._run(tok, Path({out!r}), t._items(60, 30), backend=Killed(tok), **t.ADAPTIVE)
+"""
+
+
+def test_adaptive_resume_after_sigkill_equals_uninterrupted(qwen3, adaptive_cell, tmp_path) -> None:
+    """A process killed with SIGKILL among the test items (after its certificate), then resumed: the same bytes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out_ref, items, _ = adaptive_cell
+    out = tmp_path / "scores.jsonl"
+    script = KILL_SCRIPT.format(tests=str(Path(__file__).parent), after=14, out=str(out))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    lines = partial_path(out).read_text().splitlines()
+    assert any('"type":"certificate"' in line for line in lines) and not out.exists()
+    counts = _run(qwen3, out, items, **ADAPTIVE)
+    assert counts["resumed"] > 60
     assert out.read_bytes() == out_ref.read_bytes()
 
 
