@@ -178,7 +178,8 @@ def export_scores_with_prompts(scores_path: str | os.PathLike, task_file: str | 
         if rec["id"] not in index:
             raise TaskDataError(f"{scores_path}", f"line {n}", f"item {rec['id']!r} is not in {task_file}")
         i = index[rec["id"]]
-        prepared = prepare_item(tokenizer, checker, task.items[i], groups[i], permute=permute, flip=flip, profile=profile)
+        prepared = prepare_item(tokenizer, checker, task.items[i], groups[i], permute=permute, flip=flip, profile=profile,
+                                option_order=identity.get("option_order", "as_given"))
         rendered = {r.layout: r for r in render_prepared(tokenizer, prepared, profile)}
         out_layouts = {}
         for name, lay in rec["layouts"].items():
