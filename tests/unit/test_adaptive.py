@@ -121,6 +121,18 @@ def test_clopper_pearson_matches_known_values(x: int, n: int, upper: float) -> N
     assert clopper_pearson_upper(x, n, 0.95) == pytest.approx(upper, rel=1e-10, abs=1e-13)
 
 
+def test_clopper_pearson_agrees_with_the_published_bound() -> None:
+    from anyjev.decision.published import PublishedPackageError, load_published
+
+    try:
+        stopping = load_published().calibrate.stopping
+    except PublishedPackageError as exc:
+        pytest.skip(str(exc))
+    for n in (20, 100, 300, 900):
+        for x in (0, 1, 3, n // 10):
+            assert clopper_pearson_upper(x, n, 0.95) == pytest.approx(stopping.cp_upper(x, n, 0.05), rel=1e-9, abs=1e-12)
+
+
 def test_clopper_pearson_edges() -> None:
     assert clopper_pearson_upper(0, 0) == 1.0 and clopper_pearson_upper(4, 4) == 1.0
     assert clopper_pearson_upper(0, 299, 0.95) <= 0.01 < clopper_pearson_upper(0, 298, 0.95)
