@@ -31,7 +31,8 @@ STYLE = {"font.size": 7, "axes.titlesize": 7.5, "axes.labelsize": 7, "xtick.labe
 # Okabe-Ito (colour-blind safe); tasks get colours, models get markers.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
-LEVEL_COLORS = {"raw": "#D55E00", "L0-perm": "#E69F00", "L0-bc": "#CC79A7", "L0": "#0072B2", "L1": "#009E73"}
+LEVEL_COLORS = {"raw": "#D55E00", "L0-perm": "#E69F00", "L0-bc": "#CC79A7", "L0": "#0072B2", "L1": "#009E73",
+                "L0-cf": "#56B4E9"}
 Y_LABELS = {"acc": "accuracy", "macro_f1": "macro-F1", "nll": "NLL (nats)", "brier": "Brier (multi-class)",
             "ece": "ECE (15 equal-mass bins)", "flip": "flip rate", "cov@5": "coverage at 5% risk", "aurc": "AURC"}
 # Best attainable value of each metric (drawn dotted).

@@ -479,3 +479,29 @@ def test_content_free_prior_mode(qwen3, tmp_path) -> None:
     assert ext2 == {} and "L0-cf" not in evaluate_records(rec2, settings)["levels"]
     with pytest.raises(Exception, match="content-free probes"):
         evaluate_records(rec2, EvaluationSettings(n_boot=1000, prior_mode="content_free"), extras=ext2)
+
+
+# ------------------------------------------------------------------------------------------------ plumbing
+
+
+def test_config_keys_reach_the_score_job() -> None:
+    """The new scoring keys travel in the score job's settings; content-free probes are asked for only when the
+    prior mode or a listed level needs them (the default config's jobs are unchanged)."""
+    import dataclasses
+
+    from anyjev.config import check_config_file
+    from anyjev.settings import DEFAULT_CONFIG, ScoringSettings, Settings, from_mapping
+
+    config = check_config_file(DEFAULT_CONFIG)
+    default_job = Settings.from_config(config).score_job("smollm2-135m", "mmlu")
+    assert "content_free" not in default_job
+    assert default_job["scoring"]["rotations"] == "full" and default_job["scoring"]["option_order"] == "as_given"
+    changed = dict(config, levels=[*config["levels"], "L0-cf"],
+                   scoring=dict(config["scoring"], rotations="adaptive", rotations_per_round=3, option_order="canonical"))
+    job = Settings.from_config(changed).score_job("smollm2-135m", "mmlu")
+    assert job["content_free"] is True
+    options = from_mapping(ScoringSettings, job["scoring"], "scoring")
+    assert (options.rotations, options.rotations_per_round, options.option_order) == ("adaptive", 3, "canonical")
+    assert dataclasses.asdict(options)["target_disagreement"] == 0.01
+    cf_mode = dict(config, evaluation=dict(config["evaluation"], prior_mode="content_free"))
+    assert Settings.from_config(cf_mode).score_job("smollm2-135m", "mmlu")["content_free"] is True
