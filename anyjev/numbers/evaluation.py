@@ -268,7 +268,8 @@ def evaluate_records(records: list[dict], settings: EvaluationSettings | None = 
     cf: dict[str, list[dict]] = {}
     for rec in sorted((extras or {}).values(), key=lambda r: r["id"]):
         if rec.get("type") == "content_free":
-            cf.setdefault(rec["question"], []).append(rec)
+            for key in rec["questions"]:
+                cf.setdefault(key, []).append(rec)
     if prior_mode == "content_free" and not cf:
         raise TaskDataError(source, "evaluation.prior_mode", "is content_free, but the cell holds no content-free probes "
                             "(rescore it: score jobs read them when prior_mode is content_free or levels lists L0-cf)")

@@ -216,29 +216,38 @@ class _Probe:
 
 def prepare_content_free(tokenizer, checker: LabelChecker, prepared: Sequence[PreparedItem], *, permute: bool = True,
                          flip: bool = True, profile: str | PromptProfile = DEFAULT_PROFILE,
-                         option_order: str = "as_given") -> list[tuple[str, PreparedItem]]:
-    """The content-free probes of every distinct question of PREPARED (in first-seen order): per question,
-    each probe of :data:`CONTENT_FREE_PROBES` rendered in every layout as if it were the state."""
-    out: list[tuple[str, PreparedItem]] = []
+                         option_order: str = "as_given") -> list[tuple[list[str], PreparedItem]]:
+    """The content-free probes of PREPARED's questions: per distinct question (first seen first), each probe of
+    :data:`CONTENT_FREE_PROBES` rendered in every layout as if it were the state. Questions whose probes render
+    to the same prompts (under canonical order: the same option set in any listing) share one set, returned
+    with every question key it serves."""
+    out: list[tuple[list[str], PreparedItem]] = []
+    served: dict[tuple, list[str]] = {}
     seen: set[str] = set()
     for p in prepared:
         key = p.item.question.key()
         if key in seen:
             continue
         seen.add(key)
-        for i, probe in enumerate(CONTENT_FREE_PROBES):
-            probe_item = _Probe(f"cf/{key}/{i}", probe, p.item.question)
-            out.append((key, prepare_item(tokenizer, checker, probe_item, p.group, permute=permute, flip=flip,
-                                          profile=profile, option_order=option_order)))
+        probes = [prepare_item(tokenizer, checker, _Probe(f"cf/{key}/{i}", probe, p.item.question), p.group,
+                               permute=permute, flip=flip, profile=profile, option_order=option_order)
+                  for i, probe in enumerate(CONTENT_FREE_PROBES)]
+        fingerprint = tuple((lay.name, tuple(ids)) for q in probes for lay, ids in q.layouts)
+        if fingerprint in served:
+            served[fingerprint].append(key)
+            continue
+        served[fingerprint] = keys = [key]
+        out.extend((keys, q) for q in probes)
     return out
 
 
-def score_content_free(backend: Backend, probes: Sequence[tuple[str, PreparedItem]]) -> list[dict]:
-    """Records (``type: content_free``) of the probes: the question key, the probe, every layout's log-probs."""
+def score_content_free(backend: Backend, probes: Sequence[tuple[list[str], PreparedItem]]) -> list[dict]:
+    """Records (``type: content_free``) of the probes: the question keys served, the probe, every layout's
+    log-probs (position space: the prior of a layout does not depend on which listing it came from)."""
     values, _ = read_layouts(backend, [(p.label_ids, p.layouts) for _, p in probes])
-    return [{"type": "content_free", "id": p.item.id, "question": key, "probe": p.item.state, "labels": p.labels,
+    return [{"type": "content_free", "id": p.item.id, "questions": sorted(keys), "probe": p.item.state, "labels": p.labels,
              "label_ids": p.label_ids, "layouts": layouts_record(p, v)}
-            for (key, p), v in zip(probes, values, strict=True)]
+            for (keys, p), v in zip(probes, values, strict=True)]
 
 
 class Progress:
@@ -314,7 +323,7 @@ def score_cell(
                                    option_order=option_order) if content_free else [])
     partial = PartialScores(out, identity)
     todo = [p for p in prepared if p.item.id not in partial.records]
-    probes = [(key, p) for key, p in probes if p.item.id not in partial.extras]
+    probes = [(keys, p) for keys, p in probes if p.item.id not in partial.extras]
     resumed = len(prepared) - len(todo)
     progress = Progress(len(prepared), resumed)
     log.info("%d items, %d layouts each at most, %d to score (%d resumed)", len(prepared),

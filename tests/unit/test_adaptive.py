@@ -387,6 +387,40 @@ def test_adaptive_resume_after_sigkill_equals_uninterrupted(qwen3, adaptive_cell
     assert out.read_bytes() == out_ref.read_bytes()
 
 
+def test_adaptive_without_enough_calibration_items_reads_everything(qwen3, tmp_path) -> None:
+    out = tmp_path / "few.jsonl"
+    counts = _run(qwen3, out, _items(10, 6), **(ADAPTIVE | {"target_disagreement": 0.01, "confidence": 0.95}))
+    _, records, extras = read_cell(out)
+    cert = extras[CERTIFICATE_ID]["groups"]["fwd"]
+    assert cert["threshold"] is None and cert["n"] == 10 and "cannot certify" in cert["reason"]
+    assert counts["certificate"]["fwd"]["threshold"] is None
+    for rec in (r for r in records if "adaptive" in r):
+        assert len(rec["layouts"]) == 10 and rec["adaptive"]["stopped"] == {"fwd": False, "rev": False}
+        assert rec["adaptive"]["threshold"] == {"fwd": None, "rev": None}
+
+
+def test_adaptive_canonical_content_free_together(qwen3, tmp_path) -> None:
+    """All three options at once: the cell scores, resumes its identity, and evaluates with every level."""
+    rng = np.random.default_rng(9)
+    items = []
+    for it in _items(60, 20)[:-1]:
+        perm = [int(x) for x in rng.permutation(5)]
+        q = choice(it.question.text, [it.question.options[j] for j in perm])
+        items.append(Item(it.id, it.state, q, gold=perm.index(it.gold), split=it.split))
+    kw = ADAPTIVE | {"option_order": "canonical", "content_free": True}
+    out = tmp_path / "all.jsonl"
+    score_cell(PlantedBackend(qwen3), qwen3, items, [it.question.key() for it in items], str(out), _identity(**kw),
+               chunk_items=7, **kw)
+    identity, records, extras = read_cell(out)
+    assert identity["option_order"] == "canonical" and identity["content_free"] == ["N/A", "", "[MASK]"]
+    probes = [e for e in extras.values() if e["type"] == "content_free"]
+    assert len(probes) == 3  # one option set: every listing shares its probes under canonical order
+    assert set(probes[0]["questions"]) == {it.question.key() for it in items}
+    res = evaluate_records(records, EvaluationSettings(n_boot=1000, prior_mode="content_free"), extras=extras)
+    assert {"raw", "L0-perm", "L0-bc", "L0", "L1", "L0-cf"} <= set(res["levels"])
+    assert all(math.isfinite(res["metrics"][lv]["nll"]["value"]) for lv in res["levels"])
+
+
 def test_changed_target_is_not_resumed(qwen3, tmp_path) -> None:
     assert _identity(**ADAPTIVE) != _identity(**(ADAPTIVE | {"target_disagreement": 0.02}))
     assert "rotations" not in _identity() and "option_order" not in _identity()  # defaults: identity unchanged
