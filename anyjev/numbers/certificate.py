@@ -29,11 +29,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from anyjev.numbers.logprobs import log_softmax
+from anyjev.numbers.levels import MARGINAL_FLOOR, _marginalise
 
 # evaluation grid of log-odds thresholds (nats); +inf (read everything) is always the last candidate
 DEFAULT_GRID: tuple[float, ...] = tuple(float(x) for x in np.arange(0.0, 30.0001, 0.25))
-MARGIN_FLOOR = 1e-12  # the same floor the geometric mean applies (levels.MARGINAL_FLOOR)
 
 
 def binomial_cdf(x: int, n: int, p: float) -> float:
@@ -84,17 +83,16 @@ def check_points(k: int, per_round: int) -> list[int]:
 
 def log_margin(lp: np.ndarray) -> np.ndarray:
     """Top-1 minus top-2 log-probability over the last axis (floored like the geometric mean)."""
-    top2 = np.sort(np.maximum(np.asarray(lp, dtype=np.float64), math.log(MARGIN_FLOOR)), axis=-1)[..., -2:]
+    top2 = np.sort(np.maximum(np.asarray(lp, dtype=np.float64), math.log(MARGINAL_FLOOR)), axis=-1)[..., -2:]
     return top2[..., 1] - top2[..., 0]
 
 
 def running_marginals(lp_opt: np.ndarray, points: Sequence[int]) -> np.ndarray:
     """``lp_opt`` ``(..., S, K)``: option-space log-probs of the rotations *in reading order*; returns the
-    geometric-mean marginal after the first ``m`` rotations for each ``m`` in ``points``, ``(..., P, K)``."""
-    floored = np.maximum(np.asarray(lp_opt, dtype=np.float64), math.log(MARGIN_FLOOR))
-    cum = np.cumsum(floored, axis=-2)
-    idx = np.asarray(points, dtype=np.intp) - 1
-    return log_softmax(np.take(cum, idx, axis=-2) / np.asarray(points, dtype=np.float64)[:, None])
+    marginal of the first ``m`` rotations (L0's geometric mean, :func:`anyjev.numbers.levels.marginalise`'s
+    rule) for each ``m`` in ``points``, ``(..., P, K)``."""
+    lp = np.asarray(lp_opt, dtype=np.float64)
+    return np.stack([_marginalise(lp[..., :m, :]) for m in points], axis=-2)
 
 
 def stop_index(margins: np.ndarray, threshold: float) -> np.ndarray:
