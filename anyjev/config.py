@@ -106,6 +106,17 @@ def validate_config(config: dict, schema_path: str | os.PathLike, *, workdir: st
         if k is not None and k > config["server"]["max_logprobs"]:
             raise ConfigError("server.max_logprobs", f"is {config['server']['max_logprobs']}, but task {name!r} has items "
                               f"with {k} options: a request reads every label's log-prob at once; set it >= {k}")
+        scoring = config["scoring"]
+        if scoring.get("rotations") == "adaptive" and config.get("limit") is None:
+            from anyjev.numbers.certificate import min_certification_items
+
+            need = min_certification_items(scoring["target_disagreement"], scoring["confidence"])
+            if task["n_calib"] < need:
+                raise ConfigError(f"tasks.{name}.n_calib", f"is {task['n_calib']}, but scoring.rotations: adaptive certifies its "
+                                  f"stopping rule on the calibration items, and scoring.target_disagreement "
+                                  f"{scoring['target_disagreement']:g} at scoring.confidence {scoring['confidence']:g} needs "
+                                  f"at least {need} of them (with fewer, every rotation would be read): raise n_calib, "
+                                  f"or loosen the target")
         if task["n_calib"] == 0 and "L1" in config["levels"]:
             raise ConfigError(f"tasks.{name}.n_calib", "is 0, but levels lists L1, whose temperature is fitted on the "
                               "calibration items: set n_calib > 0 or remove L1 from levels")

@@ -35,6 +35,12 @@ from anyjev.numbers.levels import MARGINAL_FLOOR, _marginalise
 DEFAULT_GRID: tuple[float, ...] = tuple(float(x) for x in np.arange(0.0, 30.0001, 0.25))
 
 
+def min_certification_items(target: float, confidence: float) -> int:
+    """The fewest unlabelled items that can certify TARGET at CONFIDENCE at all: with 0 disagreements in n items
+    the exact bound is 1 - (1 - confidence)^(1/n), which is <= target from this n on (299 at 1% and 95%)."""
+    return math.ceil(math.log(1 - confidence) / math.log(1 - target))
+
+
 def binomial_cdf(x: int, n: int, p: float) -> float:
     """P[X <= x] for X ~ Binomial(n, p), summed in log space (exact up to float rounding)."""
     if x < 0:
@@ -172,7 +178,7 @@ def certify_margins(margins: Sequence[np.ndarray], winners: Sequence[np.ndarray]
         return Certificate(None, target, confidence, n, bad, bound, full, full, per_round,
                            reason=f"cannot certify: even reading every rotation, {n} items bound the disagreement "
                                   f"at {bound:.4g} > target {target:g} ({confidence:.0%} confidence); about "
-                                  f"{math.ceil(math.log(1 - confidence) / math.log(1 - target))} items are needed")
+                                  f"{min_certification_items(target, confidence)} items are needed")
     thr, bad, bound, mean_read = best
     return Certificate(thr, target, confidence, n, bad, bound, mean_read, full, per_round)
 

@@ -106,3 +106,18 @@ def test_duplicate_names_in_yaml_are_refused(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_strict(f)
     assert "m1" in str(info.value) and "defined twice" in str(info.value) and "lines 2 and 3" in str(info.value)
+
+
+def test_adaptive_rotations_need_enough_calibration_items_to_certify():
+    config = edit(scoring={"rotations": "adaptive"})
+    config["tasks"]["mmlu"]["n_calib"] = 298  # 0 disagreements in 298 items bound the rate at 1.0003% > 1%
+    config["tasks"]["rt"]["n_calib"] = 299
+    check(copy.deepcopy(config), "tasks.mmlu.n_calib", "needs at least 299 of them")
+    config["tasks"]["mmlu"]["n_calib"] = 299
+    validate_config(copy.deepcopy(config), SCHEMA, workdir=REPO)
+    config["scoring"] |= {"target_disagreement": 0.05, "confidence": 0.9}  # a looser target needs 45
+    config["tasks"]["mmlu"]["n_calib"] = 45
+    validate_config(copy.deepcopy(config), SCHEMA, workdir=REPO)
+    config["tasks"]["mmlu"]["n_calib"] = 44
+    check(copy.deepcopy(config), "tasks.mmlu.n_calib", "needs at least 45 of them")
+    validate_config(config | {"limit": 5}, SCHEMA, workdir=REPO)  # a smoke run reads every rotation, with a warning
