@@ -138,8 +138,16 @@ class ModelSettings:
     server_env: dict[str, str]
     port: int | None
     start_timeout: float
-    prefix_caching: bool
+    prefix_caching: bool | str
     fp32_head: bool
+
+    @property
+    def prefix_caching_on(self) -> bool:
+        """``prefix_caching`` resolved: ``auto`` is on only for float32, where the cache's drift is within the
+        fp32 parity tolerance (measured: results/bench/prefix_drift_fp32.json; bf16 drifts by up to 0.15 nat)."""
+        if isinstance(self.prefix_caching, bool):
+            return self.prefix_caching
+        return self.dtype == "float32"
 
     @property
     def managed(self) -> bool:
@@ -238,7 +246,7 @@ class Settings:
             "max_logprobs": self.server.max_logprobs,
             "tensor_parallel_size": m.tensor_parallel_size,
             "seed": self.server.seed,
-            "prefix_caching": m.prefix_caching,
+            "prefix_caching": m.prefix_caching_on,
             "fp32_head": m.fp32_head,
             "server_flags": list(m.server_flags),
             "server_env": sorted([k, v] for k, v in m.server_env.items()),

@@ -13,10 +13,12 @@ import pytest
 
 from anyjev import cli
 from anyjev.backends.vllm import VLLMBackend
+from anyjev.config import validate_config
 from anyjev.numbers import levels, metrics
 from anyjev.run import scoring
 from anyjev.serving.spec import ServerSpec
 from anyjev.settings import (
+    SCHEMA_PATH,
     ClientSettings,
     EvaluationSettings,
     ModelSettings,
@@ -76,7 +78,7 @@ LIBRARY_DEFAULTS = [
 ]
 SPEC_FIELDS = {"dtype": ("models", "*", "dtype"), "max_model_len": ("models", "*", "max_model_len"),
                "tensor_parallel_size": ("models", "*", "tensor_parallel_size"), "port": ("models", "*", "port"),
-               "start_timeout": ("models", "*", "start_timeout"), "prefix_caching": ("models", "*", "prefix_caching"),
+               "start_timeout": ("models", "*", "start_timeout"),
                "max_logprobs": ("server", "max_logprobs"), "seed": ("server", "seed"),
                "fp32_head": ("models", "*", "fp32_head")}
 
@@ -114,6 +116,22 @@ def test_server_spec_defaults_equal_the_schema() -> None:
     fields = {f.name: f.default for f in dataclasses.fields(ServerSpec)}
     for name, path in SPEC_FIELDS.items():
         assert fields[name] == schema_node(*path)["default"], name
+    # prefix_caching's schema default ("auto") is resolved per dtype before it reaches a spec: for the spec's
+    # default dtype it resolves to the spec's default.
+    assert schema_node("models", "*", "prefix_caching")["default"] == "auto"
+    assert fields["prefix_caching"] is _resolved_prefix_caching("auto", fields["dtype"])
+
+
+def _resolved_prefix_caching(value, dtype: str) -> bool:
+    config = validate_config({"models": {"m": {"source": "smollm2", "dtype": dtype, "prefix_caching": value}},
+                              "tasks": {"mmlu": {"source": "builtin"}}}, SCHEMA_PATH)
+    return Settings.from_config(config).server_spec("m")["prefix_caching"]
+
+
+def test_prefix_caching_auto_is_on_for_float32_only() -> None:
+    assert [_resolved_prefix_caching("auto", d) for d in ("float32", "bfloat16", "float16", "auto")] == [True, False, False, False]
+    assert [_resolved_prefix_caching(v, "bfloat16") for v in (True, False)] == [True, False]
+    assert [_resolved_prefix_caching(v, "float32") for v in (True, False)] == [True, False]
 
 
 def test_the_cli_has_no_defaults_of_its_own_for_config_settings() -> None:
