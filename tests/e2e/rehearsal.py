@@ -23,12 +23,17 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
+import time
 import unittest.mock
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.e2e.workflow_helpers import env as workflow_env
 
 REPO = Path(__file__).resolve().parents[2]
 PAPER = REPO / "config" / "paper.yaml"
@@ -214,7 +219,7 @@ def cpu_model(path: Path, paper_model: dict[str, Any]) -> dict[str, Any]:
     entry = {key: paper_model[key] for key in paper_model if key not in ("source", "repo", "revision")}
     entry |= {"source": "local", "path": str(path), "dtype": default["dtype"], "max_model_len": default["max_model_len"],
               "server_flags": default["server_flags"], "server_env": default["server_env"], "start_timeout": 600,
-              "gpus": 0, "mem_mb": 3000, "runtime": 30}
+              "gpus": 0, "mem_mb": 6000, "runtime": 30}
     entry.pop("tensor_parallel_size", None)  # two GPUs in paper.yaml; one CPU process here
     return entry
 
@@ -276,3 +281,95 @@ def raw_server_for(model_dir: Path, log_path: Path) -> Iterator[dict]:
 def cell_counts(work: Path, model: str, task: str) -> dict[str, int]:
     """What a scored cell's provenance.json says it sent (items, scored, resumed, prompts, prompt_tokens)."""
     return json.loads((work / f"results/cells/{model}/{task}/provenance.json").read_text())["counts"]
+
+
+# ------------------------------------------------------------------------------------ a run and its checks
+
+
+def prepare_rehearsal(root: Path, *, chunk_items: int = 4) -> dict:
+    """Stand-in models, hub repos and a run directory with the hub cache fetched; the config is written once the
+    raw server's URL is known (`write_rehearsal_config`)."""
+    t0 = time.monotonic()
+    models = build_standins(root / "models")
+    repos = write_hub_repos(root / "hub-repos")
+    work = root / "run"
+    prefetch_hub_tasks(work, repos, root / "hf-datasets-cache")
+    published = copy_published(work)
+    print(f"\n[rehearsal] fixtures (3 stand-ins, 3 hub repos, fetch through datasets): {time.monotonic() - t0:.1f} s")
+    return {"root": root, "models": models, "work": work, "published": published, "chunk_items": chunk_items}
+
+
+def write_rehearsal_config(fx: dict, raw_url: str) -> Path:
+    """The rehearsal config (`rehearsal_config`) in FX's run directory, its url model reading RAW_URL."""
+    from tests.conftest import SERVER_PYTHON
+
+    config = rehearsal_config(fx["models"], url=raw_url, url_tokenizer=fx["models"][MODELS[0]], published=fx["published"],
+                                server_python=str(SERVER_PYTHON), chunk_items=fx["chunk_items"])
+    return write_workdir(fx["work"], config)
+
+
+def url_label_ids(fx: dict) -> list[int]:
+    """The label ids the url cell asks for (its task's first item, rendered as scoring does)."""
+    from anyjev.data.tasks import load_task_file
+    from anyjev.decision.labels import LabelChecker
+    from anyjev.run.cell import load_tokenizer
+    from anyjev.run.scoring import prepare_item
+
+    tok = load_tokenizer(fx["models"][MODELS[0]])
+    item = load_task_file(fx["work"] / f"resources/tasks/{URL_TASK}.jsonl").items[0]
+    return prepare_item(tok, LabelChecker(tok), item, "", profile="published").label_ids
+
+
+def failed_jobs(out: str) -> list[tuple[str, str]]:
+    """(rule, first output) of each job Snakemake reported as failed ("Error in rule ...:" blocks)."""
+    return re.findall(r"^Error in rule (\w+):\n(?:    .*\n)*?    output: ([^,\n]+)", out, re.M)
+
+
+def check_url_cell_fails_alone(fx: dict, out: str) -> None:
+    """Only the url model's cell failed, and its log names the label ids the raw-mode server did not return."""
+    failed = failed_jobs(out)
+    assert failed == [("score_cell", f"results/cells/{URL_MODEL}/{URL_TASK}/scores.jsonl")], (failed, out[-6000:])
+    log = (fx["work"] / f"logs/score/{URL_MODEL}/{URL_TASK}.log").read_text()
+    m = re.search(r"Missing label ids: ([^.]*)\.", log)
+    assert m, log[-3000:]
+    named = [int(i) for i in re.findall(r"(\d+) \('", m.group(1))]
+    assert named and set(named) <= set(url_label_ids(fx)), (named, log[-2000:])
+    assert "canary request" in log and "LabelTokenError" in log, log[-2000:]
+    assert not (fx["work"] / f"results/cells/{URL_MODEL}/{URL_TASK}/scores.jsonl").exists()
+
+
+def check_cells_scored(work: Path) -> None:
+    for model in MODELS:
+        for task in TASKS:
+            cell = work / f"results/cells/{model}/{task}"
+            for name in ("scores.jsonl", "provenance.json", "metrics.json", "predictions.csv"):
+                assert (cell / name).is_file(), f"{cell / name} missing"
+            counts = cell_counts(work, model, task)
+            assert counts["items"] == N_TEST + N_CALIB and counts["resumed"] == 0, (model, task, counts)
+
+
+def server_starts(work: Path) -> dict[str, int]:
+    return {m: (work / f"logs/servers/{m}.log").read_text().count("starting server") for m in MODELS}
+
+
+def run_plan(work: Path) -> dict:
+    """`python -m anyjev plan --json` in the run directory (its hub cache is there), as a user runs it."""
+    proc = subprocess.run([sys.executable, "-m", "anyjev", "plan", "--config", "config/config.yaml", "--json"], cwd=work,
+                          capture_output=True, text=True, timeout=600, env=workflow_env() | {"PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def compare_plan(work: Path) -> list[dict]:
+    """`anyjev plan` on the run's config next to what each cell sent (provenance.json counts)."""
+    plan = run_plan(work)
+    rows = []
+    for cell in plan["cells"]:
+        if cell["model"] == URL_MODEL:
+            continue
+        sent = cell_counts(work, cell["model"], cell["task"])
+        rows.append({"cell": f"{cell['model']}/{cell['task']}", "plan": (cell["items"], cell["prompts"], cell["prompt_tokens"]),
+                     "run": (sent["items"], sent["prompts"], sent["prompt_tokens"]), "estimate": cell["estimate"]})
+    return rows
+
+
