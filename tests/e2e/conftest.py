@@ -1,7 +1,8 @@
 """Fixtures shared by the end-to-end modules: one local run of the reduced config per session.
 
 `finished_run` is session-scoped so that another module (tests/e2e/test_slurm.py) can compare its own run of
-the same config against the same local run instead of paying for a second one.
+the same config against the same local run instead of paying for a second one; `slurm_cluster` is session-scoped so
+that every SLURM module shares one cluster start.
 """
 
 from __future__ import annotations
@@ -60,3 +61,22 @@ def finished_run(tmp_path_factory, smollm2_dir):
     print(f"\n[e2e] local reduced run (3 cells, --cores 2): {seconds:.0f} s wall")
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
     return {"dir": work, "proc": proc, "seconds": seconds, "config": config}
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """tests/slurm/cluster.sh install + start, once for every SLURM test of the session; always stopped at the end."""
+    from tests.e2e.slurm_helpers import cluster_step, require_slurm
+
+    require_slurm()
+    times = {}
+    try:
+        for step, timeout in (("install", 900), ("start", 300)):
+            proc, times[step] = cluster_step(step, timeout)
+            assert proc.returncode == 0, f"cluster.sh {step} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+        print(f"\n[slurm] cluster.sh install: {times['install']:.1f} s, start: {times['start']:.1f} s")
+        yield times
+    finally:
+        proc, seconds = cluster_step("stop", 300)
+        print(f"\n[slurm] cluster.sh stop: rc {proc.returncode}, {seconds:.1f} s")
+        assert proc.returncode == 0, proc.stderr[-3000:]

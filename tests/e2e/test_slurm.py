@@ -15,12 +15,7 @@ skipped otherwise, except under ANYJEV_REQUIRE_SLURM=1, where that is a failure.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
-import signal
-import subprocess
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -29,58 +24,16 @@ import pytest
 
 from tests.conftest import require_vllm
 from tests.e2e.conftest import MODEL, write_e2e_workdir
-from tests.e2e.workflow_helpers import REPO, SNAKEFILE, SNAKEMAKE, env, job_blocks, leftover_vllm
+from tests.e2e.slurm_helpers import SUBMITTED, SUPERVISOR, run_slurm, sacct_records
+from tests.e2e.workflow_helpers import leftover_vllm
 
 pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow]
 
-CLUSTER_SH = REPO / "tests" / "slurm" / "cluster.sh"
-PROFILE = REPO / "workflow" / "profiles" / "slurm"
 TASKS = ("mmlu", "socialiqa", "rotten_tomatoes")
 RUN_TIMEOUT = 1800  # hard limit of the SLURM run (SIGTERM, then SIGKILL 60 s later, like `timeout -k 60`)
 # Each job's server must have been told to stop at most this long after its SLURM job ended (the supervisor
 # polls its owner every 0.5 s; slack for a loaded 2-core machine).
 STOP_SLACK_S = 15
-
-# The snakemake-executor-plugin-slurm 2.8.0 line logged for each sbatch submission.
-SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.")
-SUPERVISOR = re.compile(r"\[anyjev\.serving\.supervisor (\S+) pid (\d+)\] (.*)")
-
-
-def require_slurm() -> None:
-    problems = []
-    if os.geteuid() != 0:
-        problems.append("not running as root")
-    if shutil.which("apt-get") is None:
-        problems.append("apt-get is not available")
-    if not problems:
-        return
-    msg = f"the SLURM tests start a real cluster with {CLUSTER_SH} (root, Debian packages): {', '.join(problems)}"
-    if os.environ.get("ANYJEV_REQUIRE_SLURM") == "1":
-        pytest.fail(msg)
-    pytest.skip(msg)
-
-
-def _cluster(step: str, timeout: float) -> tuple[subprocess.CompletedProcess, float]:
-    t0 = time.monotonic()
-    proc = subprocess.run(["bash", str(CLUSTER_SH), step], capture_output=True, text=True, timeout=timeout)
-    return proc, time.monotonic() - t0
-
-
-@pytest.fixture(scope="module")
-def slurm_cluster():
-    """tests/slurm/cluster.sh install + start for this module; always stopped at the end."""
-    require_slurm()
-    times = {}
-    try:
-        for step, timeout in (("install", 900), ("start", 300)):
-            proc, times[step] = _cluster(step, timeout)
-            assert proc.returncode == 0, f"cluster.sh {step} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-        print(f"\n[slurm] cluster.sh install: {times['install']:.1f} s, start: {times['start']:.1f} s")
-        yield times
-    finally:
-        proc, seconds = _cluster("stop", 300)
-        print(f"\n[slurm] cluster.sh stop: rc {proc.returncode}, {seconds:.1f} s")
-        assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -89,36 +42,10 @@ def slurm_run(slurm_cluster, tmp_path_factory, smollm2_dir):
     require_vllm()
     work = tmp_path_factory.mktemp("slurm")
     write_e2e_workdir(work, smollm2_dir)
-    cmd = [
-        str(SNAKEMAKE), "-s", str(SNAKEFILE), "-d", str(work), "--configfile", str(work / "config" / "config.yaml"),
-        "--executor", "slurm", "--workflow-profile", str(PROFILE),
-        # The test node has 2 CPUs and ~20 GB; the profile's GPU-node numbers would never be scheduled.
-        "--set-resources", "score_cell:mem_mb=6000", "score_cell:cpus_per_task=2", "score_cell:runtime=60",
-        # Replaces the profile's default-resources section (no account or partition: the plugin takes the
-        # default partition "debug" and submits without -A, i.e. under root's default account ci_account).
-        "--default-resources", "mem_mb=2000", "runtime=60",
-        "--slurm-init-seconds-before-status-checks", "2",
-        "-j", "4", "--show-failed-logs", "--slurm-keep-successful-logs",
-    ]  # fmt: skip
-    e = env()  # the client venv first on PATH: jobs get sbatch --export=ALL
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e, cwd=work)
-    try:
-        out, _ = proc.communicate(timeout=RUN_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            out, _ = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
-        pytest.fail(f"the SLURM run did not finish in {RUN_TIMEOUT} s:\n{out[-8000:]}")
-    seconds = time.monotonic() - t0
-    print(f"\n[slurm] reduced run through SLURM (3 score_cell jobs, -j 4): {seconds:.0f} s wall")
-    jobs = job_blocks(out)
-    submitted = [(int(a), int(b), log) for a, b, log in SUBMITTED.findall(out)]
-    return {"dir": work, "out": out, "rc": proc.returncode, "seconds": seconds, "main_pid": proc.pid, "jobs": jobs,
-            "submitted": submitted}
+    run = run_slurm(work, "--set-resources", "score_cell:mem_mb=6000", "score_cell:cpus_per_task=2", "score_cell:runtime=60",
+                    "-j", "4", "--show-failed-logs", timeout=RUN_TIMEOUT)
+    print(f"\n[slurm] reduced run through SLURM (3 score_cell jobs, -j 4): {run['seconds']:.0f} s wall")
+    return run
 
 
 def _score_jobs(run) -> dict[int, dict]:
@@ -129,23 +56,6 @@ def _score_jobs(run) -> dict[int, dict]:
             by_id[jobid].setdefault("slurm", []).append(slurm_id)
             by_id[jobid]["slurm_log"] = log
     return by_id
-
-
-def _sacct(ids: list[int], wait: float = 60.0) -> dict[int, dict]:
-    """sacct records (allocation lines) of IDS, epoch times; waits for slurmdbd to have all of them finished."""
-    fields = ["JobIDRaw", "JobName", "State", "ExitCode", "Start", "End", "NodeList", "AllocCPUS"]
-    deadline = time.monotonic() + wait
-    while True:
-        proc = subprocess.run(["sacct", "-X", "-n", "-P", "-j", ",".join(map(str, ids)), f"--format={','.join(fields)}"],
-                              capture_output=True, text=True, timeout=30, env=os.environ | {"SLURM_TIME_FORMAT": "%s"})
-        rows = {}
-        for line in proc.stdout.splitlines():
-            rec = dict(zip(fields, line.split("|"), strict=True))
-            rows[int(rec["JobIDRaw"])] = rec
-        done = set(rows) == set(ids) and all(r["End"].isdigit() for r in rows.values())
-        if done or time.monotonic() > deadline:
-            return rows
-        time.sleep(2)
 
 
 def test_slurm_run_submits_every_score_cell_through_sbatch(slurm_run):
@@ -179,7 +89,7 @@ def test_sacct_lists_the_jobs_as_completed(slurm_run):
     assert slurm_run["rc"] == 0
     run_id = re.search(r"SLURM run ID: (\S+)", slurm_run["out"]).group(1)
     ids = [j["slurm"][0] for j in _score_jobs(slurm_run).values()]
-    rows = _sacct(ids)
+    rows = sacct_records(ids)
     assert sorted(rows) == sorted(ids), rows
     for rec in rows.values():
         assert (rec["State"], rec["ExitCode"], rec["JobName"]) == ("COMPLETED", "0:0", run_id), rec
@@ -233,7 +143,7 @@ def test_each_job_owns_its_server_and_the_server_dies_with_it(slurm_run):
     assert "anyjev: stopped" not in slurm_run["out"], "onsuccess of the main process had nothing to stop"
 
     # Which job owned which server: the provenance of each cell records the server it used.
-    acct = _sacct([j["slurm"][0] for j in score.values()])
+    acct = sacct_records([j["slurm"][0] for j in score.values()])
     for j in score.values():
         task = j["wildcards"]["task"]
         prov = json.loads((work / f"results/cells/{MODEL}/{task}/provenance.json").read_text())

@@ -20,24 +20,12 @@ import anyjev.data.hub as hub
 import anyjev.serving.models as models
 from anyjev.errors import ConfigError
 from anyjev.lock import Lock
+from tests.hub_repos import write_hub_repo
 
 datasets = pytest.importorskip("datasets")
 
 COMMIT_A = "a" * 40
 COMMIT_B = "b" * 40
-
-
-def write_hub_repo(root: Path, splits: dict[str, dict[str, list]], features, config: str | None = None) -> Path:
-    """A local folder holding a hub dataset repo's parquet files as the hub lays them out: data/<split>-*.parquet,
-    or <config>/<split>-*.parquet declared in the README's `configs:` block for a dataset with named configs."""
-    folder = root / (config or "data")
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, columns in splits.items():
-        datasets.Dataset.from_dict(columns, features=features).to_parquet(folder / f"{split}-00000-of-00001.parquet")
-    if config:
-        card = {"configs": [{"config_name": config, "data_files": [{"split": s, "path": f"{config}/{s}-*"} for s in splits]}]}
-        (root / "README.md").write_text(f"---\n{yaml.safe_dump(card)}---\n")
-    return root
 
 
 @pytest.fixture

