@@ -97,3 +97,30 @@ def test_one_job_per_model_fails_one_cell_alone_and_retries_it(tmp_path, stub):
     assert record["cells"]["capitals"]["counts"]["prompts"] == 0
     assert (work / f"results/cells/{MODEL}/capitals/scores.jsonl").read_bytes() == published
     assert (work / "results/tables/summary.csv").is_file()
+
+
+def test_auto_cuts_one_job_per_model_only_under_a_cluster_executor(tmp_path):
+    """score_jobs: auto (the default): a local run keeps one job per cell; `--executor slurm` (given on the command
+    line or by a profile) gets one score_model job per model, then a score_cell job per cell."""
+    if not (QWEN3 / "tokenizer.json").is_file():
+        pytest.skip(f"the Qwen3 tokenizer is missing at {QWEN3} (scripts/setup_env.sh --test fetches it)")
+    work = tmp_path / "w"
+    config = {"models": {m: {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": str(QWEN3)} for m in ("a", "b")},
+              "tasks": _write_tasks(work), "levels": ["raw", "L0"], "published": None}
+    (work / "config").mkdir()
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def rules(*args: str) -> dict[str, list[bool]]:
+        proc = run_snakemake(work, "-n", *args, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        found: dict[str, list[bool]] = {}
+        for j in job_blocks(proc.stdout + proc.stderr):
+            found.setdefault(j["rule"], []).append(j["local"])
+        return found
+
+    local = rules()
+    assert "score_model" not in local and len(local["score_cell"]) == 4
+    for how in (("--executor", "slurm", "-j", "4"), ("--workflow-profile", str(REPO / "workflow/profiles/slurm"))):
+        cluster = rules(*how)
+        # (a dry run prints every job as "rule": which run where is checked on a real SLURM, test_rehearsal_slurm.py)
+        assert len(cluster["score_model"]) == 2 and len(cluster["score_cell"]) == 4, how

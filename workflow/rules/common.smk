@@ -47,11 +47,27 @@ def _check_rule_python():
 CONFIG_AS_RUN, SETTINGS = _load_settings()
 _check_rule_python()
 CELLS = SETTINGS.cells
+
+
+def _executor_name():
+    # Snakemake parses this file before it creates the executor, so `workflow` cannot tell yet whether jobs will
+    # go to a cluster. The parsed command line (with the profile's keys: --executor, or a profile's `executor:`)
+    # is on the call stack, in snakemake.cli.args_to_api (Snakemake 9; pinned). None when called otherwise (API).
+    frame = sys._getframe()
+    while frame is not None:
+        args = frame.f_locals.get("args") if frame.f_code.co_name == "args_to_api" else None
+        if args is not None and isinstance(getattr(args, "executor", None), str):
+            return args.executor
+        frame = frame.f_back
+    return None
+
+
 # One scoring job per cell, or per model (docs/servers.md); auto: per model when jobs go to a cluster. A cluster
-# job's own Snakemake (remote_exec) parses this file too and must define the same rules as the main process.
+# job's own Snakemake (remote_exec) parses this file too and must define the rules its main process chose.
 SCORE_JOBS = SETTINGS.score_jobs
 if SCORE_JOBS == "auto":
-    SCORE_JOBS = "model" if workflow.non_local_exec or workflow.remote_exec else "cell"
+    cluster = workflow.remote_exec or _executor_name() not in (None, "local", "dryrun", "touch")
+    SCORE_JOBS = "model" if cluster else "cell"
 MODELS = sorted({m for m, _ in CELLS})
 TASKS = sorted({t for _, t in CELLS})
 # The run's owner: a managed vLLM server lives as long as this Snakemake process (docs/servers.md). Each
