@@ -45,10 +45,8 @@ pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow]
 RUN_TIMEOUT = 900
 # The 2-CPU test node: one CPU per scoring job, so two models load and score at once (the profile's 8 would never
 # be scheduled); each model's memory and time come from the config (models.<name>.mem_mb / runtime).
-# score_jobs=model explicitly: `auto` is resolved when the Snakefile is parsed, before Snakemake knows its executor
-# (workflow.non_local_exec is False then), so the main process picks `cell` while each job's Snakemake picks
-# `model`. Drop this once auto sees the executor (or the SLURM profile sets score_jobs).
-NODE_ARGS = ("--set-resources", "score_model:cpus_per_task=1", "--config", "score_jobs=model")
+# score_jobs stays `auto` (paper.yaml's): under --executor slurm it must pick one score_model job per model.
+NODE_ARGS = ("--set-resources", "score_model:cpus_per_task=1")
 CANCEL_MODEL, CANCEL_TASK = R.MODELS[0], "newsgroups"
 # How long the main Snakemake may take to notice a cancelled allocation by itself before the test interrupts it.
 SELF_EXIT_S = 30
