@@ -1,8 +1,7 @@
 """Fixtures shared by the end-to-end modules: one local run of the reduced config per session.
 
-`finished_run` is session-scoped so that another module (tests/e2e/test_slurm.py) can compare its own run of
-the same config against the same local run instead of paying for a second one; `slurm_cluster` is session-scoped so
-that every SLURM module shares one cluster start.
+`finished_run` is session-scoped so that every e2e module inspects the same local run instead of paying for a
+second one; `slurm_cluster` is session-scoped so that every SLURM module shares one cluster start.
 """
 
 from __future__ import annotations

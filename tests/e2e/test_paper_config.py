@@ -32,11 +32,12 @@ GPUS = {"Qwen3-8B": 1, "Qwen2.5-7B-Instruct": 1, "Qwen3-30B-A3B-Instruct-2507": 
 # Memory (MB) and time (minutes) of each model's scoring jobs: models.<name>.mem_mb / runtime in config/paper.yaml.
 MEM_MB = {"Qwen3-8B": 64000, "Qwen2.5-7B-Instruct": 64000, "Qwen3-30B-A3B-Instruct-2507": 128000}
 RUNTIME = {"Qwen3-8B": 240, "Qwen2.5-7B-Instruct": 240, "Qwen3-30B-A3B-Instruct-2507": 360}
-JOB_COUNTS = {"fetch_hub_task": 3, "prepare_model": 3, "prepare_task": 3, "score_cell": 9,
+JOB_COUNTS = {"fetch_hub_task": 3, "prepare_model": 3, "prepare_task": 3, "score_model": 3, "score_cell": 9,
               "evaluate_cell": 9, "reliability_plot": 9, "summary_table": 1, "provenance_table": 1, "summary_plots": 1,
               "vs_published": 1, "vs_published_plot": 1, "all": 1}
-# Every rule but score_cell runs in the main Snakemake process, never as a SLURM job (`all` has no action).
-LOCAL_RULES = {"prepare_model", "fetch_hub_task", "prepare_task", "evaluate_cell", "summary_table",
+# Every rule but score_model (one job per model: docs/servers.md) runs in the main Snakemake process, never as a
+# SLURM job (`all` has no action).
+LOCAL_RULES = {"prepare_model", "fetch_hub_task", "prepare_task", "score_cell", "evaluate_cell", "summary_table",
                "summary_plots", "reliability_plot", "vs_published", "vs_published_plot", "provenance_table", "all"}
 
 # Loads the workflow through Snakemake's API (no DAG, no jobs) and prints, per rule, whether Snakemake keeps it
@@ -49,7 +50,9 @@ from snakemake.api import SnakemakeApi
 from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings, StorageSettings
 snakefile, workdir, configfile = map(Path, sys.argv[1:4])
 with SnakemakeApi(OutputSettings()) as api:
-    wf = api.workflow(snakefile=snakefile, workdir=workdir, config_settings=ConfigSettings(configfiles=[configfile]),
+    # Through the API there is no command line to show the executor: ask for the cluster cut (score_jobs: model).
+    wf = api.workflow(snakefile=snakefile, workdir=workdir,
+                      config_settings=ConfigSettings(configfiles=[configfile], config={"score_jobs": "model"}),
                       resource_settings=ResourceSettings(), storage_settings=StorageSettings())
     w = wf._workflow
     print("LOCALRULES=" + json.dumps({r.name: (r.name in w._localrules or r.norun) and r.group is None
@@ -135,9 +138,9 @@ def test_paper_grid_lists_the_expected_jobs(paper_dry_run):
     assert plot[0]["output"] == "results/plots/vs_published.png, results/plots/vs_published.pdf"
 
 
-def test_score_cell_resources_come_from_config_per_model_and_profile(paper_dry_run):
+def test_score_model_resources_come_from_config_per_model_and_profile(paper_dry_run):
     profile = yaml.safe_load((PROFILE / "config.yaml").read_text())
-    site = profile["set-resources"]["score_cell"]
+    site = profile["set-resources"]["score_model"]
     # The profile sets only what is per site; gpu, mem_mb and runtime there would override every model's.
     assert site == {"cpus_per_task": 8}
     paper = yaml.safe_load(PAPER.read_text())
@@ -145,7 +148,7 @@ def test_score_cell_resources_come_from_config_per_model_and_profile(paper_dry_r
     assert {m: paper["models"][m]["mem_mb"] for m in MODELS} == MEM_MB
     assert {m: paper["models"][m]["runtime"] for m in MODELS} == RUNTIME
     seen = set()
-    for job in (j for j in paper_dry_run["jobs"] if j["rule"] == "score_cell"):
+    for job in (j for j in paper_dry_run["jobs"] if j["rule"] == "score_model"):
         res = job["resources"]
         model = job["wildcards"]["model"]
         seen.add(model)
@@ -165,16 +168,16 @@ def test_slurm_profile_keeps_going_and_shows_failed_logs():
 def test_other_jobs_get_the_profile_default_resources_and_no_gpu(paper_dry_run):
     default = yaml.safe_load((PROFILE / "config.yaml").read_text())["default-resources"]
     assert default == {"mem_mb": 4000, "runtime": 60}
-    others = [j for j in paper_dry_run["jobs"] if j["rule"] != "score_cell"]
-    assert len(others) == sum(JOB_COUNTS.values()) - 9
+    others = [j for j in paper_dry_run["jobs"] if j["rule"] != "score_model"]
+    assert len(others) == sum(JOB_COUNTS.values()) - 3
     for job in others:
         res = job["resources"]
         assert (res["mem_mb"], res["runtime"]) == ("4000", "60"), job
         assert "gpu" not in res and "cpus_per_task" not in res, job
 
 
-def test_only_score_cell_goes_to_the_cluster(paper_dry_run):
+def test_only_score_model_goes_to_the_cluster(paper_dry_run):
     localrules = paper_dry_run["localrules"]
     assert set(localrules) == set(JOB_COUNTS)
     assert {r for r, local in localrules.items() if local} == LOCAL_RULES
-    assert {r for r, local in localrules.items() if not local} == {"score_cell"}
+    assert {r for r, local in localrules.items() if not local} == {"score_model"}

@@ -112,8 +112,13 @@ def test_one_score_model_job_per_model_through_sbatch(rehearsal):
     assert all(j["local"] for j in others), [j["rule"] for j in others if not j["local"]]
     # sacct: each allocation completed (a failed cell is recorded by its model's job, which succeeds).
     records = sacct_records([j["slurm"][0] for j in jobs.values()])
-    assert {r["State"] for r in records.values()} == {"COMPLETED"}, records
+    run_id = re.search(r"SLURM run ID: (\S+)", out).group(1)
+    assert {(r["State"], r["ExitCode"], r["JobName"]) for r in records.values()} == {("COMPLETED", "0:0", run_id)}, records
     assert {r["AllocCPUS"] for r in records.values()} == {"1"}, records
+    for model, job in jobs.items():
+        # The job's own log: the jobstep Snakemake inside the allocation ran this model's score_model rule.
+        job_log = Path(job["slurm_log"]).read_text()
+        assert f"wildcards: model={model}" in job_log and "1 of 1 steps (100%) done" in job_log, job_log[-3000:]
 
 
 def test_one_server_start_per_model(rehearsal):
