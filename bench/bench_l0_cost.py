@@ -312,6 +312,25 @@ def print_table(report: dict) -> None:
                   f"{(str(ag['agree']) + '/' + str(ag['n'])) if ag else '':>10} {ag['cp_upper_95'] if ag else '':>7}")
 
 
+def markdown(report: dict) -> str:
+    """The README's block: one table per workload, from the JSON."""
+    lines = []
+    for w in report["workloads"].values():
+        lines += ["", f"{w['title']}: {w['n_test']} test items, {w['n_calib']} calibration items, "
+                      f"{w['prompt_tokens_mean']:.0f} prompt tokens per prompt on average", "",
+                  "| row | prompts/item | computed tokens/item | vs (a) | cache hits | s/item | vs (a) | agrees with (a) | CP 95% upper |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in w["rows"].values():
+            ag, vs = r.get("agreement_with_full_l0"), r.get("vs_full_nocache", {})
+            hit = "" if r["cache_hit_rate"] is None else f"{r['cache_hit_rate']:.0%}"
+            agree = f"{ag['agree']}/{ag['n']}" if ag else ""
+            lines.append(f"| {r['key']} | {r['prompts_per_item_median']} | {r['computed_tokens_per_item']:.0f} | "
+                         f"{vs.get('computed_tokens', float('nan')):.2f}x | {hit} | {r['wall_s_per_item']:.1f} | "
+                         f"{vs.get('wall', float('nan')):.2f}x | {agree} | "
+                         f"{ag['cp_upper_95'] if ag else ''} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--long-test", type=int, default=6)
@@ -325,7 +344,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-published", action="store_true")
     ap.add_argument("--out", default="results/bench")
+    ap.add_argument("--report", metavar="JSON", help="only print the table and the README block of an earlier run")
     args = ap.parse_args(argv)
+    if args.report:
+        report = json.loads(Path(args.report).read_text())
+        print_table(report)
+        print(markdown(report))
+        return 0
     from transformers import AutoTokenizer
 
     from anyjev.serving.models import prepare_smollm2
@@ -391,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         stop_server(handle)
     save()
     print_table(report)
+    print(markdown(report))
     print(f"\nwrote {json_path} ({report['total_seconds']:.0f} s)")
     return 0
 
