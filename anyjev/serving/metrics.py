@@ -1,0 +1,81 @@
+"""Prompt-token and prefix-cache counters from a vLLM server's Prometheus ``/metrics`` (vLLM 0.32 names).
+
+``vllm:prompt_tokens_total`` counts every prompt token scheduled; ``vllm:prefix_cache_queries_total`` /
+``vllm:prefix_cache_hits_total`` count the tokens looked up in the prefix cache and those found there.
+The tokens the server actually computed = prompt tokens - hits. Counters are cumulative since the server
+started: take differences of two readings (:meth:`CacheCounters.minus`) around the work measured.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import httpx
+
+from anyjev.errors import BackendError
+
+COUNTERS = {
+    "prompt_tokens": "vllm:prompt_tokens_total",
+    "cache_queries": "vllm:prefix_cache_queries_total",
+    "cache_hits": "vllm:prefix_cache_hits_total",
+    "requests_ok": "vllm:request_success_total",
+}
+_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
+
+
+@dataclass(frozen=True)
+class CacheCounters:
+    """One reading (or the difference of two) of the server's prompt-token and prefix-cache counters."""
+
+    prompt_tokens: float
+    cache_queries: float
+    cache_hits: float
+    requests_ok: float
+
+    @property
+    def computed_tokens(self) -> float:
+        """Prompt tokens the server prefilled (not served from the prefix cache)."""
+        return self.prompt_tokens - self.cache_hits
+
+    @property
+    def hit_rate(self) -> float:
+        """Hits over queries (tokens); nan when nothing was queried."""
+        return self.cache_hits / self.cache_queries if self.cache_queries else float("nan")
+
+    def minus(self, earlier: CacheCounters) -> CacheCounters:
+        return CacheCounters(*(getattr(self, k) - getattr(earlier, k) for k in COUNTERS))
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in COUNTERS} | {"computed_tokens": self.computed_tokens,
+                                                          "hit_rate": self.hit_rate}
+
+
+def parse_counters(text: str, served_name: str | None = None) -> CacheCounters:
+    """Sum each counter over its label sets (engines, finish reasons), restricted to MODEL_NAME=SERVED_NAME
+    when given. A counter the text does not hold raises BackendError naming it (another vLLM version)."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if not m or m["name"] not in COUNTERS.values():
+            continue
+        if served_name is not None and m["labels"] and f'model_name="{served_name}"' not in m["labels"]:
+            continue
+        found[m["name"]] = found.get(m["name"], 0.0) + float(m["value"])
+    missing = [name for name in COUNTERS.values() if name not in found]
+    if missing:
+        raise BackendError(f"/metrics has no {', '.join(missing)} (vLLM 0.32 names; is this a vLLM server with "
+                           f"stats logging on, serving {served_name!r}?)")
+    return CacheCounters(*(found[name] for name in COUNTERS.values()))
+
+
+def read_counters(base_url: str, served_name: str | None = None, *, timeout: float = 10.0) -> CacheCounters:
+    """Read the counters from BASE_URL/metrics."""
+    url = base_url.rstrip("/") + "/metrics"
+    try:
+        resp = httpx.get(url, timeout=timeout)
+    except httpx.HTTPError as exc:
+        raise BackendError(f"GET {url} failed: {type(exc).__name__}: {exc}") from exc
+    if resp.status_code != 200:
+        raise BackendError(f"GET {url} answered HTTP {resp.status_code}")
+    return parse_counters(resp.text, served_name)
