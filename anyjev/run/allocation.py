@@ -18,14 +18,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 import socket
 import time
 from pathlib import Path
 from typing import Any
 
 from anyjev.errors import AnyjevError, BackendError, ConfigError, LabelTokenError, ServerError, TaskDataError
-from anyjev.files import now_iso, write_json_atomic
+from anyjev.files import now_iso, write_json_atomic, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +120,7 @@ def publish_cell(allocation: str | os.PathLike[str], task: str, out: str | os.Pa
             raise cls(message)
         raise AnyjevError(message)  # ConfigError / TaskDataError: the message already names the key or file:line
     for src, dst in ((outcome["scores"], out), (outcome["provenance"], provenance_path)):
-        Path(dst).parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(f"{dst}.tmp")
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
+        write_text_atomic(dst, Path(src).read_text(encoding="utf-8"))
     log.info("published %s/%s from %s: %s", model, task, where, outcome["counts"])
     return outcome
 
