@@ -107,11 +107,18 @@ class _KGroup:
     inputs: LevelInputs
     test_pos: np.ndarray
     gold: np.ndarray
+    prior_source: str = "items"
+
+    def uses_calib(self, with_l1: bool) -> bool:
+        """Whether this K's calibration items enter its levels (L1, or the frozen prior of an adaptive cell)."""
+        return with_l1 or self.prior_source == "calibration"
 
 
-def _k_groups(test: list[dict], calib: list[dict], source: str, cf: dict[str, list[dict]] | None = None) -> list[_KGroup]:
+def _k_groups(test: list[dict], calib: list[dict], source: str, cf: dict[str, list[dict]] | None = None,
+              prior_mode: str = "batch") -> list[_KGroup]:
     """Split a cell by K; within a K every item must have the same layouts (else levels would mix layouts),
-    except that a test item read adaptively (``adaptive`` in its record) may hold a subset of them."""
+    except that a test item read adaptively (``adaptive`` in its record) may hold a subset of them. Each K
+    gets its prior source (:func:`prior_source_for`)."""
     out = []
     cf = cf or {}
     for k in sorted({int(r["k"]) for r in test}):
@@ -153,7 +160,12 @@ def _k_groups(test: list[dict], calib: list[dict], source: str, cf: dict[str, li
                     else:
                         orders_rev = per_item
         inputs = level_inputs(fwd, rev, orders_fwd, orders_rev, [r["group"] for r in t], **kwargs)
-        out.append(_KGroup(k, inputs, np.array(pos, dtype=np.intp), np.array([r["gold"] for r in t], dtype=np.intp)))
+        prior_source = prior_source_for(prior_mode, t)
+        if prior_source == "calibration" and not c:
+            raise TaskDataError(source, "items", f"test items with K={k} were read with adaptive rotations, but the "
+                                f"cell holds no calibration items with K={k}, whose frozen prior their L0 needs")
+        out.append(_KGroup(k, inputs, np.array(pos, dtype=np.intp), np.array([r["gold"] for r in t], dtype=np.intp),
+                           prior_source))
     stray = sorted({int(r["k"]) for r in calib} - {g.k for g in out})
     if stray:
         log.warning("%s: calibration items with K=%s have no test items of that K; they are not used", source, stray)
@@ -173,7 +185,7 @@ def _replicates(groups: list[_KGroup], idx: list[tuple[np.ndarray, np.ndarray | 
     """Levels of every resample, K groups padded and concatenated: ``{level: {g: (B, N, Kmax)}}``, gold ``(B, N)``,
     and ``log T`` per layout group ``(B,)``. One temperature per layout group is fitted on all K groups."""
     kmax = max(g.k for g in groups)
-    per = [levels_resampled(grp.inputs, it, ic if with_l1 else None, fit=False, **settings)
+    per = [levels_resampled(grp.inputs, it, ic, fit=False, prior_source=grp.prior_source, **settings)
            for grp, (it, ic) in zip(groups, idx, strict=True)]
     layout_groups = list(groups[0].inputs.test)
     levels = {name: {g: np.concatenate([_pad(r.levels[name][g], kmax) for r in per], axis=1) for g in layout_groups}
@@ -217,7 +229,7 @@ def _identity(groups: list[_KGroup], with_l1: bool, rows: int = 1) -> list[tuple
     out = []
     for grp in groups:
         it = np.broadcast_to(np.arange(grp.inputs.n_test), (rows, grp.inputs.n_test))
-        ic = np.broadcast_to(np.arange(grp.inputs.n_calib), (rows, grp.inputs.n_calib)) if with_l1 else None
+        ic = np.broadcast_to(np.arange(grp.inputs.n_calib), (rows, grp.inputs.n_calib)) if grp.uses_calib(with_l1) else None
         out.append((it, ic))
     return out
 
@@ -226,7 +238,7 @@ def _jackknife(groups: list[_KGroup], with_l1: bool, settings: dict) -> list[dic
     """Leave-one-out metric values, one entry per stratum (split x K) of at least 2 items."""
     strata = []
     for j, grp in enumerate(groups):
-        for split, n in (("test", grp.inputs.n_test), ("calib", grp.inputs.n_calib if with_l1 else 0)):
+        for split, n in (("test", grp.inputs.n_test), ("calib", grp.inputs.n_calib if grp.uses_calib(with_l1) else 0)):
             if n < 2:
                 continue
             loo = np.array([np.delete(np.arange(n), i) for i in range(n)])
@@ -262,9 +274,12 @@ def evaluate_records(records: list[dict], settings: EvaluationSettings | None = 
         raise ValueError(f"prior_batch_size: only meaningful with prior_mode 'streaming', got {batch_size} with {prior_mode!r}")
     if n_boot < MIN_BOOT:
         raise ValueError(f"n_boot: must be >= {MIN_BOOT}, got {n_boot}")
+    test = [r for r in records if r.get("split") in (None, "test")]
+    calib = [r for r in records if r.get("split") == "calib"]
+    if not test:
+        raise TaskDataError(source, "items", "no test items to evaluate")
     effective_batch = (batch_size or 1) if prior_mode == "streaming" else None
-    settings = {"strength": strength, "min_items": min_items, "batch_size": effective_batch,
-                "prior_source": "content_free" if prior_mode == "content_free" else "items"}
+    settings = {"strength": strength, "min_items": min_items, "batch_size": effective_batch}
     cf: dict[str, list[dict]] = {}
     for rec in sorted((extras or {}).values(), key=lambda r: r["id"]):
         if rec.get("type") == "content_free":
@@ -274,11 +289,8 @@ def evaluate_records(records: list[dict], settings: EvaluationSettings | None = 
         raise TaskDataError(source, "evaluation.prior_mode", "is content_free, but the cell holds no content-free probes "
                             "(rescore it: score jobs read them when prior_mode is content_free or levels lists L0-cf)")
 
-    test = [r for r in records if r.get("split") in (None, "test")]
-    calib = [r for r in records if r.get("split") == "calib"]
-    if not test:
-        raise TaskDataError(source, "items", "no test items to evaluate")
-    groups = _k_groups(test, calib, source, cf)
+    groups = _k_groups(test, calib, source, cf, prior_mode)
+    prior_source = "/".join(sorted({g.prior_source for g in groups}))
     with_l1 = all(g.inputs.n_calib > 0 for g in groups)
     if calib and not with_l1:
         missing = [g.k for g in groups if g.inputs.n_calib == 0]
@@ -296,7 +308,8 @@ def evaluate_records(records: list[dict], settings: EvaluationSettings | None = 
     idx = []
     for grp in groups:
         it = np.sort(rng.integers(0, grp.inputs.n_test, size=(n_boot, grp.inputs.n_test)), axis=1)
-        ic = np.sort(rng.integers(0, grp.inputs.n_calib, size=(n_boot, grp.inputs.n_calib)), axis=1) if with_l1 else None
+        ic = (np.sort(rng.integers(0, grp.inputs.n_calib, size=(n_boot, grp.inputs.n_calib)), axis=1)
+              if grp.uses_calib(with_l1) else None)
         idx.append((it, ic))
     boot, boot_t = _metric_replicates(groups, idx, with_l1, settings)
     jack = _jackknife(groups, with_l1, settings)
@@ -330,19 +343,37 @@ def evaluate_records(records: list[dict], settings: EvaluationSettings | None = 
         "n": len(test),
         "n_calib": sum(g.inputs.n_calib for g in groups) if with_l1 else len(calib),
         "k": ks[0] if len(ks) == 1 else f"mixed ({ks[0]}-{ks[-1]})",
-        "k_groups": [{"k": g.k, "n": g.inputs.n_test, "n_calib": g.inputs.n_calib} for g in groups],
+        "k_groups": [{"k": g.k, "n": g.inputs.n_test, "n_calib": g.inputs.n_calib, "prior_source": g.prior_source}
+                     for g in groups],
         "levels": [lv for lv in ALL_LEVELS if lv in metrics],
         "metrics": metrics,
         "temperature": temperature,
         **({"answer_mass": mass} if mass is not None else {}),
         "intervals_widened": int(widened),
-        "settings": {**dataclasses.asdict(s), "effective_batch_size": effective_batch,
+        "settings": {**dataclasses.asdict(s), "effective_batch_size": effective_batch, "prior_source": prior_source,
                      "interval": f"BCa {level:.0%}", "interval_level": level, "resampled": RESAMPLED,
                      "tie_tolerance": TIE_TOL},
         "_result": result,
         "_gold": gold[0],
         "_ids": [r["id"] for r in test],
     }
+
+
+def prior_source_for(prior_mode: str, test: list[dict]) -> str:
+    """Where the test items' prior comes from: the content-free probes, the test items themselves, or, for a
+    cell read with adaptive rotations, the calibration items' frozen prior.
+
+    An adaptive cell's items read different rotations, hard items more of them, so a prior estimated from
+    the items that read each rotation is biased by the stopping rule, and the L0 decision it gives is not the
+    one the certificate covers. The stopping statistic is L0 under the calibration items' frozen prior
+    (:mod:`anyjev.run.adaptive`), so that is the prior of an adaptive cell's L0 under ``batch`` and
+    ``streaming`` alike.
+    """
+    if prior_mode == "content_free":
+        return "content_free"
+    if any("adaptive" in r for r in test):
+        return "calibration"
+    return "items"
 
 
 def answer_mass_summary(test: list[dict], *, n_boot: int, seed: int, level: float) -> dict | None:

@@ -40,7 +40,7 @@ PRIOR_MIN_ITEMS: int = default("evaluation", "prior_min_items")
 LEVELS: tuple[str, ...] = ("raw", "L0-perm", "L0-bc", "L0", "L1")
 CF_LEVEL = "L0-cf"  # ablation: L0 with the content-free prior (only when the probes were scored)
 ALL_LEVELS: tuple[str, ...] = (*LEVELS, CF_LEVEL)
-PRIOR_SOURCES: tuple[str, ...] = ("items", "content_free")
+PRIOR_SOURCES: tuple[str, ...] = ("items", "content_free", "calibration")
 GROUPS: tuple[str, ...] = ("fwd", "rev")
 
 PRIOR_FLOOR = 1e-8  # floor on both q and the prior in the prior correction (published method)
@@ -412,17 +412,21 @@ def levels_resampled(inputs: LevelInputs, idx_test: np.ndarray, idx_calib: np.nd
     streaming prior sees items in their scored order. ``fit=False`` stops before the temperature (no L1;
     ``calib_l0`` and ``frozen_l0`` are filled), for a caller that fits one T over several cells (mixed K);
     without calibration items ``frozen_l0`` is L0 under the uniform prior (a group unseen in calibration).
-    ``prior_source="content_free"`` takes every prior (test, and L1's frozen one) from the content-free probes.
+    ``prior_source="content_free"`` takes every prior (test, and L1's frozen one) from the content-free probes;
+    ``prior_source="calibration"`` corrects the test items with the calibration items' frozen prior (what an
+    adaptive cell's stopping rule used, :mod:`anyjev.run.adaptive`), so L0 equals ``frozen_l0``.
     Where content-free priors are given, ``L0-cf`` is L0 under them.
     """
     if prior_source not in PRIOR_SOURCES:
         raise ValueError(f"prior_source: must be one of {PRIOR_SOURCES}, got {prior_source!r}")
     if prior_source == "content_free" and not inputs.cf:
         raise ValueError("prior_source 'content_free': the cell has no content-free probes (score it with them)")
+    use_calib = bool(inputs.calib) and idx_calib is not None
+    if prior_source == "calibration" and not use_calib:
+        raise ValueError("prior_source 'calibration': needs calibration items (the frozen prior is theirs)")
     n_groups = len(inputs.group_names)
     levels: dict[str, dict[str, np.ndarray]] = {name: {} for name in ALL_LEVELS}
     out = ResampledLevels(levels=levels, log_t={}, test_prior={}, calib_prior={})
-    use_calib = bool(inputs.calib) and idx_calib is not None
     gid_test = inputs.test_gid[idx_test]
     for g, lp in inputs.test.items():
         orders = _per_item(inputs.orders[g], idx_test)
@@ -431,6 +435,9 @@ def levels_resampled(inputs: LevelInputs, idx_test: np.ndarray, idx_calib: np.nd
         cf = inputs.cf[g][idx_test] if g in inputs.cf else None
         if prior_source == "content_free":
             prior = cf
+        elif prior_source == "calibration":
+            frozen, _ = _frozen_priors(np.exp(inputs.calib[g]), inputs.calib_gid, idx_calib, n_groups, min_items)
+            prior = _take_groups(frozen, gid_test)
         else:
             prior = _running_prior(np.exp(lp), inputs.test_gid, idx_test, n_groups=n_groups, min_items=min_items,
                                    batch_size=batch_size, read=read)
@@ -598,7 +605,8 @@ def compute_levels(
 
     ARRAYS and CALIB are :func:`level_inputs`'s: ``(test_fwd, test_rev, orders_fwd, orders_rev, groups_test)``
     and the keyword arrays (calibration, per-item orders, layouts read, content-free priors).
-    ``prior_source="content_free"`` uses the content-free prior wherever the batch prior would be.
+    ``prior_source="content_free"`` uses the content-free prior wherever the batch prior would be,
+    ``"calibration"`` the calibration items' frozen prior.
     """
     inputs = level_inputs(*arrays, **calib)  # type: ignore[arg-type]
     _check_prior_args(min_items, batch_size)

@@ -17,6 +17,7 @@ from anyjev.data.tasks import Item
 from anyjev.decision.labels import LabelChecker
 from anyjev.decision.layouts import layouts_for, spread_order
 from anyjev.decision.questions import choice, noul
+from anyjev.errors import TaskDataError
 from anyjev.numbers.certificate import (
     certify_margins,
     certify_threshold,
@@ -443,14 +444,67 @@ def _full_records(rng: np.random.Generator, n: int, k: int, split: str) -> list[
     return recs
 
 
-def test_levels_from_all_rotations_read_adaptively_equal_full() -> None:
+def _arrays_of(records: list[dict], g: str, k: int) -> tuple[np.ndarray, np.ndarray]:
+    names = [f"{g}/r{s}" for s in range(k)]
+    return (np.array([[r["layouts"][n]["lp"] for n in names] for r in records]),
+            np.array([records[0]["layouts"][n]["order"] for n in names]))
+
+
+def test_adaptive_cell_read_in_full_is_full_l0_under_the_calibration_prior() -> None:
+    """Every rotation read, an adaptive cell's levels are the full computation, with the calibration items'
+    frozen prior in place of the test items' batch prior (prior-free levels unchanged, bit for bit)."""
     rng = np.random.default_rng(3)
-    records = _full_records(rng, 30, 5, "test") + _full_records(rng, 20, 5, "calib")
+    test, calib = _full_records(rng, 30, 5, "test"), _full_records(rng, 20, 5, "calib")
     settings = EvaluationSettings(n_boot=1000)
-    full = evaluate_records(records, settings)
-    marked = [dict(r, adaptive={"read": {"fwd": 5, "rev": 5}}) if r["split"] == "test" else r for r in records]
+    full = evaluate_records(test + calib, settings)
+    marked = [dict(r, adaptive={"read": {"fwd": 5, "rev": 5}}) for r in test] + calib
     again = evaluate_records(marked, settings)
-    assert json.dumps(full["metrics"], sort_keys=True) == json.dumps(again["metrics"], sort_keys=True)
+    assert full["settings"]["prior_source"] == "items" and again["settings"]["prior_source"] == "calibration"
+    for level in ("raw", "L0-perm"):
+        assert json.dumps(full["metrics"][level], sort_keys=True) == json.dumps(again["metrics"][level], sort_keys=True)
+    args = {}
+    for g in ("fwd", "rev"):
+        args[f"test_{g}"], args[f"orders_{g}"] = _arrays_of(test, g, 5)
+        args[f"calib_{g}"], _ = _arrays_of(calib, g, 5)
+    expected = compute_levels(args["test_fwd"], args["test_rev"], args["orders_fwd"], args["orders_rev"], ["q"] * 30,
+                              calib_fwd=args["calib_fwd"], calib_rev=args["calib_rev"], calib_groups=["q"] * 20,
+                              calib_gold=np.array([r["gold"] for r in calib]), prior_source="calibration")
+    batch = compute_levels(args["test_fwd"], args["test_rev"], args["orders_fwd"], args["orders_rev"], ["q"] * 30)
+    for g in ("fwd", "rev"):
+        np.testing.assert_allclose(again["_result"]["L0"][g], expected["L0"][g], atol=1e-12)
+        np.testing.assert_allclose(again["_result"]["L1"][g], expected["L1"][g], atol=1e-12)
+        assert np.abs(expected["L0"][g] - batch["L0"][g]).max() > 1e-3  # the prior did change
+
+
+def test_adaptive_cell_evaluates_the_decision_the_rule_certified(qwen3, adaptive_cell) -> None:
+    """An adaptive cell's evaluated L0 is the stopping rule's own statistic (L0 over the rotations read under the
+    calibration items' frozen prior), so the reported decision is the certified one."""
+    out, _, _ = adaptive_cell
+    _, records, _ = read_cell(out)
+    rule = certify_records([r for r in records if r["split"] == "calib"], **RULE)
+    res = evaluate_records(records, EvaluationSettings(n_boot=1000))
+    # the Yes/No item (K = 2) read every layout and keeps the test items' own prior
+    assert {g["k"]: g["prior_source"] for g in res["k_groups"]} == {2: "items", 5: "calibration"}
+    test = [r for r in records if r["split"] == "test"]
+    checked = 0
+    for i, rec in enumerate(test):
+        if "adaptive" not in rec:
+            continue
+        for g in ("fwd", "rev"):
+            read = spread_order(5)[: rec["adaptive"]["read"][g]]
+            lp = np.array([rec["layouts"][f"{g}/r{s}"]["lp"] for s in read])
+            orders = np.array([rec["layouts"][f"{g}/r{s}"]["order"] for s in read])
+            statistic = running_marginals(rule.corrected(g, "q", log_softmax(lp), orders, read), [len(read)])[0]
+            np.testing.assert_allclose(res["_result"]["L0"][g][i], statistic, atol=1e-9)
+            checked += 1
+    assert checked >= 40
+
+
+def test_adaptive_records_without_calibration_items_are_refused() -> None:
+    rng = np.random.default_rng(6)
+    marked = [dict(r, adaptive={}) for r in _full_records(rng, 10, 5, "test")]
+    with pytest.raises(TaskDataError, match="calibration items"):
+        evaluate_records(marked, EvaluationSettings(n_boot=1000), source="cell.jsonl")
 
 
 def test_levels_from_partial_rotations_use_only_the_layouts_read() -> None:
@@ -463,7 +517,8 @@ def test_levels_from_partial_rotations_use_only_the_layouts_read() -> None:
         m = 2 if i % 2 else k
         keep = {f"{g}/r{s}" for g in ("fwd", "rev") for s in order[:m]}
         partial.append(dict(r, layouts={name: v for name, v in r["layouts"].items() if name in keep}, adaptive={}))
-    res = evaluate_records(partial, EvaluationSettings(n_boot=1000, prior_min_items=20))  # uniform prior
+    calib = _full_records(rng, 10, k, "calib")
+    res = evaluate_records(partial + calib, EvaluationSettings(n_boot=1000, prior_min_items=20))  # uniform prior
     for i, r in enumerate(partial):
         names = sorted((n_ for n_ in r["layouts"] if n_.startswith("fwd/")), key=lambda x: int(x.split("/r")[1]))
         lp = np.array([[r["layouts"][n_]["lp"] for n_ in names]])

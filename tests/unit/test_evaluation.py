@@ -117,7 +117,7 @@ def test_evaluation_intervals_contain_points_and_state_what_is_resampled() -> No
             assert v["lo"] <= v["value"] <= v["hi"], (level, name)
             widened += v["widened"]
     assert ev["intervals_widened"] == widened
-    assert ev["k"] == 3 and ev["k_groups"] == [{"k": 3, "n": 40, "n_calib": 24}]
+    assert ev["k"] == 3 and ev["k_groups"] == [{"k": 3, "n": 40, "n_calib": 24, "prior_source": "items"}]
     assert set(ev["temperature"]) == {"fwd", "rev"} and not ev["temperature"]["fwd"]["at_bound"]
     t = ev["temperature"]["fwd"]
     assert t["lo"] < t["T"] < t["hi"]
@@ -181,7 +181,8 @@ def test_mixed_k_uses_per_k_priors_and_pads() -> None:
     mixed = test + r3[30:] + r5[20:]
     ev = evaluate_records(mixed)
     assert ev["k"] == "mixed (3-5)" and ev["n"] == 50
-    assert ev["k_groups"] == [{"k": 3, "n": 30, "n_calib": 12}, {"k": 5, "n": 20, "n_calib": 10}]
+    assert [{k: g[k] for k in ("k", "n", "n_calib")} for g in ev["k_groups"]] == [{"k": 3, "n": 30, "n_calib": 12},
+                                                                          {"k": 5, "n": 20, "n_calib": 10}]
     assert ev["_ids"] == [r["id"] for r in test]
     sep3, sep5 = evaluate_records(r3), evaluate_records(r5)
     pos3 = [i for i, r in enumerate(test) if r["k"] == 3]
