@@ -20,6 +20,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
 SMOLLM2_DIR = REPO / "resources" / "models" / "smollm2-135m"
+# the Qwen3 tokenizer (scripts/fetch_tokenizers.sh); a worktree points ANYJEV_QWEN3_TOKENIZER_DIR at a checkout's copy
+QWEN3_TOKENIZER_DIR = Path(os.environ.get("ANYJEV_QWEN3_TOKENIZER_DIR") or REPO / "resources" / "tokenizers" / "qwen3")
 
 
 def require_vllm() -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -33,12 +32,13 @@ from typing import Any
 
 import yaml
 
+from tests.conftest import QWEN3_TOKENIZER_DIR
 from tests.e2e.workflow_helpers import env as workflow_env
 
 REPO = Path(__file__).resolve().parents[2]
 PAPER = REPO / "config" / "paper.yaml"
 PUBLISHED = REPO / "results" / "published" / "anyjev-2026.csv"
-QWEN3_TOKENIZER = Path(os.environ.get("ANYJEV_QWEN3_TOKENIZER_DIR") or REPO / "resources" / "tokenizers" / "qwen3")
+QWEN3_TOKENIZER = QWEN3_TOKENIZER_DIR
 
 MODELS = ["Qwen3-8B", "Qwen2.5-7B-Instruct", "Qwen3-30B-A3B-Instruct-2507"]  # paper.yaml's, in its order
 TASKS = ["banking20", "newsgroups", "injection"]
@@ -77,11 +77,8 @@ BANKING_TOP = [11, 13, 14, 15, 18, 19, 20, 22, 23, 26, 27, 28, 35, 37, 41, 45, 4
 
 
 def qwen3_tokenizer_dir() -> Path:
-    """The Qwen3 tokenizer folder (scripts/fetch_tokenizers.sh); a worktree falls back to the main checkout's."""
-    if (QWEN3_TOKENIZER / "tokenizer.json").is_file():
-        return QWEN3_TOKENIZER
-    main = Path("/work/main/resources/tokenizers/qwen3")
-    return main if (main / "tokenizer.json").is_file() else QWEN3_TOKENIZER
+    """The Qwen3 tokenizer folder (scripts/fetch_tokenizers.sh; ``ANYJEV_QWEN3_TOKENIZER_DIR`` overrides)."""
+    return QWEN3_TOKENIZER
 
 
 # ----------------------------------------------------------------------------------------------- models

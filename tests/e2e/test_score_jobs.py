@@ -10,16 +10,16 @@ retries, and that rerun sends requests for the failed cell only (the finished ce
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.conftest import QWEN3_TOKENIZER_DIR
 from tests.e2e.workflow_helpers import REPO, job_blocks, run_snakemake
 from tests.stub_http import Reply, StubCompletions
 
-QWEN3 = Path(os.environ.get("ANYJEV_QWEN3_TOKENIZER_DIR") or REPO / "resources" / "tokenizers" / "qwen3")
+QWEN3 = QWEN3_TOKENIZER_DIR
 MODEL = "stub-url"
 
 

@@ -34,10 +34,9 @@ from anyjev.run.adaptive import CERTIFICATE_ID, certify_records
 from anyjev.run.scoring import prepare_item, score_cell, scoring_identity
 from anyjev.run.store import partial_path, read_cell
 from anyjev.settings import EvaluationSettings
+from tests.conftest import QWEN3_TOKENIZER_DIR
 
-QWEN3 = Path("/work/main/resources/tokenizers/qwen3")
-if not QWEN3.is_dir():
-    QWEN3 = Path(__file__).resolve().parents[2] / "resources" / "tokenizers" / "qwen3"
+QWEN3 = QWEN3_TOKENIZER_DIR
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 
@@ -24,9 +23,10 @@ from anyjev.numbers.logprobs import log_softmax
 from anyjev.run.inspect import export_scores_with_prompts, list_tasks, show_prompt, tasks_table
 from anyjev.run.scoring import score_cell
 from anyjev.run.store import read_scores, write_scores
+from tests.conftest import QWEN3_TOKENIZER_DIR
 
 REPO = Path(__file__).resolve().parents[2]
-QWEN3 = Path(os.environ.get("ANYJEV_QWEN3_TOKENIZER_DIR") or REPO / "resources" / "tokenizers" / "qwen3")
+QWEN3 = QWEN3_TOKENIZER_DIR
 
 COLOUR = choice("Which colour is the object?", ["red", "green", "blue"])
 SEVERITY = score("How severe is it?", ["low", "medium", "high"])

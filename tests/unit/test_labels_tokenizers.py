@@ -25,6 +25,7 @@ from anyjev.decision.prompts import SYSTEM_PROMPT, encode, render_text
 from anyjev.decision.questions import choice, noul, score
 from anyjev.errors import LabelTokenError
 from anyjev.run.scoring import prepare_item
+from tests.conftest import QWEN3_TOKENIZER_DIR
 
 REPO = Path(__file__).resolve().parents[2]
 PLANETS = choice("Which planet is the largest?", ["Mars", "Jupiter", "Venus", "Earth"])
@@ -43,7 +44,7 @@ def smol(smollm2_tokenizer):
 def qwen3():
     from transformers import AutoTokenizer
 
-    path = Path(os.environ.get("ANYJEV_QWEN3_TOKENIZER_DIR") or REPO / "resources" / "tokenizers" / "qwen3")
+    path = QWEN3_TOKENIZER_DIR
     if not (path / "tokenizer.json").is_file():
         msg = f"Qwen3 tokenizer not found in {path}: run scripts/fetch_tokenizers.sh"
         if os.environ.get("ANYJEV_REQUIRE_VLLM") == "1":  # CI: every real asset must be there

@@ -11,12 +11,11 @@ import yaml
 from anyjev import cli
 from anyjev.data.hub import BANKING77_REVISION, PROMPT_INJECTIONS_REVISION
 from anyjev.run.plan import plan_config
+from tests.conftest import QWEN3_TOKENIZER_DIR
 from tests.unit.test_datasets_hub import BANKING_NAMES, write_cache
 
 REPO = Path(__file__).resolve().parents[2]
-QWEN3_TOKENIZER = REPO / "resources" / "tokenizers" / "qwen3"
-if not QWEN3_TOKENIZER.is_dir():  # the worktree's resources/ may be the main checkout's
-    QWEN3_TOKENIZER = Path("/work/main/resources/tokenizers/qwen3")
+QWEN3_TOKENIZER = QWEN3_TOKENIZER_DIR
 
 
 def write_config(path: Path, models: dict, tasks: dict) -> Path:

@@ -25,6 +25,7 @@ import pytest
 from anyjev.numbers.evaluation import evaluate_records
 from anyjev.numbers.logprobs import log_softmax
 from anyjev.settings import EvaluationSettings
+from tests.conftest import QWEN3_TOKENIZER_DIR
 from tests.published import require_published
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,7 +41,7 @@ def published():
 def qwen3():
     from transformers import AutoTokenizer
 
-    path = Path(os.environ.get("ANYJEV_QWEN3_TOKENIZER_DIR") or REPO / "resources" / "tokenizers" / "qwen3")
+    path = QWEN3_TOKENIZER_DIR
     if not (path / "tokenizer.json").is_file():
         msg = f"Qwen3 tokenizer not found in {path}: run scripts/fetch_tokenizers.sh"
         if os.environ.get("ANYJEV_REQUIRE_VLLM") == "1":

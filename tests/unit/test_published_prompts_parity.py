@@ -36,6 +36,7 @@ from anyjev.decision.prompts import PROFILES, get_profile, prompt_ids, render_te
 from anyjev.decision.questions import choice, noul, score
 from anyjev.errors import ConfigError, LabelTokenError
 from anyjev.run.scoring import prepare_item, scoring_identity
+from tests.conftest import QWEN3_TOKENIZER_DIR
 from tests.published import require_published
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +51,7 @@ def pub():
 def qwen3():
     from transformers import AutoTokenizer
 
-    path = Path(os.environ.get("ANYJEV_QWEN3_TOKENIZER_DIR") or REPO / "resources" / "tokenizers" / "qwen3")
+    path = QWEN3_TOKENIZER_DIR
     if not (path / "tokenizer.json").is_file():
         msg = f"Qwen3 tokenizer not found in {path}: run scripts/fetch_tokenizers.sh"
         if os.environ.get("ANYJEV_REQUIRE_VLLM") == "1" or os.environ.get("ANYJEV_REQUIRE_PUBLISHED") == "1":
