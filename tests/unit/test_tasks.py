@@ -375,6 +375,19 @@ def test_builtin_mmlu() -> None:
     assert len(set(t.prior_groups())) == 1
 
 
+def test_builtin_mmlu_large_holds_other_questions() -> None:
+    from anyjev.data.builtin import mmlu
+
+    big = mmlu(large=True)
+    assert len(big.items) == 997 and big.k == 4 and big.name == "mmlu_large"
+    assert [d["id"] for d in big.source["dropped"]] == ["mmlu-large-0117", "mmlu-large-0208", "mmlu-large-0230"]
+    assert big.items[0].id == "mmlu-large-0000" and big.items[0].question.name is None  # the file has no topics
+    assert big.items[0].question.options == ("Smoking habit", "Social class/position", "Physical activity", "Age")
+    assert big.source["file"].endswith("samples-all-large.jsonl")
+    shared = {it.question.text for it in mmlu().items} & {it.question.text for it in big.items}
+    assert len(shared) == 12
+
+
 @needs_evals
 def test_builtin_socialiqa() -> None:
     from anyjev.data.builtin import socialiqa
