@@ -82,7 +82,7 @@ def package_file(package: str, version: str, relpath: str) -> tuple[Path, dict]:
 def mmlu(n: int | None = None, *, large: bool = False) -> Task:
     """200 MMLU test questions (K = 4, one question per item) from the ``evals`` package; first ``n`` if given.
 
-    ``large``: the package's other MMLU file, 1,000 questions (12 shared with the 200), for what needs more
+    ``large``: the package's other MMLU file, 1,000 questions (12 of them also among the 200), for what needs more
     items than the default task holds (a 1% certificate needs 299 calibration items); ids ``mmlu-large-<line>``.
     A few of its questions repeat an option verbatim or spread an option over several lines (code); a choice
     needs distinct one-line options, so those are dropped and listed in ``source["dropped"]``, as for SocialIQA.
