@@ -111,24 +111,36 @@ def build_workloads(tokenizer, args) -> list[Workload]:
         return out
 
     out = []
-    if args.long_test:
+    if args.long_test and "long" in args.workloads:
         items = long_state_task(args.long_test + args.long_calib, min_chars=args.long_min_chars,
                                 max_chars=args.long_max_chars, seed=args.seed).items
         out.append(Workload("long", f"K = 20, long states (newsgroups-shaped, {args.long_min_chars}-{args.long_max_chars} "
                                     "characters)",
                             prep(items[: args.long_test], "test"), prep(items[args.long_test :], "calib"), "question"))
-    if args.mmlu_test:
-        items = mmlu(args.mmlu_test + args.mmlu_calib).items
-        out.append(Workload("mmlu", "MMLU, K = 4 (SmolLM2 is near chance)", prep(items[: args.mmlu_test], "test"),
-                            prep(items[args.mmlu_test :], "calib"), "task"))
+    if args.mmlu_test and "mmlu" in args.workloads:
+        task = mmlu(args.mmlu_test + args.mmlu_calib, large=args.mmlu_file == "large")
+        items = task.items
+        out.append(Workload("mmlu", f"MMLU, K = 4 ({task.source['file'].rsplit('/', 1)[-1]}; SmolLM2 is near chance)",
+                            prep(items[: args.mmlu_test], "test"), prep(items[args.mmlu_test :], "calib"), "task"))
     return out
 
 
-def l0_decisions(records: list[dict]) -> np.ndarray:
-    """Argmax of L0 (fwd group) over the layouts each item read, batch prior over these items (one prior group)."""
+def l0_decisions(records: list[dict], calib: list[dict] | None = None) -> np.ndarray:
+    """Argmax of L0 (fwd group) over the layouts each item read (one prior group): under the batch prior of these
+    items (a full cell's L0), or, given CALIB (fully read calibration records), under their frozen prior (the
+    stopping rule's statistic, and what an adaptive cell is evaluated with)."""
     k = int(records[0]["k"])
-    lp, orders, read = _arrays(records, "fwd", [f"fwd/r{s}" for s in range(k)])
-    res = compute_levels(lp, None, orders, None, ["all"] * len(records), read_fwd=read)
+    names = [f"fwd/r{s}" for s in range(k)]
+    lp, orders, read = _arrays(records, "fwd", names)
+    extra: dict = {}
+    if calib is not None:
+        cal_lp, cal_orders, _ = _arrays(calib, "fwd", names)
+        extra = {"calib_fwd": cal_lp, "calib_groups": ["all"] * len(calib),
+                 "calib_gold": np.array([r["gold"] for r in calib]), "prior_source": "calibration"}
+        if orders.ndim == 3 or cal_orders.ndim == 3:
+            extra["calib_orders_fwd"] = np.broadcast_to(cal_orders, (len(calib), k, k)).copy()
+            orders = np.broadcast_to(orders, (len(records), k, k)).copy()
+    res = compute_levels(lp, None, orders, None, ["all"] * len(records), read_fwd=read, **extra)
     return np.asarray(res["L0"]["fwd"]).argmax(axis=1)
 
 
@@ -164,6 +176,7 @@ class Server:
 
 def row(key: str, counters: dict, n: int, reads: list[int], dec: np.ndarray | None, ref: np.ndarray | None,
         extra: dict | None = None) -> dict:
+    """One configuration's figures per item from its /metrics counters; agreement of DEC with the reference REF."""
     out = {"key": key, "items": n, "prompts_per_item_median": statistics.median(reads) if reads else None,
            "prompts_per_item_mean": round(counters["requests_ok"] / n, 2),
            "prompt_tokens_per_item": round(counters["prompt_tokens"] / n, 1),
@@ -196,19 +209,28 @@ def run_adaptive(backend, items: list[PreparedItem], rule: StopRule, per_round: 
     return records, reads
 
 
-def run_published(server: Server, w: Workload, adaptive: bool) -> tuple[np.ndarray, list[int]]:
-    """The published Decider (its own client, prompts and prior) on the test states; decisions, shifts read."""
+def published_decider(server: Server, adaptive: bool):
+    """The published Decider on SERVER with its own client (one HTTP request per prompt, text prompts)."""
     pub = published.load_published()
     backend = pub.backends.vllm.VLLMBackend(server.url, server.name, tokenizer_name=str(SMOL_DIR))
-    dec = pub.Decider(backend, level="L0", adaptive_shifts=adaptive)
-    states = [p.item.state for p in w.test]
-    questions = [published.to_published_question(p.item.question) for p in w.test]
-    decisions = []
-    if len({q.key for q in questions}) == 1:  # one question: one batch (its running prior sees every state)
-        decisions = dec.decide_batch(states, questions[0])
-    else:  # MMLU: every item is its own question
-        for st, q in zip(states, questions, strict=True):
-            decisions += dec.decide_batch([st], q)
+    return pub.Decider(backend, level="L0", adaptive_shifts=adaptive)
+
+
+def one_question(items: list[PreparedItem]):
+    """The published question all ITEMS ask, or None when they ask several (MMLU: one question per item)."""
+    questions = [published.to_published_question(p.item.question) for p in items]
+    return questions[0] if len({q.key for q in questions}) == 1 else None
+
+
+def run_published(dec, w: Workload) -> tuple[np.ndarray, list[int]]:
+    """DEC's decisions on the test states (its own prompts and prior) and the shifts each read."""
+    question = one_question(w.test)
+    if question is not None:  # one question: one batch (its running prior sees every state)
+        decisions = dec.decide_batch([p.item.state for p in w.test], question)
+    else:
+        decisions = []
+        for p in w.test:
+            decisions += dec.decide_batch([p.item.state], published.to_published_question(p.item.question))
     return (np.array([int(np.argmax(d.probs)) for d in decisions]),
             [int(d.diagnostics.get("permutations", len(d.diagnostics.get("perms", [])))) for d in decisions])
 
@@ -218,7 +240,8 @@ def run_workload(w: Workload, off: Server | None, on: Server, args, ref_store: d
     per_round = default("scoring", "rotations_per_round")
     rows: dict[str, dict] = {}
     n = len(w.test)
-    ref = ref_store.get(w.name)
+    ref_records = ref_store.get(w.name)
+    ref = l0_decisions(ref_records) if ref_records else None
 
     with VLLMBackend(on.url, on.name) as backend:
         # (b) full L0 with prefix reuse
@@ -244,34 +267,57 @@ def run_workload(w: Workload, off: Server | None, on: Server, args, ref_store: d
                 print(f"  [{w.name}] (c) {key}: not certified, reads everything (= b)", flush=True)
                 continue
             (recs, reads), c = on.measure(lambda rule=rule: run_adaptive(backend, w.test, rule, per_round))
-            rows[key] = row(key, c, n, reads, l0_decisions(recs), ref,
+            # an adaptive cell's L0 is under the calibration items' frozen prior (the rule's statistic): compared with
+            # full L0 of (a) under the same prior (what the certificate covers) and with (a)'s own batch-prior L0
+            same_prior = l0_decisions(ref_records, calib) if ref_records else None
+            rows[key] = row(key, c, n, reads, l0_decisions(recs, calib), ref,
                             {"target": target, "confidence": default("scoring", "confidence"), "rotations_per_round": per_round,
-                             "certificates": certs, "stopped_early_fwd": sum(bool(r["adaptive"]["stopped"].get("fwd")) for r in recs)})
+                             "certificates": certs, "stopped_early_fwd": sum(bool(r["adaptive"]["stopped"].get("fwd")) for r in recs),
+                             "agreement_with_full_l0_same_prior": agreement(l0_decisions(recs, calib), same_prior)
+                             if same_prior is not None else None,
+                             "decision_prior": "the calibration items' frozen prior (as an adaptive cell is evaluated)"})
             print(f"  [{w.name}] (c) {key}: {np.median(reads)} prompts/item median, certified "
                   f"{ {g: x['threshold'] for g, x in certs.items()} }", flush=True)
 
     # (d) the published Decider, its own client
     if not args.no_published:
-        (pub_full, reads_full), c = on.measure(lambda: run_published(on, w, adaptive=False))
+        (pub_full, reads_full), c = on.measure(lambda: run_published(published_decider(on, False), w))
         rows["published_full"] = row("published_full", c, n, reads_full, pub_full, ref,
                                      {"note": "published Decider, adaptive_shifts=False: K rotations (no reversed group), "
                                               "its prompts, its prior (batch, strength 0.75, from 8 states of one question)"})
-        (pub_ad, reads_ad), c = on.measure(lambda: run_published(on, w, adaptive=True))
+        dec = published_decider(on, True)
+        question = one_question(w.test + w.calib)
+        if question is not None:
+            # its own certificate: calibrate_adaptive on the same unlabelled calibration states, same target
+            target, confidence = default("scoring", "target_disagreement"), default("scoring", "confidence")
+            cert, c = on.measure(lambda: dec.calibrate_adaptive(question, [p.item.state for p in w.calib], target=target,
+                                                                delta=1 - confidence))
+            rows["published_calibration"] = row("published_calibration", c, len(w.calib), [w.k] * len(w.calib), None, None,
+                                                {"certificate": cert, "note": "one-off: calibrate_adaptive on the calibration "
+                                                 "states (every shift, its prompts), target and confidence as ours"})
+            stop_note = (f"its certificate from calibrate_adaptive: threshold {cert.get('threshold')}"
+                         if cert.get("threshold") is not None else
+                         "calibrate_adaptive certified nothing, and then it stops at its default margin 8.5 anyway")
+        else:
+            stop_note = ("no certificate: calibrate_adaptive certifies one question from many states, and here every item "
+                         "is its own question, so its default stop at log-odds margin 8.5 applies")
+        (pub_ad, reads_ad), c = on.measure(lambda: run_published(dec, w))
         rows["published_adaptive"] = row("published_adaptive", c, n, reads_ad, pub_ad, ref,
                                          {"agreement_with_published_full": agreement(pub_ad, pub_full),
-                                          "note": "published Decider, adaptive_shifts=True, no certificate (calibrate_adaptive "
-                                                  "not run): its default stop at log-odds margin 8.5, 2 shifts per wave, spread order"})
+                                          "note": f"published Decider, adaptive_shifts=True, 2 shifts per wave, spread order; "
+                                                  f"{stop_note}"})
         print(f"  [{w.name}] (d) published: full {np.median(reads_full)} / adaptive {np.median(reads_ad)} prompts/item", flush=True)
     return rows
 
 
-def run_nocache(w: Workload, off: Server) -> tuple[dict, np.ndarray]:
+def run_nocache(w: Workload, off: Server) -> tuple[dict, list[dict]]:
+    """Row (a), and its records: the reference every other row's decisions are compared with."""
     with VLLMBackend(off.url, off.name) as backend:
         recs, c = off.measure(lambda: score_full_chunks(backend, w.test))
     dec = l0_decisions(recs)
     print(f"  [{w.name}] (a) full_nocache: {c['computed_tokens'] / len(w.test):.0f} computed tokens/item, {c['wall_s']:.0f} s",
           flush=True)
-    return row("full_nocache", c, len(w.test), [len(p.layouts) for p in w.test], dec, dec), dec
+    return row("full_nocache", c, len(w.test), [len(p.layouts) for p in w.test], dec, dec), recs
 
 
 # --------------------------------------------------------------------------------------------- report
@@ -312,22 +358,48 @@ def print_table(report: dict) -> None:
                   f"{(str(ag['agree']) + '/' + str(ag['n'])) if ag else '':>10} {ag['cp_upper_95'] if ag else '':>7}")
 
 
+def _certificates(r: dict) -> str:
+    """One phrase per layout group: the certified threshold with its n and bound, or why nothing certified."""
+    parts = []
+    for g, c in (r.get("certificates") or {}).items():
+        if c["threshold"] is None:
+            parts.append(f"{g}: not certified ({c['disagreements']} of {c['n']}, bound {c['bound']:.4f})")
+        else:
+            parts.append(f"{g}: margin {c['threshold']} nats ({c['disagreements']} of {c['n']} disagree, bound "
+                         f"{c['bound']:.4f}; {c['mean_read']:.1f} of {c['full_read']:.0f} rotations read on them)")
+    return "; ".join(parts)
+
+
 def markdown(report: dict) -> str:
-    """The README's block: one table per workload, from the JSON."""
+    """The README's block: one table per workload, from the JSON, with the certificates under it."""
     lines = []
     for w in report["workloads"].values():
+        run = w.get("run") or report
         lines += ["", f"{w['title']}: {w['n_test']} test items, {w['n_calib']} calibration items, "
-                      f"{w['prompt_tokens_mean']:.0f} prompt tokens per prompt on average", "",
-                  "| row | prompts/item | computed tokens/item | vs (a) | cache hits | s/item | vs (a) | agrees with (a) | CP 95% upper |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                      f"{w['prompt_tokens_mean']:.0f} prompt tokens per prompt on average (run {run['date'][:10]})", "",
+                  "| row | prompts/item | computed tokens/item | vs (a) | cache hits | s/item | vs (a) | agrees with (a) "
+                  "| CP 95% upper | agrees with (a), same prior |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        notes = []
         for r in w["rows"].values():
             ag, vs = r.get("agreement_with_full_l0"), r.get("vs_full_nocache", {})
+            same = r.get("agreement_with_full_l0_same_prior")
             hit = "" if r["cache_hit_rate"] is None else f"{r['cache_hit_rate']:.0%}"
             agree = f"{ag['agree']}/{ag['n']}" if ag else ""
+            same_txt = f"{same['agree']}/{same['n']} (CP {same['cp_upper_95']})" if same else ""
             lines.append(f"| {r['key']} | {r['prompts_per_item_median']} | {r['computed_tokens_per_item']:.0f} | "
                          f"{vs.get('computed_tokens', float('nan')):.2f}x | {hit} | {r['wall_s_per_item']:.1f} | "
                          f"{vs.get('wall', float('nan')):.2f}x | {agree} | "
-                         f"{ag['cp_upper_95'] if ag else ''} |")
+                         f"{ag['cp_upper_95'] if ag else ''} | {same_txt} |")
+            if r.get("certificates"):
+                notes.append(f"- `{r['key']}` certificate: {_certificates(r)}")
+            if r["key"].startswith("published_") and r.get("certificate") is not None:
+                c = r["certificate"]
+                notes.append("- `published_calibration` (calibrate_adaptive): " + (
+                    f"threshold {c['threshold']}, {c.get('disagreements')} of {c.get('n')} disagree, bound {c.get('bound')}"
+                    if c.get("threshold") is not None else f"nothing certified ({c.get('reason', 'no reason given')})"))
+        if notes:
+            lines += [""] + notes
     return "\n".join(lines)
 
 
@@ -339,6 +411,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--long-max-chars", type=int, default=2000)
     ap.add_argument("--mmlu-test", type=int, default=24)
     ap.add_argument("--mmlu-calib", type=int, default=24)
+    ap.add_argument("--mmlu-file", choices=("default", "large"), default="large",
+                    help="the built-in MMLU's 200 questions or the package's 1,000 others (enough for a 1%% certificate)")
+    ap.add_argument("--workloads", default="long,mmlu", type=lambda v: v.split(","),
+                    help="comma-separated subset of long,mmlu; with --merge, the others keep their rows from the JSON")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the workloads not run now from the existing JSON (each carries its own date and command)")
     ap.add_argument("--loose-target", type=float, default=0.25,
                     help="a second adaptive target, one the benchmark's calibration split can certify")
     ap.add_argument("--seed", type=int, default=0)
@@ -369,20 +447,26 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"nproc": os.cpu_count(), "loadavg_start": os.getloadavg()[0],
                     "note": "2 shared CPU cores (other work ran alongside: see loadavg per row); wall times are this "
                             "machine's, token counts are the server's own"},
-        "sizes_note": "item counts kept modest on a shared 2-core CPU; the 1% target needs ~300 calibration items "
-                      "(0 disagreements in n bound the rate at 1 - 0.05^(1/n)), far more than run here, so the default "
-                      "target does not certify and reads every rotation; --loose-target shows the mechanism",
+        "sizes_note": "the 1% target needs at least 299 calibration items (0 disagreements in n bound the rate at "
+                      "1 - 0.05^(1/n)); a workload with fewer cannot certify it and reads every rotation, and "
+                      "--loose-target then shows the mechanism",
         "method": __doc__.split("Costs come from", 1)[1].split("Workloads:", 1)[0].strip(),
         "workloads": {},
     }
+    json_path = out_dir / "l0_cost.json"
+    if args.merge and json_path.is_file():
+        earlier = json.loads(json_path.read_text())
+        for name, wl in earlier["workloads"].items():
+            if name not in {w.name for w in workloads}:
+                wl.setdefault("run", {k: earlier.get(k) for k in ("date", "command", "vllm_version", "machine")})
+                report["workloads"][name] = wl
     for w in workloads:
         lens = [len(ids) for p in w.test for _, ids in p.layouts]
         report["workloads"][w.name] = {"title": w.title, "k": w.k, "n_test": len(w.test), "n_calib": len(w.calib),
                                        "prior_group": w.prior_group, "prompt_tokens_mean": round(float(np.mean(lens)), 1),
                                        "state_chars_median": statistics.median(len(p.item.state) for p in w.test),
                                        "rows": {}}
-    ref_store: dict[str, np.ndarray] = {}
-    json_path = out_dir / "l0_cost.json"
+    ref_store: dict[str, list[dict]] = {}
 
     def save() -> None:
         report["total_seconds"] = round(time.monotonic() - t_start, 1)
