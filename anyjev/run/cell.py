@@ -74,10 +74,7 @@ def score_job(job: dict[str, Any], task_path: str | os.PathLike[str], out: str |
         "model": model_id,
         "model_source": provenance.model_source(job["tokenizer"]),
         "layouts": {"permute": True, "flip": True},
-        **scoring.scoring_identity(options.prompt_profile, answer_mass=options.answer_mass, rotations=options.rotations,
-                                   target_disagreement=options.target_disagreement, confidence=options.confidence,
-                                   rotations_per_round=options.rotations_per_round, option_order=options.option_order,
-                                   content_free=job.get("content_free", False)),
+        **scoring.scoring_identity(options, content_free=job.get("content_free", False)),
     }
     if scored_under(out, identity) and (provenance_path is None or Path(provenance_path).is_file()):
         # A job that scores several cells (score_jobs: model) and is rerun skips the cells it already finished,
@@ -109,10 +106,7 @@ def score_job(job: dict[str, Any], task_path: str | os.PathLike[str], out: str |
                           request_lock=request_lock)
     try:
         counts = scoring.score_cell(backend, tokenizer, task.items, task.prior_groups(), str(out), identity,
-                                    chunk_items=client.chunk_items, profile=options.prompt_profile,
-                                    answer_mass=options.answer_mass, rotations=options.rotations,
-                                    target_disagreement=options.target_disagreement, confidence=options.confidence,
-                                    rotations_per_round=options.rotations_per_round, option_order=options.option_order,
+                                    chunk_items=client.chunk_items, options=options,
                                     content_free=job.get("content_free", False))
     except BackendError:
         if handle is not None:

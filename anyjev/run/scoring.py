@@ -18,7 +18,7 @@ from anyjev.decision.layouts import OPTION_ORDERS, Layout, layouts_for
 from anyjev.decision.prompts import DEFAULT_PROFILE, PROMPT_SYSTEM_VERSION, PromptProfile, encode, get_profile, prompt_hash, render_text
 from anyjev.errors import BackendError, ConfigError, LabelTokenError
 from anyjev.run.store import PartialScores
-from anyjev.settings import default
+from anyjev.settings import ScoringSettings
 
 log = logging.getLogger(__name__)
 
@@ -42,37 +42,29 @@ class PreparedItem:
     layouts: list[tuple[Layout, list[int]]]
 
 
-def scoring_identity(
-    profile: str | PromptProfile = DEFAULT_PROFILE,
-    *,
-    answer_mass: bool = False,
-    rotations: str = default("scoring", "rotations"),
-    target_disagreement: float = default("scoring", "target_disagreement"),
-    confidence: float = default("scoring", "confidence"),
-    rotations_per_round: int = default("scoring", "rotations_per_round"),
-    option_order: str = default("scoring", "option_order"),
-    content_free: bool = False,
-) -> dict:
-    """The identity fragment for how prompts are made and what each record holds: merge it into the cell
-    identity, so a checkpoint made under another profile (or without answer mass) is not resumed.
+def scoring_identity(options: ScoringSettings | None = None, *, content_free: bool = False) -> dict:
+    """The identity fragment for how prompts are made and what each record holds (OPTIONS, the config's
+    ``scoring.*``; default: the schema's): merge it into the cell identity, so a checkpoint made under another
+    profile (or without answer mass) is not resumed.
 
     Settings at their defaults add nothing (a default cell's identity is what it always was); adaptive
     rotations add every setting the stopping rule depends on, so a changed target is never resumed."""
+    o = options or ScoringSettings()
     out = {
         "prompt_version": f"{PROMPT_VERSION}.{PROMPT_SYSTEM_VERSION}",
-        "prompt_profile": get_profile(profile).identity(),
-        "answer_mass": bool(answer_mass),
+        "prompt_profile": get_profile(o.prompt_profile).identity(),
+        "answer_mass": bool(o.answer_mass),
     }
-    if rotations not in ROTATIONS:
-        raise ConfigError("scoring.rotations", f"must be one of {', '.join(ROTATIONS)}, got {rotations!r}")
-    if option_order not in OPTION_ORDERS:
-        raise ConfigError("scoring.option_order", f"must be one of {', '.join(OPTION_ORDERS)}, got {option_order!r}")
-    if rotations == "adaptive":
+    if o.rotations not in ROTATIONS:
+        raise ConfigError("scoring.rotations", f"must be one of {', '.join(ROTATIONS)}, got {o.rotations!r}")
+    if o.option_order not in OPTION_ORDERS:
+        raise ConfigError("scoring.option_order", f"must be one of {', '.join(OPTION_ORDERS)}, got {o.option_order!r}")
+    if o.rotations == "adaptive":
         from anyjev.run.adaptive import rule_identity
 
-        out["rotations"] = rule_identity(target_disagreement, confidence, rotations_per_round)
-    if option_order != "as_given":
-        out["option_order"] = option_order
+        out["rotations"] = rule_identity(o.target_disagreement, o.confidence, o.rotations_per_round)
+    if o.option_order != "as_given":
+        out["option_order"] = o.option_order
     if content_free:
         out["content_free"] = list(CONTENT_FREE_PROBES)
     return out
@@ -301,29 +293,26 @@ def score_cell(
     chunk_items: int = 16,
     permute: bool = True,
     flip: bool = True,
-    profile: str | PromptProfile = DEFAULT_PROFILE,
-    answer_mass: bool = False,
-    rotations: str = default("scoring", "rotations"),
-    target_disagreement: float = default("scoring", "target_disagreement"),
-    confidence: float = default("scoring", "confidence"),
-    rotations_per_round: int = default("scoring", "rotations_per_round"),
-    option_order: str = default("scoring", "option_order"),
+    options: ScoringSettings | None = None,
     content_free: bool = False,
 ) -> dict:
     """Score ``items`` into ``out`` (resuming a checkpoint made under the same ``identity``).
 
     Every item's labels are checked before the first request, so a tokenizer that cannot emit a label
-    as one token fails the cell at once. PROFILE is the prompt wording (merge :func:`scoring_identity` of
-    the same settings into ``identity``). ``answer_mass`` adds each item's answer mass to its record (one
-    more prompt per item). ``rotations="adaptive"`` reads the test items' rotations a round at a time and
-    stops at a threshold certified on the calibration items (:mod:`anyjev.run.adaptive`);
-    ``option_order="canonical"`` rotates the options sorted by text; ``content_free`` also scores the
-    content-free probes of every question. Returns counts: items, scored now, resumed, prompts sent (the canary
-    prompt not counted), the prompt tokens of a full-rotation cell (:func:`sent_counts`; none for an adaptive one)
-    and, adaptive, the certificate per layout group.
+    as one token fails the cell at once. OPTIONS are the config's ``scoring.*`` (default: the schema's; merge
+    :func:`scoring_identity` of the same options into ``identity``): ``prompt_profile`` is the wording,
+    ``answer_mass`` adds each item's answer mass to its record (one more prompt per item),
+    ``rotations="adaptive"`` reads the test items' rotations a round at a time and stops at a threshold
+    certified on the calibration items (:mod:`anyjev.run.adaptive`), ``option_order="canonical"`` rotates the
+    options sorted by text. ``content_free`` also scores the content-free probes of every question. Returns
+    counts: items, scored now, resumed, prompts sent (the canary prompt not counted), the prompt tokens of a
+    full-rotation cell (:func:`sent_counts`; none for an adaptive one) and, adaptive, the certificate per
+    layout group.
     """
-    if rotations not in ROTATIONS:
-        raise ConfigError("scoring.rotations", f"must be one of {', '.join(ROTATIONS)}, got {rotations!r}")
+    o = options or ScoringSettings()
+    if o.rotations not in ROTATIONS:
+        raise ConfigError("scoring.rotations", f"must be one of {', '.join(ROTATIONS)}, got {o.rotations!r}")
+    profile, answer_mass, option_order = o.prompt_profile, o.answer_mass, o.option_order
     checker = LabelChecker(tokenizer)
     prepared = [prepare_item(tokenizer, checker, it, g, permute=permute, flip=flip, profile=profile,
                              option_order=option_order)
@@ -346,12 +335,12 @@ def score_cell(
             part = probes[start : start + chunk_items]
             partial.add(score_content_free(backend, part))
             prompts += sum(sent_counts(p)[0] for _, p in part)
-        if rotations == "adaptive":
+        if o.rotations == "adaptive":
             from anyjev.run.adaptive import score_adaptive
 
             sent, certificate = score_adaptive(backend, prepared, partial, progress, chunk_items=chunk_items,
-                                               answer_mass=answer_mass, target=target_disagreement,
-                                               confidence=confidence, per_round=rotations_per_round)
+                                               answer_mass=answer_mass, target=o.target_disagreement,
+                                               confidence=o.confidence, per_round=o.rotations_per_round)
             prompts += sent
         else:
             prompts += score_full(backend, todo, partial, progress, chunk_items=chunk_items, answer_mass=answer_mass)

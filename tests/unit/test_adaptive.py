@@ -33,7 +33,7 @@ from anyjev.numbers.logprobs import log_softmax
 from anyjev.run.adaptive import CERTIFICATE_ID, certify_records
 from anyjev.run.scoring import prepare_item, score_cell, scoring_identity
 from anyjev.run.store import partial_path, read_cell
-from anyjev.settings import EvaluationSettings
+from anyjev.settings import EvaluationSettings, ScoringSettings
 from tests.conftest import QWEN3_TOKENIZER_DIR
 
 QWEN3 = QWEN3_TOKENIZER_DIR
@@ -230,7 +230,7 @@ def test_canonical_cell_evaluates_the_same_for_any_listing(qwen3, tmp_path) -> N
     for name, items in (("plain", plain), ("shuffled", shuffled)):
         out = tmp_path / f"{name}.jsonl"
         score_cell(PlantedBackend(qwen3), qwen3, items, ["q"] * len(items), str(out),
-                   _identity(option_order="canonical"), option_order="canonical")
+                   _identity(option_order="canonical"), **_options(option_order="canonical"))
         _, records, _ = read_cell(out)
         results.append(evaluate_records(records, EvaluationSettings(n_boot=1000)))
     for level in ("raw", "L0-perm", "L0-bc", "L0"):
@@ -268,13 +268,20 @@ ADAPTIVE = {"rotations": "adaptive", "target_disagreement": 0.05, "confidence": 
 RULE = {"target": 0.05, "confidence": 0.9, "per_round": 2}
 
 
+def _options(**kw) -> dict:
+    """``scoring.*`` settings (and ``content_free``) as scoring_identity / score_cell take them."""
+    content_free = kw.pop("content_free", False)
+    return {"options": ScoringSettings(**kw), "content_free": content_free}
+
+
 def _identity(**kw) -> dict:
-    return {"task": "planted", "model": {"backend": "planted"}, **scoring_identity(**kw)}
+    return {"task": "planted", "model": {"backend": "planted"}, **scoring_identity(**_options(**kw))}
 
 
 def _run(tokenizer, out: Path, items: list[Item], backend=None, **kw) -> dict:
     backend = backend or PlantedBackend(tokenizer)
-    return score_cell(backend, tokenizer, items, ["q"] * len(items), str(out), _identity(**kw), chunk_items=7, **kw)
+    return score_cell(backend, tokenizer, items, ["q"] * len(items), str(out), _identity(**kw), chunk_items=7,
+                      **_options(**kw))
 
 
 @pytest.fixture(scope="module")
@@ -410,7 +417,7 @@ def test_adaptive_canonical_content_free_together(qwen3, tmp_path) -> None:
     kw = ADAPTIVE | {"option_order": "canonical", "content_free": True}
     out = tmp_path / "all.jsonl"
     score_cell(PlantedBackend(qwen3), qwen3, items, [it.question.key() for it in items], str(out), _identity(**kw),
-               chunk_items=7, **kw)
+               chunk_items=7, **_options(**kw))
     identity, records, extras = read_cell(out)
     assert identity["option_order"] == "canonical" and identity["content_free"] == ["N/A", "", "[MASK]"]
     probes = [e for e in extras.values() if e["type"] == "content_free"]

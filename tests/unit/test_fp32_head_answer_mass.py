@@ -24,6 +24,7 @@ from anyjev.run.scoring import score_cell, scoring_identity
 from anyjev.run.store import read_scores
 from anyjev.serving.argv import PINNED_FLAGS, build_argv, check_extra_flags
 from anyjev.serving.spec import ServerSpec
+from anyjev.settings import ScoringSettings
 
 
 def spec(**kw: object) -> ServerSpec:
@@ -48,6 +49,7 @@ def test_fp32_head_is_on_by_default_and_pinned() -> None:
 # ------------------------------------------------------------------------------------------ answer mass
 
 LABELS = [49, 50, 51]
+MASS = ScoringSettings(answer_mass=True)
 
 
 def vocab_reply(payload: dict, drop: int | None = None) -> dict:
@@ -126,8 +128,8 @@ def items() -> list[Item]:
 def test_answer_mass_is_stored_per_item_from_the_raw_layout(smollm2_tokenizer, tmp_path) -> None:
     backend, its = MassBackend(), items()
     out = tmp_path / "cell.jsonl"
-    counts = score_cell(backend, smollm2_tokenizer, its, ["g"] * len(its), str(out), scoring_identity(answer_mass=True),
-                        answer_mass=True, chunk_items=2)
+    counts = score_cell(backend, smollm2_tokenizer, its, ["g"] * len(its), str(out), scoring_identity(MASS),
+                        options=MASS, chunk_items=2)
     _, records = read_scores(out)
     assert len(records) == len(its)
     sent = [p for call in backend.vocab_calls for p in call]
@@ -150,5 +152,5 @@ def test_answer_mass_off_adds_nothing_and_needs_a_capable_backend(smollm2_tokeni
         vocab_logprobs = None  # type: ignore[assignment]
 
     with pytest.raises(BackendError, match="'mass' cannot read full-vocabulary log-probs"):
-        score_cell(LabelsOnly(), smollm2_tokenizer, its, ["g"] * 5, str(tmp_path / "b.jsonl"), scoring_identity(answer_mass=True),
-                   answer_mass=True)
+        score_cell(LabelsOnly(), smollm2_tokenizer, its, ["g"] * 5, str(tmp_path / "b.jsonl"), scoring_identity(MASS),
+                   options=MASS)

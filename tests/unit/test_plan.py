@@ -11,6 +11,7 @@ import yaml
 from anyjev import cli
 from anyjev.data.hub import BANKING77_REVISION, PROMPT_INJECTIONS_REVISION
 from anyjev.run.plan import plan_config
+from anyjev.settings import ScoringSettings
 from tests.conftest import QWEN3_TOKENIZER_DIR
 from tests.unit.test_datasets_hub import BANKING_NAMES, write_cache
 
@@ -163,7 +164,8 @@ def test_plan_counts_the_cells_prompt_profile_and_answer_mass(tmp_path: Path, mo
 
     task = prepare_task(Settings.load(config).prepare_job("mix"), "mix-split.jsonl")
     counts = scoring.score_cell(Recorder(), load_tokenizer(QWEN3_TOKENIZER), task.items, task.prior_groups(), "s.jsonl",
-                                {"t": 1}, chunk_items=1, profile="published", answer_mass=True)
+                                {"t": 1}, chunk_items=1,
+                                options=ScoringSettings(prompt_profile="published", answer_mass=True))
     work = sent[2:]  # the canary: one label prompt and its answer-mass prompt
     assert cell["prompts"] == counts["prompts"] == len(work) == plain["prompts"] + cell["items"]
     assert cell["prompt_tokens"] == counts["prompt_tokens"] == sum(map(len, work))

@@ -36,6 +36,7 @@ from anyjev.decision.prompts import PROFILES, get_profile, prompt_ids, render_te
 from anyjev.decision.questions import choice, noul, score
 from anyjev.errors import ConfigError, LabelTokenError
 from anyjev.run.scoring import prepare_item, scoring_identity
+from anyjev.settings import ScoringSettings
 from tests.conftest import QWEN3_TOKENIZER_DIR
 from tests.published import require_published
 
@@ -168,7 +169,7 @@ def test_profiles_differ_and_anyjev_is_the_default(pub, tokenizer) -> None:
 
 
 def test_profile_identity_names_profile_version_and_source(pub) -> None:
-    ident = scoring_identity("published", answer_mass=True)
+    ident = scoring_identity(ScoringSettings(prompt_profile="published", answer_mass=True))
     assert ident["prompt_profile"]["name"] == "published"
     assert ident["prompt_profile"]["version"] == "anyjev==0.3.0"
     assert len(ident["prompt_profile"]["readout_sha256"]) == 64
