@@ -99,6 +99,23 @@ def item_counts(item: Item, tokenizer=None, checker=None, *, profile: str = DEFA
     return len(layouts), len(distinct) + int(answer_mass), None
 
 
+def content_free_counts(items: list[Item], tokenizer=None, checker=None, *, profile: str = DEFAULT_PROFILE,
+                        option_order: str = "as_given") -> tuple[int, int | None]:
+    """(prompts, prompt tokens) of the content-free probes a cell reads besides its items: with a tokenizer,
+    exactly the probes :func:`anyjev.run.scoring.prepare_content_free` makes (one set per distinct question,
+    shared where the prompts coincide); without, every distinct question's probes in each layout."""
+    from anyjev.run.scoring import CONTENT_FREE_PROBES, prepare_content_free, prepare_item, sent_counts
+
+    if tokenizer is not None:
+        prepared = [prepare_item(tokenizer, checker, it, "", profile=profile, option_order=option_order) for it in items]
+        counts = [sent_counts(p) for _, p in prepare_content_free(tokenizer, checker, prepared, profile=profile,
+                                                                    option_order=option_order)]
+        return sum(c[0] for c in counts), sum(c[1] for c in counts)
+    questions = {it.question.key(): it.question for it in items}
+    layouts = sum(len(group) for q in questions.values() for group in layouts_for(q).values())
+    return layouts * len(CONTENT_FREE_PROBES), None
+
+
 def plan_config(config_path: str | os.PathLike, *, workdir: str | os.PathLike = ".") -> dict[str, Any]:
     """The plan of the run CONFIG_PATH describes (see the module docstring), as a JSON-able dict."""
     settings = Settings.load(config_path, workdir=workdir)
@@ -131,6 +148,17 @@ def plan_config(config_path: str | os.PathLike, *, workdir: str | os.PathLike = 
         cell |= {"layouts_per_item": [per_item[0], per_item[-1]] if per_item else [0, 0],
                  "layouts": sum(c[0] for c in counts), "prompts": sum(c[1] for c in counts),
                  "prompt_tokens": sum(c[2] for c in counts) if counts and counts[0][2] is not None else None}
+        if settings.content_free:  # the probes for the content-free prior (prior_mode content_free or level L0-cf)
+            cf_tok = tokenizer if "tokens_note" not in cell else None
+            cf_prompts, cf_tokens = content_free_counts(tc.items, cf_tok, checker, profile=scoring["profile"],
+                                                        option_order=settings.scoring.option_order)
+            cell["content_free_prompts"] = cf_prompts
+            cell["prompts"] += cf_prompts
+            if cell["prompt_tokens"] is not None and cf_tokens is not None:
+                cell["prompt_tokens"] += cf_tokens
+        if settings.scoring.rotations == "adaptive":
+            cell["at_most"] = ("scoring.rotations is adaptive: test items of choice questions with K >= 3 stop once "
+                               "their margin is certified, so prompts and tokens are those of reading every rotation")
         cells.append(cell)
     managed = [m for m in dict.fromkeys(m for m, _ in settings.cells) if settings.models[m].managed]
     return {
@@ -160,10 +188,12 @@ def plan_text(plan: dict[str, Any]) -> str:
     rows = [("cell", "items (test+calib)", "layouts/item", "prompts", "prompt tokens")]
     for c in plan["cells"]:
         est = " ~" if c["estimate"] else ""
+        most = "<= " if c.get("at_most") else ""
         lo, hi = c["layouts_per_item"]
-        tokens = _n(c["prompt_tokens"]) if c["prompt_tokens"] is not None else f"n/a ({c['tokens_note']})"
+        tokens = most + _n(c["prompt_tokens"]) if c["prompt_tokens"] is not None else f"n/a ({c['tokens_note']})"
+        cf = f" (incl. {_n(c['content_free_prompts'])} content-free)" if c.get("content_free_prompts") else ""
         rows.append((f"{c['model']} / {c['task']}", f"{_n(c['items'])} ({c['n_test']}+{c['n_calib']}){est}",
-                     str(lo) if lo == hi else f"{lo}-{hi}", _n(c["prompts"]) + est, tokens))
+                     str(lo) if lo == hi else f"{lo}-{hi}", most + _n(c["prompts"]) + cf + est, tokens))
     t = plan["total"]
     missing = t["cells_without_tokens"]
     tokens = _n(t["prompt_tokens"]) + (f" (+ {missing} cell(s) n/a)" if missing else "")
@@ -182,6 +212,9 @@ def plan_text(plan: dict[str, Any]) -> str:
               + (f" ({', '.join(f'{m} {n}' for m, n in local.items())})" if local else ""),
               f"server starts, --executor slurm ({cluster_jobs}, score_jobs: {plan['score_jobs']}): {sum(slurm.values())}"
               + (f" ({', '.join(f'{m} {n}' for m, n in slurm.items())})" if slurm else "")]
+    at_most = next((c["at_most"] for c in plan["cells"] if c.get("at_most")), None)
+    if at_most:
+        lines += ["", f"<= at most: {at_most}"]
     estimates = {c["task"]: c["estimate"] for c in plan["cells"] if c["estimate"]}
     if estimates:
         lines += ["", "~ estimate:"] + [f"  {task}: {why}" for task, why in estimates.items()]

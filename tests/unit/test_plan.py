@@ -170,3 +170,59 @@ def test_plan_counts_the_cells_prompt_profile_and_answer_mass(tmp_path: Path, mo
     assert cell["prompts"] == counts["prompts"] == len(work) == plain["prompts"] + cell["items"]
     assert cell["prompt_tokens"] == counts["prompt_tokens"] == sum(map(len, work))
     assert cell["prompt_tokens"] > plain["prompt_tokens"]
+
+
+class _Recorder:
+    """A backend that records every prompt it is handed and answers uniform label log-probs."""
+
+    name = "recorder"
+
+    def __init__(self) -> None:
+        self.sent: list[list[int]] = []
+
+    def label_logprobs(self, prompts, label_ids):
+        import numpy as np
+
+        self.sent.extend(list(p) for p in prompts)
+        return np.log(np.full((len(prompts), len(label_ids)), 1 / len(label_ids)))
+
+    def describe(self) -> dict:
+        return {"backend": self.name}
+
+
+def test_plan_counts_the_content_free_probes_and_marks_adaptive_cells(tmp_path: Path, monkeypatch, capsys) -> None:
+    """With the content-free prior the plan adds the probes score_cell reads (one set per distinct question);
+    under adaptive rotations it says its counts are an upper bound."""
+    from anyjev.data.prepare import prepare_task
+    from anyjev.run import scoring
+    from anyjev.run.cell import load_tokenizer
+    from anyjev.settings import Settings
+
+    monkeypatch.chdir(tmp_path)
+    Path("mix.jsonl").write_text("".join(json.dumps(r) + "\n" for r in mixed_task_rows()))
+    models = {"m": {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": str(QWEN3_TOKENIZER)}}
+    tasks = {"mix": {"source": "file", "path": "mix.jsonl", "n_test": 6, "n_calib": 3}}
+    plain = plan_config(write_config(tmp_path / "plain.yaml", models, tasks))["cells"][0]
+    config = tmp_path / "cf.yaml"
+    config.write_text(yaml.safe_dump({"models": models, "tasks": tasks, "published": None,
+                                      "evaluation": {"prior_mode": "content_free"}}))
+    [cell] = plan_config(config)["cells"]
+    task = prepare_task(Settings.load(config).prepare_job("mix"), "mix-split.jsonl")
+    backend = _Recorder()
+    counts = scoring.score_cell(backend, load_tokenizer(QWEN3_TOKENIZER), task.items, task.prior_groups(), "s.jsonl",
+                                {"t": 1}, chunk_items=2, content_free=True)
+    work = backend.sent[1:]  # the canary
+    assert cell["content_free_prompts"] > 0 and "at_most" not in cell
+    assert cell["prompts"] == counts["prompts"] == len(work) == plain["prompts"] + cell["content_free_prompts"]
+    assert cell["prompt_tokens"] == counts["prompt_tokens"] == sum(map(len, work))
+
+    adaptive = tmp_path / "adaptive.yaml"
+    adaptive.write_text(yaml.safe_dump({"models": models, "tasks": tasks, "published": None,
+                                        "scoring": {"rotations": "adaptive", "target_disagreement": 0.5,
+                                                    "confidence": 0.5}}))  # 3 calibration items can certify that
+    [upper] = plan_config(adaptive)["cells"]
+    assert upper["prompts"] == plain["prompts"] and "adaptive" in upper["at_most"]
+    from anyjev.run.plan import plan_text
+
+    text = plan_text(plan_config(adaptive))
+    assert f"<= {upper['prompts']:,}" in text and "<= at most: scoring.rotations is adaptive" in text
