@@ -17,9 +17,10 @@ batch prior of the calibration items (per layout group, option count, prior grou
 schema's default ``evaluation.prior_strength`` and ``prior_min_items``; uniform for a prior group with fewer
 calibration items), then their geometric mean. The test items' own batch prior cannot be used: it is not
 known until every test item is read. So the certificate bounds disagreement with the full-K L0 decision
-under that frozen prior; the evaluated L0 (batch prior of the test items) is measured against full L0 by
-the benchmark. Every test item's reading depends only on its own log-probs and the certificate, so the
-cell's final file does not depend on chunking or on where a run was interrupted.
+under that frozen prior, and evaluation uses the same prior for an adaptive cell's L0
+(:func:`anyjev.numbers.evaluation.prior_source_for`), so the reported decision is the certified one.
+Every test item's reading depends only on its own log-probs and the certificate, so the cell's final file
+does not depend on chunking or on where a run was interrupted.
 """
 
 from __future__ import annotations
