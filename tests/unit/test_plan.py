@@ -126,50 +126,13 @@ def test_plan_says_when_the_tokenizer_is_not_prepared(tmp_path: Path, monkeypatc
     assert cell["tokens_note"] == "tokenizer not prepared"
 
 
-def test_plan_counts_the_cells_prompt_profile_and_answer_mass(tmp_path: Path, monkeypatch) -> None:
-    """Under paper.yaml's `published` prompts and with answer mass on, the plan counts what score_cell hands the
-    backend (the published wording is 3 tokens longer per prompt on Qwen3; answer mass adds one prompt per item)."""
-    import numpy as np
-
-    from anyjev.data.prepare import prepare_task
-    from anyjev.run import scoring
-    from anyjev.run.cell import load_tokenizer
-    from anyjev.settings import Settings
-
+def _mixed_task_plan(tmp_path: Path, monkeypatch) -> tuple[dict, dict, dict]:
+    """A url model on the Qwen3 tokenizer and the mixed task file in TMP_PATH, and the plan of its plain cell."""
     monkeypatch.chdir(tmp_path)
     Path("mix.jsonl").write_text("".join(json.dumps(r) + "\n" for r in mixed_task_rows()))
     models = {"m": {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": str(QWEN3_TOKENIZER)}}
     tasks = {"mix": {"source": "file", "path": "mix.jsonl", "n_test": 6, "n_calib": 3}}
-    plain = plan_config(write_config(tmp_path / "plain.yaml", models, tasks))["cells"][0]
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({"models": models, "tasks": tasks, "published": None,
-                                      "scoring": {"prompt_profile": "published", "answer_mass": True}}))
-    [cell] = plan_config(config)["cells"]
-
-    sent: list[list[int]] = []
-
-    class Recorder:
-        name = "recorder"
-
-        def label_logprobs(self, prompts, label_ids):
-            sent.extend(list(p) for p in prompts)
-            return np.log(np.full((len(prompts), len(label_ids)), 1 / len(label_ids)))
-
-        def vocab_logprobs(self, prompts, label_ids):
-            sent.extend(list(p) for p in prompts)
-            return np.full((len(prompts), len(label_ids)), -3.0)
-
-        def describe(self) -> dict:
-            return {"backend": self.name}
-
-    task = prepare_task(Settings.load(config).prepare_job("mix"), "mix-split.jsonl")
-    counts = scoring.score_cell(Recorder(), load_tokenizer(QWEN3_TOKENIZER), task.items, task.prior_groups(), "s.jsonl",
-                                {"t": 1}, chunk_items=1,
-                                options=ScoringSettings(prompt_profile="published", answer_mass=True))
-    work = sent[2:]  # the canary: one label prompt and its answer-mass prompt
-    assert cell["prompts"] == counts["prompts"] == len(work) == plain["prompts"] + cell["items"]
-    assert cell["prompt_tokens"] == counts["prompt_tokens"] == sum(map(len, work))
-    assert cell["prompt_tokens"] > plain["prompt_tokens"]
+    return models, tasks, plan_config(write_config(tmp_path / "plain.yaml", models, tasks))["cells"][0]
 
 
 class _Recorder:
@@ -186,8 +149,39 @@ class _Recorder:
         self.sent.extend(list(p) for p in prompts)
         return np.log(np.full((len(prompts), len(label_ids)), 1 / len(label_ids)))
 
+    def vocab_logprobs(self, prompts, label_ids):
+        import numpy as np
+
+        self.sent.extend(list(p) for p in prompts)
+        return np.full((len(prompts), len(label_ids)), -3.0)
+
     def describe(self) -> dict:
         return {"backend": self.name}
+
+
+def test_plan_counts_the_cells_prompt_profile_and_answer_mass(tmp_path: Path, monkeypatch) -> None:
+    """Under paper.yaml's `published` prompts and with answer mass on, the plan counts what score_cell hands the
+    backend (the published wording is 3 tokens longer per prompt on Qwen3; answer mass adds one prompt per item)."""
+    from anyjev.data.prepare import prepare_task
+    from anyjev.run import scoring
+    from anyjev.run.cell import load_tokenizer
+    from anyjev.settings import Settings
+
+    models, tasks, plain = _mixed_task_plan(tmp_path, monkeypatch)
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"models": models, "tasks": tasks, "published": None,
+                                      "scoring": {"prompt_profile": "published", "answer_mass": True}}))
+    [cell] = plan_config(config)["cells"]
+
+    task = prepare_task(Settings.load(config).prepare_job("mix"), "mix-split.jsonl")
+    backend = _Recorder()
+    counts = scoring.score_cell(backend, load_tokenizer(QWEN3_TOKENIZER), task.items, task.prior_groups(), "s.jsonl",
+                                {"t": 1}, chunk_items=1,
+                                options=ScoringSettings(prompt_profile="published", answer_mass=True))
+    work = backend.sent[2:]  # the canary: one label prompt and its answer-mass prompt
+    assert cell["prompts"] == counts["prompts"] == len(work) == plain["prompts"] + cell["items"]
+    assert cell["prompt_tokens"] == counts["prompt_tokens"] == sum(map(len, work))
+    assert cell["prompt_tokens"] > plain["prompt_tokens"]
 
 
 def test_plan_counts_the_content_free_probes_and_marks_adaptive_cells(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -198,11 +192,7 @@ def test_plan_counts_the_content_free_probes_and_marks_adaptive_cells(tmp_path: 
     from anyjev.run.cell import load_tokenizer
     from anyjev.settings import Settings
 
-    monkeypatch.chdir(tmp_path)
-    Path("mix.jsonl").write_text("".join(json.dumps(r) + "\n" for r in mixed_task_rows()))
-    models = {"m": {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": str(QWEN3_TOKENIZER)}}
-    tasks = {"mix": {"source": "file", "path": "mix.jsonl", "n_test": 6, "n_calib": 3}}
-    plain = plan_config(write_config(tmp_path / "plain.yaml", models, tasks))["cells"][0]
+    models, tasks, plain = _mixed_task_plan(tmp_path, monkeypatch)
     config = tmp_path / "cf.yaml"
     config.write_text(yaml.safe_dump({"models": models, "tasks": tasks, "published": None,
                                       "evaluation": {"prior_mode": "content_free"}}))
