@@ -1,19 +1,23 @@
-"""Workflow config validation: the JSON schema (with defaults filled in), then what a schema cannot say
-(grid names defined, no duplicate names, pinned server flags untouched, local paths present).
-Every error names the key path, e.g. ``models.smollm2-135m.dtype``."""
+"""Config validation: the packaged JSON schema (:mod:`anyjev.schema`, defaults filled in), then what a schema cannot
+say (grid names defined, no duplicate names, pinned server flags untouched, local paths present, the label count
+every task needs). Every error names the key path, e.g. ``models.smollm2-135m.dtype``."""
 
 from __future__ import annotations
 
 import copy
 import os
-import shutil
 from pathlib import Path
 
 import yaml
 from jsonschema import Draft202012Validator, validators
 
+from anyjev.data import builtin, hub
+from anyjev.data.taskfile import jsonl_rows
 from anyjev.errors import ConfigError, ConfigSyntaxError
+from anyjev.numbers.certificate import min_certification_items
+from anyjev.schema import schema
 from anyjev.serving.argv import check_extra_flags
+from anyjev.serving.spec import check_server_python
 
 
 def _with_defaults(cls):
@@ -52,7 +56,13 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _m
 
 
 def load_strict(path: str | os.PathLike) -> dict:
-    """Read a YAML config, refusing duplicate keys and naming the file and line of a syntax error."""
+    """Read a YAML config, refusing duplicate keys and naming the file and line of a syntax error (and a file that is
+    missing or a folder)."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigSyntaxError(str(path), "is a folder, not a config file")
+    if not p.is_file():
+        raise ConfigSyntaxError(str(path), f"no such config file (looked in {p.resolve().parent})")
     try:
         with open(path, encoding="utf-8") as fh:
             return yaml.load(fh, Loader=_StrictLoader) or {}
@@ -79,11 +89,10 @@ def _schema_error(err) -> ConfigError:
     return ConfigError(where, f"{err.message} (value {err.instance!r:.80})")
 
 
-def validate_config(config: dict, schema_path: str | os.PathLike, *, workdir: str | os.PathLike = ".") -> dict:
+def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
     """Return a validated copy of ``config`` with defaults filled, or raise :class:`ConfigError`."""
-    schema = yaml.safe_load(Path(schema_path).read_text())
     config = copy.deepcopy(config)
-    errors = sorted(_Validator(schema).iter_errors(config), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    errors = sorted(_Validator(schema()).iter_errors(config), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         raise _schema_error(errors[0])
     models, tasks = config["models"], config["tasks"]
@@ -108,8 +117,6 @@ def validate_config(config: dict, schema_path: str | os.PathLike, *, workdir: st
                               f"with {k} options: a request reads every label's log-prob at once; set it >= {k}")
         scoring = config["scoring"]
         if scoring.get("rotations") == "adaptive" and config.get("limit") is None:
-            from anyjev.numbers.certificate import min_certification_items
-
             need = min_certification_items(scoring["target_disagreement"], scoring["confidence"])
             if task["n_calib"] < need:
                 raise ConfigError(f"tasks.{name}.n_calib", f"is {task['n_calib']}, but scoring.rotations: adaptive certifies its "
@@ -145,9 +152,7 @@ def validate_config(config: dict, schema_path: str | os.PathLike, *, workdir: st
 
 def check_config_file(path: str | os.PathLike, *, workdir: str | os.PathLike = ".") -> dict:
     """Read and validate one config file: syntax (file:line), duplicate keys, schema, semantic checks."""
-    from anyjev.settings import SCHEMA_PATH
-
-    return validate_config(load_strict(path), SCHEMA_PATH, workdir=workdir)
+    return validate_config(load_strict(path), workdir=workdir)
 
 
 def check_runnable(config: dict, workdir: str | os.PathLike = ".") -> None:
@@ -157,12 +162,14 @@ def check_runnable(config: dict, workdir: str | os.PathLike = ".") -> None:
         check_server_python(config["server"]["python"], workdir)
 
 
+def task_dataset(name: str, builtin_name: str | None) -> str:
+    """The built-in or hub dataset a task loads: ``tasks.<name>.builtin``, else the task's own name."""
+    return builtin_name or name
+
+
 def largest_k(name: str, task: dict, workdir: str | os.PathLike = ".") -> int | None:
     """The most options any item of a configured task has, known from the config (and a task file's rows)."""
-    from anyjev.data import builtin, hub
-    from anyjev.data.tasks import jsonl_rows
-
-    dataset = task.get("builtin") or name
+    dataset = task_dataset(name, task.get("builtin"))
     if task["source"] == "builtin":
         return builtin.BUILTIN_K.get(dataset)
     if task["source"] == "hub":
@@ -173,16 +180,6 @@ def largest_k(name: str, task: dict, workdir: str | os.PathLike = ".") -> int | 
         return None
     sizes = [2 if row.get("kind") == "noul" else len(row.get("options") or ()) for _, row in rows if "question" in row]
     return max(sizes, default=None)
-
-
-def check_server_python(python: str, workdir: str | os.PathLike = ".") -> None:
-    """The vLLM environment's interpreter must exist (on a cluster the score job checks it again on its node)."""
-    path = Path(python)
-    found = shutil.which(python) if os.sep not in python else (Path(workdir) / path if not path.is_absolute() else path)
-    if found is None or not (Path(found).is_file() and os.access(found, os.X_OK)):
-        raise ConfigError("server.python", f"{python!r} is not an executable interpreter (from {Path(workdir).resolve()}): "
-                          "point it at the vLLM environment's python (`bash scripts/setup_env.sh` creates "
-                          ".venv-server/bin/python; on a GPU cluster, the CUDA vLLM environment's)")
 
 
 def cells(config: dict) -> list[tuple[str, str]]:

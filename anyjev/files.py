@@ -1,19 +1,25 @@
-"""File helpers shared by the whole package: atomic writes, content hashes, timestamps.
+"""File helpers shared by the whole package: atomic writes, content hashes, timestamps, an exclusive file lock.
 
 Standard library only, because the server supervisor imports it. Every result file is written through
-:func:`write_text_atomic` (temp file in the same folder, fsync, ``os.replace``), so a kill never leaves half a file.
+:func:`write_text_atomic` (temp file in the same folder, fsync, ``os.replace``), so a kill never leaves half a file,
+with the permissions the process's umask gives a new file (colleagues on a shared filesystem can read results).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import re
 import tempfile
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+_UMASK = re.compile(r"^Umask:\s*([0-7]+)$", re.M)
 
 
 def now_iso() -> str:
@@ -30,12 +36,25 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it (Linux: /proc/self/status; elsewhere set and restored)."""
+    with contextlib.suppress(OSError):
+        found = _UMASK.search(Path("/proc/self/status").read_text())
+        if found:
+            return int(found.group(1), 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
-    """Write TEXT (UTF-8) to PATH atomically, creating the parent folder."""
+    """Write TEXT (UTF-8) to PATH atomically, creating the parent folder. The file gets the mode a plain
+    ``open(path, "w")`` would give it (0666 less the umask): mkstemp's private 0600 would hide results from a group."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
@@ -51,3 +70,18 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
 def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, indent: int = 1) -> Path:
     """Write OBJ as sorted-key JSON (NaN allowed, as Python's json writes it) atomically."""
     return write_text_atomic(path, json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+@contextlib.contextmanager
+def flock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive flock on PATH for the duration of the block: a file (created if missing) or a folder."""
+    p = Path(path)
+    fd = os.open(p, os.O_RDONLY) if p.is_dir() else os.open(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

@@ -24,8 +24,7 @@ from typing import Any
 import yaml
 
 from anyjev.errors import ConfigError
-from anyjev.files import now_iso, write_text_atomic
-from anyjev.serving.proc import flock
+from anyjev.files import flock, now_iso, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +63,6 @@ class Lock:
     path: str
     pinned: bool
 
-    @classmethod
-    def from_job(cls, job: dict[str, Any]) -> Lock | None:
-        """The lock a job's settings name (``lock_file``, ``pinned``), if any."""
-        return cls(job["lock_file"], bool(job.get("pinned"))) if job.get("lock_file") else None
-
     def read(self) -> dict[str, dict[str, dict[str, Any]]]:
         p = Path(self.path)
         if not p.is_file():
@@ -102,6 +96,11 @@ class Lock:
                               f"but {where} is at commit {found}: delete {where} to download the locked commit, or "
                               "update the lock if the new commit is intended")
 
+    def settle(self, kind: str, repo: str, revision: str | None, commit: str | None, where: str, **extra: Any) -> None:
+        """Refuse COMMIT (what WHERE holds) when the pinned lock names another, then record it."""
+        self.check(kind, repo, revision, commit, where)
+        self.record(kind, repo, revision, commit, **extra)
+
     def revision_to_fetch(self, kind: str, repo: str, revision: str | None) -> str | None:
         """What to download: the locked commit in a pinned run (after checking the config's revision), else REVISION."""
         entry = self.locked(kind, repo)
@@ -115,8 +114,9 @@ class Lock:
         if commit is None:
             log.warning("%s %s@%s: no commit known, not recorded in %s", kind[:-1], repo, revision, self.path)
             return
-        Path(".anyjev").mkdir(exist_ok=True)
-        with flock(Path(".anyjev") / "lockfile.flock"):
+        folder = Path(self.path).parent
+        folder.mkdir(parents=True, exist_ok=True)
+        with flock(folder):  # one writer at a time (fetch and prepare-model jobs run in parallel)
             data = self.read() if Path(self.path).is_file() else {k: {} for k in KINDS}
             if self.pinned and repo in data[kind]:
                 return

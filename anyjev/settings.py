@@ -1,123 +1,46 @@
-"""Typed settings, built once from the validated config; each setting keeps its schema key's name.
+"""The validated config as typed settings, and every job built from it once.
 
-The schema (``workflow/schemas/config.schema.yaml``) is the one place a default lives: the dataclass defaults
-below are read from it, the workflow hands each job its resolved settings as one JSON argument, and the CLI
-has no defaults of its own for these settings (``tests/unit/test_settings.py`` proves it).
+A rule never hands its job a piece of the config: it asks :class:`Settings` for the job's typed object
+(``prepare_job``, ``fetch_job``, ``model_job``, ``score_job``, ``score_model_job``, ``evaluate_job``), passing the
+paths the rule owns, and passes that object as one quoted JSON argument; the CLI parses it back into the same type
+(:mod:`anyjev.jobs`). Each setting keeps its schema key's name and its schema default (:mod:`anyjev.schema`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import yaml
-
+from anyjev.backends.vllm import ClientOptions
+from anyjev.config import cells, check_config_file, task_dataset
+from anyjev.data.hub import FetchJob
+from anyjev.data.prepare import PrepareJob
+from anyjev.decision.options import PromptOptions
 from anyjev.errors import ConfigError
-
-REPO = Path(__file__).resolve().parents[1]
-SCHEMA_PATH = REPO / "workflow" / "schemas" / "config.schema.yaml"
-DEFAULT_CONFIG = REPO / "config" / "config.yaml"
-STATE_DIR = ".anyjev/servers"
-HUB_CACHE = "resources/hub"
-# Where an unpinned run (lock: null) records the commits its hub datasets and models resolved to (anyjev.lock).
-LOCK_RECORD = "resources/lock.yaml"
-
-
-@functools.cache
-def schema() -> dict[str, Any]:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
+from anyjev.jobs import from_data
+from anyjev.lock import Lock
+from anyjev.numbers.evaluation import EvaluationOptions
+from anyjev.run.allocation import ModelCell, ScoreModelJob
+from anyjev.run.cell import ExternalServer, ManagedServer, ScoreJob
+from anyjev.run.evaluate import EvaluateJob
+from anyjev.run.identity import ScoringOptions
+from anyjev.schema import setting
+from anyjev.serving.models import ModelJob
+from anyjev.serving.spec import ServerSpec, prefix_caching_on
 
 
-def schema_node(*keys: str) -> dict[str, Any]:
-    """The schema of a config key path; ``*`` steps into a name-keyed mapping (``models.*.dtype``)."""
-    node = schema()
-    for key in keys:
-        node = node["additionalProperties"] if key == "*" else node["properties"][key]
-    return node
-
-
-def default(*keys: str) -> Any:
-    """The schema's default of a config key path (a fresh copy)."""
-    return json.loads(json.dumps(schema_node(*keys)["default"]))
-
-
-T = TypeVar("T")
-
-
-def from_mapping(cls: type[T], data: dict[str, Any], where: str) -> T:
-    """Build a settings dataclass from a config mapping, refusing keys it does not know (naming WHERE)."""
-    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"{where}.{unknown[0]}", f"unknown setting (known: {', '.join(sorted(known))})")
-    return cls(**data)
-
-
-def schema_section(*section: str) -> Callable[[type[T]], type[T]]:
-    """Make a frozen dataclass of a config section whose field defaults are the schema's: each annotated field
-    with a schema default gets it (a fresh copy per instance); the others keep their own (or none)."""
-
-    def wrap(cls: type[T]) -> type[T]:
-        keys = schema_node(*section).get("properties", {}) if section else schema()["properties"]
-        for name in cls.__annotations__:
-            if name in keys and "default" in keys[name] and name not in vars(cls):
-                setattr(cls, name, field(default_factory=functools.partial(default, *section, name)))
-        return dataclass(frozen=True)(cls)
-
-    return wrap
-
-
-@schema_section("client")
-class ClientSettings:
-    """How the scoring client talks to a vLLM server (``client.*``)."""
-
-    prompts_per_request: int
-    max_concurrency: int
-    timeout: float
-    retries: int
-    chunk_items: int
-
-
-@schema_section("evaluation")
-class EvaluationSettings:
-    """Levels, priors and bootstrap of the offline evaluation (``evaluation.*``)."""
-
-    prior_strength: float
-    prior_min_items: int
-    prior_mode: str
-    prior_batch_size: int | None
-    n_boot: int
-    bootstrap_seed: int
-
-
-@schema_section("server")
+@dataclass(frozen=True)
 class ServerSettings:
     """What every managed server shares (``server.*``)."""
 
-    python: str
-    seed: int
-    max_logprobs: int
+    python: str = setting("server", "python")
+    seed: int = setting("server", "seed")
+    max_logprobs: int = setting("server", "max_logprobs")
 
 
-@schema_section("scoring")
-class ScoringSettings:
-    """What every cell asks the model and records per item (``scoring.*``)."""
-
-    prompt_profile: str
-    answer_mass: bool
-    rotations: str
-    target_disagreement: float
-    confidence: float
-    rotations_per_round: int
-    option_order: str
-
-
-@schema_section("models", "*")
+@dataclass(frozen=True)
 class ModelSettings:
     """One model (``models.<name>.*``); the keys without a default depend on the source."""
 
@@ -128,34 +51,31 @@ class ModelSettings:
     url: str | None = None
     served_name: str | None = None
     tokenizer: str | None = None
-    dtype: str
-    max_model_len: int | None
-    tensor_parallel_size: int
-    gpus: int
-    mem_mb: int | None
-    runtime: int | None
-    server_flags: list[str]
-    server_env: dict[str, str]
-    port: int | None
-    start_timeout: float
-    prefix_caching: bool | str
-    fp32_head: bool
-
-    @property
-    def prefix_caching_on(self) -> bool:
-        """``prefix_caching`` resolved: ``auto`` is on only for float32, where the cache's drift is within the
-        fp32 parity tolerance (measured: results/bench/prefix_drift_fp32.json; bf16 drifts by up to 0.15 nat)."""
-        if isinstance(self.prefix_caching, bool):
-            return self.prefix_caching
-        return self.dtype == "float32"
+    dtype: str = setting("models", "*", "dtype")
+    max_model_len: int | None = setting("models", "*", "max_model_len")
+    tensor_parallel_size: int = setting("models", "*", "tensor_parallel_size")
+    gpus: int = setting("models", "*", "gpus")
+    mem_mb: int | None = setting("models", "*", "mem_mb")
+    runtime: int | None = setting("models", "*", "runtime")
+    server_flags: list[str] = setting("models", "*", "server_flags")
+    server_env: dict[str, str] = setting("models", "*", "server_env")
+    port: int | None = setting("models", "*", "port")
+    start_timeout: float = setting("models", "*", "start_timeout")
+    prefix_caching: bool | str = setting("models", "*", "prefix_caching")
+    fp32_head: bool = setting("models", "*", "fp32_head")
 
     @property
     def managed(self) -> bool:
         """The workflow starts this model's server (every source but ``url``)."""
         return self.source != "url"
 
+    @property
+    def prepared(self) -> bool:
+        """The workflow prepares this model's weights (``smollm2`` and ``hub``; ``local`` and ``url`` are the user's)."""
+        return self.source in ("smollm2", "hub")
 
-@schema_section("tasks", "*")
+
+@dataclass(frozen=True)
 class TaskSettings:
     """One task (``tasks.<name>.*``)."""
 
@@ -163,134 +83,142 @@ class TaskSettings:
     builtin: str | None = None
     path: str | None = None
     revision: str | None = None
-    n_test: int
-    n_calib: int
-    allow_fewer: bool
-
-    def dataset(self, name: str) -> str:
-        """The built-in or hub dataset the task loads (``builtin``, default: the task's name)."""
-        return self.builtin or name
+    n_test: int = setting("tasks", "*", "n_test")
+    n_calib: int = setting("tasks", "*", "n_calib")
+    allow_fewer: bool = setting("tasks", "*", "allow_fewer")
 
 
-@schema_section()
+@dataclass(frozen=True)
 class Settings:
     """The whole validated config, typed."""
 
     models: dict[str, ModelSettings]
     tasks: dict[str, TaskSettings]
     cells: list[tuple[str, str]]
-    levels: list[str]
-    split_seed: int
-    published: str | None
-    limit: int | None
-    lock: str | None
-    score_jobs: str
-    evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
+    levels: list[str] = setting("levels")
+    split_seed: int = setting("split_seed")
+    published: str | None = setting("published")
+    limit: int | None = setting("limit")
+    lock: str | None = setting("lock")
+    score_jobs: str = setting("score_jobs")
+    evaluation: EvaluationOptions = field(default_factory=EvaluationOptions)
     server: ServerSettings = field(default_factory=ServerSettings)
-    client: ClientSettings = field(default_factory=ClientSettings)
-    scoring: ScoringSettings = field(default_factory=ScoringSettings)
+    client: ClientOptions = field(default_factory=ClientOptions)
+    scoring: ScoringOptions = field(default_factory=ScoringOptions)
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> Settings:
         """From a config already validated (and default-filled) by :func:`anyjev.config.validate_config`."""
-        from anyjev.config import cells
-
+        evaluation = from_data(EvaluationOptions, config["evaluation"], "evaluation")
+        scoring = dict(config["scoring"])
+        prompt = PromptOptions(prompt_profile=scoring.pop("prompt_profile"), option_order=scoring.pop("option_order"))
+        content_free = evaluation.prior_mode == "content_free" or "L0-cf" in config["levels"]
+        top = {f.name for f in fields(cls)} - {"models", "tasks", "cells", "evaluation", "server", "client", "scoring"}
         return cls(
-            models={n: from_mapping(ModelSettings, m, f"models.{n}") for n, m in config["models"].items()},
-            tasks={n: from_mapping(TaskSettings, t, f"tasks.{n}") for n, t in config["tasks"].items()},
+            models={n: from_data(ModelSettings, m, f"models.{n}") for n, m in config["models"].items()},
+            tasks={n: from_data(TaskSettings, t, f"tasks.{n}") for n, t in config["tasks"].items()},
             cells=cells(config),
-            levels=list(config["levels"]),
-            split_seed=config["split_seed"],
-            limit=config["limit"],
-            lock=config["lock"],
-            score_jobs=config["score_jobs"],
-            evaluation=from_mapping(EvaluationSettings, config["evaluation"], "evaluation"),
-            server=from_mapping(ServerSettings, config["server"], "server"),
-            client=from_mapping(ClientSettings, config["client"], "client"),
-            scoring=from_mapping(ScoringSettings, config["scoring"], "scoring"),
-            published=config.get("published"),
+            evaluation=evaluation,
+            server=from_data(ServerSettings, config["server"], "server"),
+            client=from_data(ClientOptions, config["client"], "client"),
+            scoring=ScoringOptions(prompt=prompt, content_free=content_free, **scoring),
+            **{k: config[k] for k in top if k in config},
         )
 
     @classmethod
     def load(cls, path: str | Path, *, workdir: str | Path = ".") -> Settings:
         """Read, validate and type one config file (as the workflow does with its config)."""
-        from anyjev.config import check_config_file
-
         return cls.from_config(check_config_file(path, workdir=workdir))
 
-    @property
-    def content_free(self) -> bool:
-        """Whether score jobs also read the content-free probes: the prior mode or a listed level needs them."""
-        return self.evaluation.prior_mode == "content_free" or "L0-cf" in self.levels
-
     # ------------------------------------------------------------------ what each job is handed
-    def model_dir(self, model: str) -> str:
-        """The model's weights/tokenizer folder: prepared under resources/, or the user's."""
+    def model_tasks(self, model: str) -> list[str]:
+        """The tasks of MODEL's cells, in config order."""
+        return [t for m, t in self.cells if m == model]
+
+    def model_dir(self, model: str, models_dir: str) -> str:
+        """The model's weights/tokenizer folder: prepared under MODELS_DIR, or the user's."""
         m = self.models[model]
         if m.source == "local":
             return str(m.path)
         if m.source == "url":
             return str(m.tokenizer)
-        return f"resources/models/{model}"
+        return f"{models_dir}/{model}"
 
-    def server_spec(self, model: str) -> dict[str, Any]:
-        """The model's server spec (anyjev.serving.spec.ServerSpec fields) from the config."""
+    def server_spec(self, model: str, models_dir: str) -> ServerSpec:
+        """The model's server from the config."""
         m = self.models[model]
-        return {
-            "name": model,
-            "model": self.model_dir(model),
-            "served_name": model,
-            "python": self.server.python,
-            "dtype": m.dtype,
-            "max_model_len": m.max_model_len,
-            "max_logprobs": self.server.max_logprobs,
-            "tensor_parallel_size": m.tensor_parallel_size,
-            "seed": self.server.seed,
-            "prefix_caching": m.prefix_caching_on,
-            "fp32_head": m.fp32_head,
-            "server_flags": list(m.server_flags),
-            "server_env": sorted([k, v] for k, v in m.server_env.items()),
-            "start_timeout": m.start_timeout,
-            "port": m.port,
-        }
+        return ServerSpec(name=model, model=self.model_dir(model, models_dir), served_name=model, python=self.server.python,
+                          dtype=m.dtype, max_model_len=m.max_model_len, max_logprobs=self.server.max_logprobs,
+                          tensor_parallel_size=m.tensor_parallel_size, seed=self.server.seed,
+                          prefix_caching=prefix_caching_on(m.prefix_caching, m.dtype), fp32_head=m.fp32_head,
+                          server_flags=tuple(m.server_flags), server_env=tuple(sorted(m.server_env.items())),
+                          start_timeout=m.start_timeout, port=m.port)
 
-    def score_job(self, model: str, task: str) -> dict[str, Any]:
-        """Everything a score job needs besides its files: how to reach the model, and the client settings."""
+    def score_job(self, model: str, task: str, *, models_dir: str, server_log: str, state_dir: str) -> ScoreJob:
+        """Everything one cell's score job needs besides its files; the paths are the rule's."""
         m = self.models[model]
-        job: dict[str, Any] = {"model": model, "task": task, "tokenizer": self.model_dir(model),
-                               "client": dataclasses.asdict(self.client), "scoring": dataclasses.asdict(self.scoring)}
-        if self.content_free:
-            job["content_free"] = True
-        if m.managed:
-            job["server"] = self.server_spec(model)
-            job["server_log"] = f"logs/servers/{model}.log"
-            job["state_dir"] = STATE_DIR
-        else:
-            job["url"] = m.url
-            job["served_name"] = m.served_name or model
-        return job
+        managed = ManagedServer(self.server_spec(model, models_dir), server_log, state_dir) if m.managed else None
+        external = None if m.managed else ExternalServer(str(m.url), m.served_name or model)
+        return ScoreJob(model=model, task=task, tokenizer=self.model_dir(model, models_dir), client=self.client,
+                        scoring=self.scoring, managed=managed, external=external)
 
-    def model_tasks(self, model: str) -> list[str]:
-        """The tasks of MODEL's cells, in config order."""
-        return [t for m, t in self.cells if m == model]
+    def score_model_job(self, model: str, *, models_dir: str, server_log: str, state_dir: str, task_file: str,
+                        staged: str) -> ScoreModelJob:
+        """What one job scoring every cell of MODEL needs (``score_jobs: model``). TASK_FILE and STAGED are the rule's
+        path patterns of a cell's task file and staging folder (with ``{task}``)."""
+        return ScoreModelJob(model, {t: ModelCell(self.score_job(model, t, models_dir=models_dir, server_log=server_log,
+                                                                 state_dir=state_dir),
+                                                  task_file.format(task=t), f"{staged.format(task=t)}/scores.jsonl",
+                                                  f"{staged.format(task=t)}/provenance.json")
+                                     for t in self.model_tasks(model)})
 
-    def score_model_job(self, model: str) -> dict[str, Any]:
-        """What one job scoring every cell of MODEL needs (``score_jobs: model``): each cell's score job."""
-        return {"model": model, "cells": {t: self.score_job(model, t) for t in self.model_tasks(model)}}
-
-    def prepare_job(self, task: str) -> dict[str, Any]:
-        """Everything the prepare step needs to build and split a task."""
-        job = {"name": task, "split_seed": self.split_seed, "hub_cache": HUB_CACHE, **dataclasses.asdict(self.tasks[task])}
+    def prepare_job(self, task: str, *, hub_cache: str) -> PrepareJob:
+        """Everything the prepare step needs to build and split TASK (HUB_CACHE: the rule's fetched-data folder)."""
+        t = self.tasks[task]
+        n_test, n_calib, allow_fewer = t.n_test, t.n_calib, t.allow_fewer
         if self.limit is not None:  # a smoke run: the first items of the same seeded order
-            job |= {"n_test": min(job["n_test"], self.limit), "n_calib": min(job["n_calib"], self.limit), "allow_fewer": True}
-        return job
+            n_test, n_calib, allow_fewer = min(n_test, self.limit), min(n_calib, self.limit), True
+        return PrepareJob(name=task, source=t.source, dataset=task_dataset(task, t.builtin), path=t.path, revision=t.revision,
+                          n_test=n_test, n_calib=n_calib, allow_fewer=allow_fewer, split_seed=self.split_seed,
+                          hub_cache=hub_cache)
+
+    def run_lock(self, lock_record: str) -> Lock:
+        """Where fetch and prepare-model record resolved commits (LOCK_RECORD, the rule's, when the run is unpinned),
+        and whether they must match it (the config's ``lock``)."""
+        return Lock(self.lock or lock_record, self.lock is not None)
+
+    def model_job(self, model: str, *, lock_record: str) -> ModelJob:
+        """What the prepare-model step needs."""
+        m = self.models[model]
+        return ModelJob(name=model, source=m.source, repo=m.repo, revision=m.revision, lock=self.run_lock(lock_record))
+
+    def fetch_job(self, dataset: str, *, hub_cache: str, lock_record: str) -> FetchJob:
+        """What the fetch step of a hub dataset needs: its revision from the config, the cache and the lock."""
+        return FetchJob(dataset=dataset, revision=self.hub_datasets()[dataset], cache=hub_cache, lock=self.run_lock(lock_record))
+
+    def evaluate_job(self) -> EvaluateJob:
+        """What the evaluate step needs."""
+        return EvaluateJob(self.evaluation)
+
+    def hub_datasets(self) -> dict[str, str | None]:
+        """Hub datasets to fetch, each with the revision its tasks ask for (refusing two different ones)."""
+        wanted: dict[str, tuple[str, str | None]] = {}
+        for name, t in self.tasks.items():
+            if t.source != "hub":
+                continue
+            ds = task_dataset(name, t.builtin)
+            if ds in wanted and wanted[ds][1] != t.revision:
+                raise ConfigError(f"tasks.{name}.revision", f"dataset {ds!r} is also fetched at revision "
+                                  f"{wanted[ds][1]!r} for task {wanted[ds][0]!r}: one dataset, one revision")
+            wanted[ds] = (name, t.revision)
+        return {ds: rev for ds, (_, rev) in wanted.items()}
 
     def score_resources(self, site: Any = None) -> dict[str, Callable[[Any], int | float]]:
-        """score_cell's memory and time per model (``models.<name>.mem_mb`` / ``runtime``), as Snakemake resources.
+        """The scoring job's memory and time per model (``models.<name>.mem_mb`` / ``runtime``), as Snakemake resources.
 
         A resource is returned only when some model sets it (otherwise the profile decides, as for any rule); a model
         that leaves it null then gets SITE's value (the profile's default-resources, a Snakemake Resources mapping),
-        which must be a number. Snakemake's --set-resources for score_cell would override both.
+        which must be a number. Snakemake's --set-resources for the rule would override both.
         """
         found: dict[str, Callable[[Any], int | float]] = {}
         for key in ("mem_mb", "runtime"):
@@ -304,35 +232,3 @@ class Settings:
                                       f"default-resources {key} number to fall back on: set it, or {key} under default-resources")
             found[key] = lambda wc, key=key, fallback=fallback: getattr(self.models[wc.model], key) or fallback
         return found
-
-    def lock_job(self) -> dict[str, Any]:
-        """Where fetch and prepare-model record resolved commits, and whether they must match it (anyjev.lock)."""
-        return {"lock_file": self.lock or LOCK_RECORD, "pinned": self.lock is not None}
-
-    def model_job(self, model: str) -> dict[str, Any]:
-        """What the prepare-model step needs."""
-        return {"name": model, **dataclasses.asdict(self.models[model]), **self.lock_job()}
-
-    def fetch_job(self, dataset: str) -> dict[str, Any]:
-        """What the fetch step of a hub dataset needs: its revision from the config, the cache and the lock."""
-        return {"dataset": dataset, "revision": self.hub_datasets()[dataset], "cache": HUB_CACHE, **self.lock_job()}
-
-    def hub_datasets(self) -> dict[str, str | None]:
-        """Hub datasets to fetch, each with the revision its tasks ask for (refusing two different ones)."""
-        wanted: dict[str, tuple[str, str | None]] = {}
-        for name, t in self.tasks.items():
-            if t.source != "hub":
-                continue
-            ds = t.dataset(name)
-            if ds in wanted and wanted[ds][1] != t.revision:
-                raise ConfigError(f"tasks.{name}.revision", f"dataset {ds!r} is also fetched at revision "
-                                  f"{wanted[ds][1]!r} for task {wanted[ds][0]!r}: one dataset, one revision")
-            wanted[ds] = (name, t.revision)
-        return {ds: rev for ds, (_, rev) in wanted.items()}
-
-
-def load_job(text_or_path: str, cls: type[T] | None = None) -> Any:
-    """A job's settings from the JSON argument the workflow passes (or a file holding it)."""
-    text = Path(text_or_path).read_text() if not text_or_path.lstrip().startswith("{") else text_or_path
-    data = json.loads(text)
-    return from_mapping(cls, data, "settings") if cls is not None else data

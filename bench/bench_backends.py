@@ -45,21 +45,21 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from anyjev.backends.vllm import VLLMBackend
 from anyjev.data.builtin import mmlu
 from anyjev.decision.labels import LabelChecker
+from anyjev.decision.options import PromptOptions  # noqa: E402
 from anyjev.errors import BackendError
-from anyjev.run.scoring import prepare_item
+from anyjev.run.prepared import prepare_item
 from anyjev.serving.health import ServerHandle
 from anyjev.serving.lease import acquire_server
 from anyjev.serving.proc import group_pids, proc_stat
 from anyjev.serving.spec import ServerSpec
 from anyjev.serving.stop import stop_server
-from anyjev.settings import DEFAULT_CONFIG, Settings
+from bench.common import REPO, SERVER_PYTHON, SMOL_DIR, smollm2_spec
 
-REPO = Path(__file__).resolve().parents[1]
-SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
-SMOL_DIR = REPO / "resources" / "models" / "smollm2-135m"  # converted by the workflow or tests/conftest.py
 TINY_DIR = REPO / "resources" / "models" / "tiny-random-smollm2"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
 TINY_SEED = 0
@@ -125,7 +125,7 @@ def build_prompts(n_items: int) -> tuple[list[list[int]], list[int]]:
     prompts: list[list[int]] = []
     label_ids: list[int] | None = None
     for item in mmlu(n_items).items:
-        prepared = prepare_item(tokenizer, checker, item, "task")
+        prepared = prepare_item(tokenizer, checker, item, "task", PromptOptions())
         if prepared.labels != ["A", "B", "C", "D"]:
             raise SystemExit(f"item {item.id}: labels {prepared.labels}, expected A..D")
         if label_ids is not None and prepared.label_ids != label_ids:
@@ -381,9 +381,8 @@ class Case:
 
 def server_spec(case: Case) -> ServerSpec:
     """The default experiment's CPU server (config/config.yaml holds its flags) for this case's model."""
-    base = ServerSpec.from_dict(Settings.load(DEFAULT_CONFIG, workdir=REPO).server_spec("smollm2-135m"))
-    return dataclasses.replace(base, name=f"bench{os.getpid()}-{case.key}", model=str(case.model),
-                               served_name=case.served_name, python=str(SERVER_PYTHON))
+    return dataclasses.replace(smollm2_spec(f"bench{os.getpid()}-{case.key}", model=str(case.model)),
+                               served_name=case.served_name)
 
 
 def explore_grid(n_prompts: int, quick: bool) -> list[tuple[int, int]]:

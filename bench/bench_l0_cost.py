@@ -58,30 +58,30 @@ from anyjev.data.synthetic import long_state_task  # noqa: E402
 from anyjev.data.tasks import Item  # noqa: E402
 from anyjev.decision import published  # noqa: E402
 from anyjev.decision.labels import LabelChecker  # noqa: E402
+from anyjev.decision.options import PromptOptions  # noqa: E402
 from anyjev.numbers.certificate import clopper_pearson_upper  # noqa: E402
-from anyjev.numbers.evaluation import _arrays  # noqa: E402
 from anyjev.numbers.levels import compute_levels  # noqa: E402
 from anyjev.run.adaptive import StopRule, certify_records, read_adaptive  # noqa: E402
-from anyjev.run.scoring import PreparedItem, item_record, prepare_item, score_prepared  # noqa: E402
+from anyjev.run.full import score_prepared  # noqa: E402
+from anyjev.run.prepared import PreparedItem, prepare_item  # noqa: E402
+from anyjev.run.records import item_record, layout_arrays  # noqa: E402
+from anyjev.schema import default  # noqa: E402
 from anyjev.serving.health import ServerHandle  # noqa: E402
 from anyjev.serving.lease import acquire_server  # noqa: E402
 from anyjev.serving.metrics import read_counters  # noqa: E402
 from anyjev.serving.spec import ServerSpec  # noqa: E402
 from anyjev.serving.stop import stop_server  # noqa: E402
-from anyjev.settings import DEFAULT_CONFIG, Settings, default  # noqa: E402
+from bench.common import SMOL_DIR, smollm2_spec  # noqa: E402
 
-SMOL_DIR = REPO / "resources" / "models" / "smollm2-135m"
-SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
 CHUNK_ITEMS = 16  # score_cell's default chunk
 CONFIDENCE = 0.95  # for the agreement bound
 
 
 def server_spec(name: str, prefix_caching: bool) -> ServerSpec:
     """The default config's SmolLM2 server (pinned flags, fp32 head) in float32, with or without the cache."""
-    base = ServerSpec.from_dict(Settings.load(DEFAULT_CONFIG, workdir=REPO).server_spec("smollm2-135m"))
+    base = smollm2_spec(name, dtype="float32", prefix_caching=prefix_caching)
     env = base.server_env + ((("VLLM_SERVER_DEV_MODE", "1"),) if prefix_caching else ())
-    return dataclasses.replace(base, name=name, served_name=name, model=str(SMOL_DIR), python=str(SERVER_PYTHON),
-                               dtype="float32", prefix_caching=prefix_caching, server_env=env)
+    return dataclasses.replace(base, server_env=env)
 
 
 # --------------------------------------------------------------------------------------------- workloads
@@ -106,7 +106,7 @@ def build_workloads(tokenizer, args) -> list[Workload]:
     def prep(items: Sequence[Item], split: str) -> list[PreparedItem]:
         out = []
         for it in items:
-            p = prepare_item(tokenizer, checker, dataclasses.replace(it, split=split), "all")
+            p = prepare_item(tokenizer, checker, dataclasses.replace(it, split=split), "all", PromptOptions())
             out.append(p)
         return out
 
@@ -131,10 +131,10 @@ def l0_decisions(records: list[dict], calib: list[dict] | None = None) -> np.nda
     stopping rule's statistic, and what an adaptive cell is evaluated with)."""
     k = int(records[0]["k"])
     names = [f"fwd/r{s}" for s in range(k)]
-    lp, orders, read = _arrays(records, "fwd", names)
+    lp, orders, read = layout_arrays(records, "fwd", names)
     extra: dict = {}
     if calib is not None:
-        cal_lp, cal_orders, _ = _arrays(calib, "fwd", names)
+        cal_lp, cal_orders, _ = layout_arrays(calib, "fwd", names)
         extra = {"calib_fwd": cal_lp, "calib_groups": ["all"] * len(calib),
                  "calib_gold": np.array([r["gold"] for r in calib]), "prior_source": "calibration"}
         if orders.ndim == 3 or cal_orders.ndim == 3:
@@ -191,7 +191,7 @@ def row(key: str, counters: dict, n: int, reads: list[int], dec: np.ndarray | No
 def score_full_chunks(backend, items: list[PreparedItem]) -> list[dict]:
     out = []
     for s in range(0, len(items), CHUNK_ITEMS):
-        out += score_prepared(backend, items[s : s + CHUNK_ITEMS])
+        out += score_prepared(backend, items[s : s + CHUNK_ITEMS], answer_mass=False)
     return out
 
 

@@ -19,7 +19,6 @@ project's pinned flags (config/config.yaml's smollm2-135m, fp32 head on).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime as dt
 import json
 import os
@@ -36,29 +35,25 @@ from anyjev.backends.vllm import VLLMBackend  # noqa: E402
 from anyjev.data.builtin import mmlu  # noqa: E402
 from anyjev.data.synthetic import long_state_task  # noqa: E402
 from anyjev.decision.labels import LabelChecker  # noqa: E402
-from anyjev.run.scoring import PreparedItem, prepare_item  # noqa: E402
+from anyjev.decision.options import PromptOptions  # noqa: E402
+from anyjev.run.prepared import PreparedItem, prepare_item  # noqa: E402
 from anyjev.serving.lease import acquire_server  # noqa: E402
 from anyjev.serving.metrics import read_counters  # noqa: E402
 from anyjev.serving.spec import ServerSpec  # noqa: E402
 from anyjev.serving.stop import stop_server  # noqa: E402
-from anyjev.settings import DEFAULT_CONFIG, Settings  # noqa: E402
-
-SMOL_DIR = REPO / "resources" / "models" / "smollm2-135m"
-SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
+from bench.common import SMOL_DIR, smollm2_spec  # noqa: E402
 
 
 def server_spec(name: str, dtype: str, prefix_caching: bool) -> ServerSpec:
     """The default config's SmolLM2 server (pinned flags, fp32 head), under NAME, DTYPE and the cache setting."""
-    base = ServerSpec.from_dict(Settings.load(DEFAULT_CONFIG, workdir=REPO).server_spec("smollm2-135m"))
-    return dataclasses.replace(base, name=name, served_name=name, model=str(SMOL_DIR), python=str(SERVER_PYTHON),
-                               dtype=dtype, prefix_caching=prefix_caching)
+    return smollm2_spec(name, dtype=dtype, prefix_caching=prefix_caching)
 
 
 def workload(tokenizer, n_mmlu: int, n_long: int, long_layouts: int | None) -> list[tuple[str, PreparedItem]]:
     checker = LabelChecker(tokenizer)
-    out = [("mmlu", prepare_item(tokenizer, checker, it, "g")) for it in mmlu(n_mmlu).items[:n_mmlu]]
+    out = [("mmlu", prepare_item(tokenizer, checker, it, "g", PromptOptions())) for it in mmlu(n_mmlu).items[:n_mmlu]]
     for it in long_state_task(n_long).items:
-        p = prepare_item(tokenizer, checker, it, "g")
+        p = prepare_item(tokenizer, checker, it, "g", PromptOptions())
         if long_layouts:
             p.layouts = p.layouts[:long_layouts]
         out.append(("long", p))

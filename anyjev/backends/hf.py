@@ -15,6 +15,7 @@ import numpy as np
 
 from anyjev.errors import BackendError
 from anyjev.numbers.logprobs import log_softmax
+from anyjev.schema import default
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,8 @@ class HFBackend:
     name = "hf"
 
     def __init__(
-        self, model_path: str, *, dtype: str = "float32", device: str | None = None, batch_size: int = 8, fp32_head: bool = True
+        self, model_path: str, *, dtype: str = "float32", device: str | None = None, batch_size: int = 8,
+        fp32_head: bool = default("models", "*", "fp32_head"),
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM

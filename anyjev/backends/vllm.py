@@ -17,6 +17,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -24,6 +25,7 @@ import numpy as np
 
 from anyjev.errors import BackendError, LabelTokenError
 from anyjev.numbers.logprobs import log_softmax
+from anyjev.schema import default, setting
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,17 @@ FIX_HINT = (
 # A processed-logprobs response sums to one over the labels up to float32 rounding.
 SUM_TOLERANCE = 1e-3
 TOKEN_ID_PREFIX = "token_id:"
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """How the scoring client talks to a vLLM server (the config's ``client.*``)."""
+
+    prompts_per_request: int = setting("client", "prompts_per_request")
+    max_concurrency: int = setting("client", "max_concurrency")
+    timeout: float = setting("client", "timeout")
+    retries: int = setting("client", "retries")
+    chunk_items: int = setting("client", "chunk_items")  # items scored and checkpointed together (the cell loop's)
 
 
 class _Transient(Exception):
@@ -74,10 +87,10 @@ class VLLMBackend:
         base_url: str,
         model: str,
         *,
-        prompts_per_request: int = 32,
-        max_concurrency: int = 4,
-        timeout: float = 600.0,
-        retries: int = 3,
+        prompts_per_request: int = default("client", "prompts_per_request"),
+        max_concurrency: int = default("client", "max_concurrency"),
+        timeout: float = default("client", "timeout"),
+        retries: int = default("client", "retries"),
         backoff: float = 0.5,
         decode: Callable[[int], str] | None = None,
         transport: httpx.BaseTransport | None = None,
@@ -103,6 +116,12 @@ class VLLMBackend:
             limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
             transport=transport,
         )
+
+    @classmethod
+    def from_options(cls, base_url: str, model: str, options: ClientOptions, **kwargs) -> VLLMBackend:
+        """A client with the config's ``client.*`` settings (KWARGS: decode, transport, request_lock)."""
+        return cls(base_url, model, prompts_per_request=options.prompts_per_request, max_concurrency=options.max_concurrency,
+                   timeout=options.timeout, retries=options.retries, **kwargs)
 
     def close(self) -> None:
         self._client.close()

@@ -36,7 +36,8 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from anyjev.data.tasks import Item, Task, jsonl_rows
+from anyjev.data.taskfile import jsonl_rows
+from anyjev.data.tasks import Item, Task
 from anyjev.decision.questions import choice, noul
 from anyjev.errors import QuestionError, TaskDataError
 from anyjev.files import file_sha256

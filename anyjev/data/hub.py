@@ -22,7 +22,7 @@ records as ``resolved_sha`` after the first fetch. A revision can also be given 
 (``fetch(..., revision=...)``, ``build(..., revision=...)`` checks the cache against it).
 
 Tasks (item ids are ``<hub split>-<row index in that split>``; no item carries a split, the seeded
-:func:`anyjev.data.tasks.split_items` assigns test / calibration):
+:func:`anyjev.data.split.split_items` assigns test / calibration):
 
 * ``banking20`` (mteb/banking77; columns text, label int, label_text): the 20 intents most frequent in
   the train split (ties broken by lower label id); the items are the test rows with those intents;
@@ -53,10 +53,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from anyjev.data.tasks import Item, Task, jsonl_rows
+from anyjev.data.taskfile import jsonl_rows
+from anyjev.data.tasks import Item, Task
 from anyjev.decision.questions import choice, noul
 from anyjev.errors import TaskDataError
 from anyjev.files import file_sha256
+from anyjev.jobs import Job
 from anyjev.lock import Lock, resolve_commit
 
 # TO VERIFY: placeholder revision, not checked offline. Pin each spec to the commit sha recorded as
@@ -203,8 +205,7 @@ def _cache_matches(task_dir: Path, spec: HubTaskSpec) -> bool:
 def _settle_lock(lock: Lock | None, spec: HubTaskSpec, commit: str | None, where: str) -> None:
     """Refuse a commit other than the pinned lock's, then record it (anyjev.lock)."""
     if lock is not None:
-        lock.check("datasets", spec.dataset, spec.revision, commit, where)
-        lock.record("datasets", spec.dataset, spec.revision, commit, **({"config": spec.config} if spec.config else {}))
+        lock.settle("datasets", spec.dataset, spec.revision, commit, where, **({"config": spec.config} if spec.config else {}))
 
 
 def fetch(task_name: str, cache_dir: str | os.PathLike, revision: str | None = None, *, force: bool = False,
@@ -294,9 +295,20 @@ def fetch(task_name: str, cache_dir: str | os.PathLike, revision: str | None = N
     return task_dir
 
 
-def fetch_job(job: dict) -> Path:
-    """The workflow's fetch step (JOB: ``Settings.fetch_job``): the configured revision, the run's lock."""
-    return fetch(job["dataset"], job["cache"], revision=job["revision"], lock=Lock.from_job(job))
+@dataclass(frozen=True)
+class FetchJob(Job):
+    """What the fetch step of a hub dataset needs (built by ``Settings.fetch_job``): the revision its tasks ask for,
+    the cache folder, and the run's lock file."""
+
+    dataset: str
+    revision: str | None
+    cache: str
+    lock: Lock
+
+
+def fetch_job(job: FetchJob) -> Path:
+    """The workflow's fetch step: the configured revision, the run's lock."""
+    return fetch(job.dataset, job.cache, revision=job.revision, lock=job.lock)
 
 
 # ---------------------------------------------------------------------------------------------------

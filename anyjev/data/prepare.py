@@ -1,46 +1,71 @@
-"""The prepare step: build a configured task from its source (built-in, hub cache, or JSONL file), split it
-with the seeded split, and write it as one JSONL task file that scoring reads."""
+"""The prepare step: build a configured task from its source (built-in, hub cache, or JSONL file), split it with the
+seeded split, and write it as one JSONL task file that scoring reads."""
 
 from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from anyjev.data import builtin, hub
-from anyjev.data.tasks import Task, load_task_file, split_items, write_task_file
+from anyjev.data.split import split_items
+from anyjev.data.taskfile import load_task_file, write_task_file
+from anyjev.data.tasks import Task
 from anyjev.errors import ConfigError
+from anyjev.jobs import Job
 
 log = logging.getLogger(__name__)
 
 
-def build_task(job: dict[str, Any]) -> Task:
-    """The configured task's items before the split (JOB: ``Settings.prepare_job``)."""
-    name, source = job["name"], job["source"]
-    dataset = job.get("builtin") or name
-    if source == "file":
-        task = load_task_file(job["path"], name=name)
-        task.source.setdefault("file", str(job["path"]))
+@dataclass(frozen=True)
+class PrepareJob(Job):
+    """What the prepare step needs to build and split one task (built by ``Settings.prepare_job``): ``dataset`` is the
+    built-in or hub task it loads (``tasks.<name>.builtin``, else the task's name), ``path`` a file task's file,
+    ``hub_cache`` where fetched hub datasets are."""
+
+    name: str
+    source: str
+    dataset: str
+    path: str | None
+    revision: str | None
+    n_test: int
+    n_calib: int
+    allow_fewer: bool
+    split_seed: int
+    hub_cache: str
+
+
+def build_task(job: PrepareJob) -> Task:
+    """The configured task's items before the split."""
+    if job.source == "file":
+        if job.path is None:
+            raise ConfigError(f"tasks.{job.name}.path", "required for source 'file'")
+        task = load_task_file(job.path, name=job.name)
+        task.source.setdefault("file", str(job.path))
         return task
-    if source == "builtin":
-        if dataset not in builtin.BUILTIN:
-            raise ConfigError(f"tasks.{name}.builtin", f"unknown built-in task {dataset!r}; known: {sorted(builtin.BUILTIN)}")
-        return builtin.BUILTIN[dataset]()
-    if dataset not in hub.HUB_TASKS:
-        raise ConfigError(f"tasks.{name}.builtin", f"unknown hub task {dataset!r}; known: {sorted(hub.HUB_TASKS)}")
+    if job.source == "builtin":
+        if job.dataset not in builtin.BUILTIN:
+            raise ConfigError(f"tasks.{job.name}.builtin", f"unknown built-in task {job.dataset!r}; known: {sorted(builtin.BUILTIN)}")
+        return builtin.BUILTIN[job.dataset]()
+    if job.dataset not in hub.HUB_TASKS:
+        raise ConfigError(f"tasks.{job.name}.builtin", f"unknown hub task {job.dataset!r}; known: {sorted(hub.HUB_TASKS)}")
     # The configured revision reaches the build, which refuses a cache fetched at another one.
-    return hub.build(dataset, Path(job["hub_cache"]) / dataset, revision=job.get("revision"))
+    return hub.build(job.dataset, Path(job.hub_cache) / job.dataset, revision=job.revision)
 
 
-def prepare_task(job: dict[str, Any], out: str | os.PathLike[str]) -> Task:
+def split_task(job: PrepareJob, task: Task) -> Task:
+    """TASK split as JOB says (seeded), with the split recorded in its source."""
+    items = split_items(task.items, job.n_test, job.n_calib, seed=job.split_seed, allow_fewer=job.allow_fewer, label=job.name)
+    source = dict(task.source) | {"split": {"n_test": job.n_test, "n_calib": job.n_calib, "seed": job.split_seed}}
+    return Task(name=job.name, items=items, prior_group=task.prior_group, source=source)
+
+
+def prepare_task(job: PrepareJob, out: str | os.PathLike[str]) -> Task:
     """Build, split (seeded) and write the task file OUT; returns the written task."""
-    task = build_task(job)
-    items = split_items(task.items, job["n_test"], job["n_calib"], seed=job["split_seed"], allow_fewer=job["allow_fewer"],
-                        label=job["name"])
-    source = dict(task.source) | {"split": {"n_test": job["n_test"], "n_calib": job["n_calib"], "seed": job["split_seed"]}}
-    written = Task(name=job["name"], items=items, prior_group=task.prior_group, source=source)
+    written = split_task(job, build_task(job))
     write_task_file(written, out)
-    n_test = sum(it.split == "test" for it in items)
-    log.info("task %s: %d test + %d calibration items (K=%s) -> %s", job["name"], n_test, len(items) - n_test, written.k, out)
+    n_test = sum(it.split == "test" for it in written.items)
+    log.info("task %s: %d test + %d calibration items (K=%s) -> %s", job.name, n_test, len(written.items) - n_test,
+             written.k, out)
     return written

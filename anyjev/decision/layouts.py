@@ -10,6 +10,7 @@ import numpy as np
 from anyjev.decision.questions import Question
 
 GROUPS = ("fwd", "rev")
+# The values of the config key scoring.option_order (the schema's enum; a test keeps them equal).
 OPTION_ORDERS = ("as_given", "canonical")
 
 
@@ -35,7 +36,7 @@ def canonical_order(question: Question) -> tuple[int, ...]:
     return tuple(sorted(range(question.k), key=lambda i: (question.options[i].casefold(), question.options[i])))
 
 
-def base_order(question: Question, option_order: str = "as_given") -> tuple[int, ...]:
+def base_order(question: Question, option_order: str) -> tuple[int, ...]:
     """The listing the rotations start from: the caller's (``as_given``) or :func:`canonical_order`
     (``canonical``, choice questions only: Yes/No phrasing and ordered levels keep their own order)."""
     if option_order not in OPTION_ORDERS:
@@ -45,9 +46,9 @@ def base_order(question: Question, option_order: str = "as_given") -> tuple[int,
     return tuple(range(question.k))
 
 
-def layouts_for(question: Question, *, permute: bool = True, flip: bool = True,
-                option_order: str = "as_given") -> dict[str, list[Layout]]:
-    """The layouts an evaluation scores, by group.
+def layouts_for(question: Question, *, permute: bool, flip: bool, option_order: str) -> dict[str, list[Layout]]:
+    """The layouts an evaluation scores, by group (callers go through
+    :meth:`anyjev.decision.options.PromptOptions.layouts`).
 
     ``fwd``: the base listing (:func:`base_order`) and (if ``permute``) its rotations; ``rev``: the same
     from the reversed listing (if ``flip``). Orders always name the caller's option indices, so scores map

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from anyjev.decision import published
 from anyjev.decision.layouts import Layout
 from anyjev.decision.questions import Question
-from anyjev.errors import ConfigError
-from anyjev.settings import default
 
 PROMPT_SYSTEM_VERSION = "1"
 SYSTEM_PROMPT = (
@@ -67,29 +65,18 @@ class PromptProfile:
         return data
 
 
-DEFAULT_PROFILE: str = default("scoring", "prompt_profile")
+# The profiles by name: the values of the config key scoring.prompt_profile (the schema's enum; a test keeps them equal).
 PROFILES: dict[str, PromptProfile] = {
     "anyjev": PromptProfile("anyjev", PROMPT_SYSTEM_VERSION),
     "published": PromptProfile("published", f"anyjev=={published.PUBLISHED_VERSION}"),
 }
 
 
-def get_profile(name: str | PromptProfile) -> PromptProfile:
-    """The profile called NAME; ConfigError (key ``scoring.prompt_profile``) naming the known ones otherwise."""
-    if isinstance(name, PromptProfile):
-        return name
-    try:
-        return PROFILES[name]
-    except KeyError:
-        raise ConfigError("scoring.prompt_profile", f"unknown prompt profile {name!r}; known: {', '.join(PROFILES)}") from None
-
-
-def render_text(
-    tokenizer, question: Question, state: str, layout: Layout, labels: Sequence[str], profile: str | PromptProfile = DEFAULT_PROFILE
-) -> str:
+def render_text(tokenizer, question: Question, state: str, layout: Layout, labels: Sequence[str], profile: PromptProfile) -> str:
     """Chat-template text with the generation prompt appended and thinking off where supported;
-    without a template: system, blank line, user text, then ``\\nAnswer:``. PROFILE picks the wording."""
-    if get_profile(profile).name == "published":
+    without a template: system, blank line, user text, then ``\\nAnswer:``. PROFILE picks the wording. Callers go
+    through :meth:`anyjev.decision.options.PromptOptions.render`."""
+    if profile.name == "published":
         return published.render_text(tokenizer, question, state, layout, labels)
     user = user_message(question, state, layout, labels)
     if not has_chat_template(tokenizer):
@@ -102,13 +89,6 @@ def render_text(
 def encode(tokenizer, text: str) -> list[int]:
     """Token ids of a rendered prompt; the template already holds any special tokens it wants."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-def prompt_ids(
-    tokenizer, question: Question, state: str, layout: Layout, labels: Sequence[str], profile: str | PromptProfile = DEFAULT_PROFILE
-) -> list[int]:
-    """The token ids sent for this (state, question, layout) under PROFILE: exactly what scoring sends."""
-    return encode(tokenizer, render_text(tokenizer, question, state, layout, labels, profile))
 
 
 def prompt_hash(ids: Sequence[int]) -> str:

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from anyjev.numbers.levels import MARGINAL_FLOOR, _marginalise
+from anyjev.numbers.levels import MARGINAL_FLOOR, marginalise_read
 
 # evaluation grid of log-odds thresholds (nats); +inf (read everything) is always the last candidate
 DEFAULT_GRID: tuple[float, ...] = tuple(float(x) for x in np.arange(0.0, 30.0001, 0.25))
@@ -56,7 +56,7 @@ def binomial_cdf(x: int, n: int, p: float) -> float:
     return min(1.0, math.exp(top) * math.fsum(math.exp(t - top) for t in terms))
 
 
-def clopper_pearson_upper(x: int, n: int, confidence: float = 0.95) -> float:
+def clopper_pearson_upper(x: int, n: int, confidence: float) -> float:
     """One-sided exact upper confidence bound on a binomial rate after ``x`` events in ``n`` trials: the
     rate p at which seeing at most ``x`` events has probability ``1 - confidence`` (1.0 when x = n)."""
     if not 0.0 < confidence < 1.0:
@@ -98,7 +98,7 @@ def running_marginals(lp_opt: np.ndarray, points: Sequence[int]) -> np.ndarray:
     marginal of the first ``m`` rotations (L0's geometric mean, :func:`anyjev.numbers.levels.marginalise`'s
     rule) for each ``m`` in ``points``, ``(..., P, K)``."""
     lp = np.asarray(lp_opt, dtype=np.float64)
-    return np.stack([_marginalise(lp[..., :m, :]) for m in points], axis=-2)
+    return np.stack([marginalise_read(lp[..., :m, :]) for m in points], axis=-2)
 
 
 def stop_index(margins: np.ndarray, threshold: float) -> np.ndarray:
@@ -146,8 +146,7 @@ class Certificate:
 
 
 def certify_margins(margins: Sequence[np.ndarray], winners: Sequence[np.ndarray], reads: Sequence[Sequence[int]], *,
-                    target: float = 0.01, confidence: float = 0.95, per_round: int = 2,
-                    grid: Sequence[float] = DEFAULT_GRID) -> Certificate:
+                    target: float, confidence: float, per_round: int, grid: Sequence[float] = DEFAULT_GRID) -> Certificate:
     """Certify from running statistics: per item ``margins[i]`` and ``winners[i]`` at each check point
     (``reads[i]`` rotations read there; the last point is all K rotations, whose winner is the reference)."""
     if not 0.0 < target < 1.0:
@@ -183,8 +182,8 @@ def certify_margins(margins: Sequence[np.ndarray], winners: Sequence[np.ndarray]
     return Certificate(thr, target, confidence, n, bad, bound, mean_read, full, per_round)
 
 
-def certify_threshold(lp_opt: Sequence[np.ndarray], *, target: float = 0.01, confidence: float = 0.95,
-                      per_round: int = 2, grid: Sequence[float] = DEFAULT_GRID) -> Certificate:
+def certify_threshold(lp_opt: Sequence[np.ndarray], *, target: float, confidence: float, per_round: int,
+                      grid: Sequence[float] = DEFAULT_GRID) -> Certificate:
     """The smallest log-odds margin threshold whose exact upper bound on disagreement with the full-K
     decision is at most ``target`` (see the module docstring for the procedure).
 

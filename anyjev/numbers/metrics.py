@@ -23,7 +23,7 @@ from statistics import NormalDist
 import numpy as np
 
 from anyjev.numbers.logprobs import check_gold, log_softmax
-from anyjev.settings import default
+from anyjev.schema import default
 
 METRICS: tuple[str, ...] = ("acc", "macro_f1", "nll", "brier", "ece", "flip", "cov@5", "aurc", "tie_rate")
 NLL_CLIP = 1e-12

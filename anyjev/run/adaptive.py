@@ -18,7 +18,7 @@ schema's default ``evaluation.prior_strength`` and ``prior_min_items``; uniform 
 calibration items), then their geometric mean. The test items' own batch prior cannot be used: it is not
 known until every test item is read. So the certificate bounds disagreement with the full-K L0 decision
 under that frozen prior, and evaluation uses the same prior for an adaptive cell's L0
-(:func:`anyjev.numbers.evaluation.prior_source_for`), so the reported decision is the certified one.
+(:func:`anyjev.run.records.prior_source_for`), so the reported decision is the certified one.
 Every test item's reading depends only on its own log-probs and the certificate, so the cell's final file
 does not depend on chunking or on where a run was interrupted.
 """
@@ -33,10 +33,15 @@ import numpy as np
 
 from anyjev.backends.base import Backend
 from anyjev.decision.layouts import GROUPS, Layout, spread_order
-from anyjev.errors import LabelTokenError
+from anyjev.errors import ConfigError, LabelTokenError
 from anyjev.numbers.certificate import Certificate, certify_threshold, check_points, log_margin, running_marginals
-from anyjev.numbers.levels import PRIOR_MIN_ITEMS, PRIOR_STRENGTH, batch_prior, prior_correct, to_option_space
-from anyjev.run.scoring import PreparedItem, Progress, _named, item_record, read_layouts, score_full
+from anyjev.numbers.levels import to_option_space
+from anyjev.numbers.priors import PRIOR_MIN_ITEMS, PRIOR_STRENGTH, batch_prior, prior_correct
+from anyjev.run.full import score_full
+from anyjev.run.prepared import PreparedItem
+from anyjev.run.progress import Progress
+from anyjev.run.records import item_record
+from anyjev.run.requests import answer_masses, name_items, read_layouts
 from anyjev.run.store import PartialScores
 
 log = logging.getLogger(__name__)
@@ -48,11 +53,11 @@ STATISTIC = "log-odds margin of the running L0 marginal under the calibration it
 def rule_identity(target: float, confidence: float, per_round: int) -> dict:
     """What the stopping rule depends on (part of an adaptive cell's identity)."""
     if not 0.0 < target < 1.0:
-        raise ValueError(f"scoring.target_disagreement: must lie in (0, 1), got {target}")
+        raise ConfigError("scoring.target_disagreement", f"must lie in (0, 1), got {target}")
     if not 0.0 < confidence < 1.0:
-        raise ValueError(f"scoring.confidence: must lie in (0, 1), got {confidence}")
+        raise ConfigError("scoring.confidence", f"must lie in (0, 1), got {confidence}")
     if per_round < 1:
-        raise ValueError(f"scoring.rotations_per_round: must be >= 1, got {per_round}")
+        raise ConfigError("scoring.rotations_per_round", f"must be >= 1, got {per_round}")
     return {"mode": "adaptive", "target_disagreement": target, "confidence": confidence, "rotations_per_round": per_round,
             "order": "spread", "statistic": STATISTIC, "prior_strength": PRIOR_STRENGTH, "prior_min_items": PRIOR_MIN_ITEMS}
 
@@ -186,8 +191,6 @@ def score_adaptive(backend: Backend, prepared: Sequence[PreparedItem], partial: 
                    ) -> tuple[int, dict]:
     """Score an adaptive cell into PARTIAL (calibration items in full, certificate, then test items
     adaptively); returns the prompts sent (answer-mass prompts included) and the certificate per layout group."""
-    from anyjev.run.scoring import answer_masses
-
     rule_identity(target, confidence, per_round)
     calib = [p for p in prepared if p.item.split == "calib"]
     test = [p for p in prepared if p.item.split != "calib"]
@@ -218,7 +221,7 @@ def score_adaptive(backend: Backend, prepared: Sequence[PreparedItem], partial: 
             prompts += sent
             masses = answer_masses(backend, chunk) if answer_mass else [None] * len(chunk)
         except LabelTokenError as exc:
-            raise _named(chunk, exc) from exc
+            raise name_items(chunk, exc) from exc
         prompts += len(chunk) if answer_mass else 0
         full_iter, ad_iter = iter(full_values), iter(zip(ad_values, summaries, strict=True))
         records = []

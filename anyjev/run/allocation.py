@@ -20,11 +20,14 @@ import logging
 import os
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from anyjev.errors import AnyjevError, BackendError, ConfigError, LabelTokenError, ServerError, TaskDataError
 from anyjev.files import now_iso, write_json_atomic, write_text_atomic
+from anyjev.jobs import Job
+from anyjev.run.cell import ScoreJob, score_job
 
 log = logging.getLogger(__name__)
 
@@ -35,15 +38,35 @@ CELL_ERRORS = (LabelTokenError, BackendError, ConfigError, TaskDataError)
 ERROR_TYPES = {cls.__name__: cls for cls in (*CELL_ERRORS, ServerError)}
 
 
-def allocation_path(model: str) -> str:
-    """The outcome record of MODEL's scoring job (the output of the ``score_model`` rule)."""
-    return f"results/cells/{model}/allocation.json"
+SCORE_JOBS = ("cell", "model")
 
 
-def staged_paths(model: str, task: str) -> dict[str, str]:
-    """Where ``score_model`` scores the cell (MODEL, TASK) before its ``score_cell`` job publishes it."""
-    folder = f"results/cells/{model}/{task}/staged"
-    return {"scores": f"{folder}/scores.jsonl", "provenance": f"{folder}/provenance.json"}
+def score_jobs_mode(setting: str) -> str:
+    """How scoring is cut into jobs (the config's ``score_jobs``): ``model`` (one job per model: one server start,
+    its cells scored one after the other, each published or failed by its own ``score_cell`` job) or ``cell`` (one
+    job per cell). The workflow and ``anyjev plan`` both ask this function."""
+    if setting not in SCORE_JOBS:
+        raise ConfigError("score_jobs", f"must be one of {', '.join(SCORE_JOBS)}, got {setting!r}")
+    return setting
+
+
+@dataclass(frozen=True)
+class ModelCell:
+    """One cell of a model's job: its score job, its task file, and where it is staged until published."""
+
+    job: ScoreJob
+    task_file: str
+    staged_scores: str
+    staged_provenance: str
+
+
+@dataclass(frozen=True)
+class ScoreModelJob(Job):
+    """What one job scoring every cell of a model needs (``score_jobs: model``; built by ``Settings.score_model_job``
+    with the rule's paths): each cell, in config order."""
+
+    model: str
+    cells: dict[str, ModelCell]
 
 
 def _outcome(task: str, status: str, **fields: Any) -> dict[str, Any]:
@@ -57,25 +80,22 @@ def _failure(task: str, exc: AnyjevError) -> dict[str, Any]:
     return _outcome(task, "failed", **fields)
 
 
-def score_model_job(job: dict[str, Any], task_files: dict[str, str], out: str | os.PathLike[str],
-                    owner_pid: int) -> dict[str, Any]:
-    """Score every cell of one model (``Settings.score_model_job``) into its staging folder; write OUT.
+def score_model_job(job: ScoreModelJob, out: str | os.PathLike[str], owner_pid: int) -> dict[str, Any]:
+    """Score every cell of one model into its staging folder; write OUT.
 
     Returns the record written to OUT. A cell error is recorded and the next cell goes on; a ServerError is
     recorded for the cell it hit, OUT is not written, and the error is raised (the job fails and the next run
     resumes every checkpointed item).
     """
-    from anyjev.run.cell import score_job
-
-    model, cells = job["model"], job["cells"]
+    model, cells = job.model, job.cells
     record: dict[str, Any] = {"format": FORMAT, "model": model, "host": socket.gethostname(),
                               "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "started": now_iso(), "cells": {}}
     t0 = time.monotonic()
-    for n, (task, cell_job) in enumerate(cells.items(), start=1):
-        paths = staged_paths(model, task)
-        log.info("cell %d/%d: %s/%s -> %s", n, len(cells), model, task, paths["scores"])
+    for n, (task, cell) in enumerate(cells.items(), start=1):
+        paths = {"scores": cell.staged_scores, "provenance": cell.staged_provenance}
+        log.info("cell %d/%d: %s/%s -> %s", n, len(cells), model, task, cell.staged_scores)
         try:
-            counts = score_job(cell_job, task_files[task], paths["scores"], paths["provenance"], owner_pid=owner_pid)
+            counts = score_job(cell.job, cell.task_file, cell.staged_scores, cell.staged_provenance, owner_pid=owner_pid)
         except CELL_ERRORS as exc:
             log.error("cell %s/%s failed: %s: %s (the model's other cells go on)", model, task, type(exc).__name__, exc)
             record["cells"][task] = _failure(task, exc)

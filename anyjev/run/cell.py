@@ -1,5 +1,5 @@
-"""Scoring one (model, task) cell as the workflow's score job does: reach the model's server (a leased managed
-server, or the user's URL), score every item with resume, and write the cell's provenance."""
+"""The score job of one (model, task) cell: reach the model's server (a leased managed server, or the user's URL),
+score every item with resume, and write the cell's provenance."""
 
 from __future__ import annotations
 
@@ -7,19 +7,76 @@ import json
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anyjev.config import check_server_python
-from anyjev.data.tasks import load_task_file
+from anyjev.backends.vllm import ClientOptions, VLLMBackend
+from anyjev.data.taskfile import load_task_file
 from anyjev.errors import BackendError, ConfigError
 from anyjev.files import file_sha256, now_iso, write_json_atomic
-from anyjev.run import provenance, scoring
+from anyjev.jobs import Job, to_data
+from anyjev.run import provenance
 from anyjev.run.context import check_prompt_lengths
+from anyjev.run.identity import ScoringOptions, scoring_identity
+from anyjev.run.prepared import prepare_items
+from anyjev.run.scoring import score_cell
 from anyjev.run.store import scored_under
-from anyjev.settings import ClientSettings, ScoringSettings, from_mapping
+from anyjev.serving.spec import ServerSpec, check_server_python
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ManagedServer:
+    """A server the workflow starts for the model (or reuses, once per run, through the lease in ``state_dir``),
+    logging to ``log``."""
+
+    spec: ServerSpec
+    log: str
+    state_dir: str
+
+    @property
+    def request_lock(self) -> Path:
+        """Shared by every client of this server: answer-mass requests must not share an engine batch with label
+        requests (:meth:`anyjev.backends.vllm.VLLMBackend.vocab_logprobs`)."""
+        return Path(self.state_dir) / f"{self.spec.name}.requests.lock"
+
+
+@dataclass(frozen=True)
+class ExternalServer:
+    """A vLLM server the user runs (``source: url``)."""
+
+    url: str
+    served_name: str
+
+
+@dataclass(frozen=True)
+class ScoreJob(Job):
+    """Everything a score job needs besides its files (built by ``Settings.score_job``): the model's tokenizer, how
+    the client talks to the server, what the cell reads, and its server (managed or external)."""
+
+    model: str
+    task: str
+    tokenizer: str
+    client: ClientOptions
+    scoring: ScoringOptions
+    managed: ManagedServer | None
+    external: ExternalServer | None
+
+    def __post_init__(self) -> None:
+        if (self.managed is None) == (self.external is None):
+            raise ConfigError(f"models.{self.model}.source", "a score job needs exactly one server: managed or url")
+
+    def model_identity(self) -> dict[str, Any]:
+        """What identifies the model's scores (part of the cell's identity)."""
+        if self.managed is None:
+            assert self.external is not None
+            return {"backend": "vllm", "url": self.external.url, "served_name": self.external.served_name}
+        spec = self.managed.spec
+        return {"backend": "vllm", "model": spec.model, "dtype": spec.dtype, "served_name": spec.served_name,
+                "server_flags": list(spec.server_flags), "max_model_len": spec.max_model_len, "seed": spec.seed,
+                "prefix_caching": spec.prefix_caching, "fp32_head": spec.fp32_head}
 
 
 def load_tokenizer(path: str | os.PathLike[str]):
@@ -48,66 +105,53 @@ def context_length(spec_max_model_len: int | None, model_dir: str | os.PathLike[
     return json.loads(config.read_text()).get("max_position_embeddings")
 
 
-def score_job(job: dict[str, Any], task_path: str | os.PathLike[str], out: str | os.PathLike[str],
-              provenance_path: str | os.PathLike[str] | None, owner_pid: int) -> dict[str, int]:
-    """Score the cell described by JOB (``Settings.score_job``) into OUT; returns the scoring counts."""
-    from anyjev.backends.vllm import VLLMBackend
+def cell_identity(job: ScoreJob, task, task_path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The identity a cell's scores are recorded (and resumed) under."""
+    return {"task": task.name, "task_sha256": file_sha256(task_path), "model": job.model_identity(),
+            "model_source": provenance.model_source(job.tokenizer), **scoring_identity(job.scoring)}
 
+
+def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.PathLike[str],
+              provenance_path: str | os.PathLike[str] | None, owner_pid: int) -> dict[str, Any]:
+    """Score the cell described by JOB into OUT; returns the scoring counts."""
     started, t0 = now_iso(), time.monotonic()
     task = load_task_file(task_path)
-    client = from_mapping(ClientSettings, job["client"], "client")
-    options = from_mapping(ScoringSettings, job["scoring"], "scoring")
-    tokenizer = load_tokenizer(job["tokenizer"])
-    if "server" in job:
-        from anyjev.serving.spec import ServerSpec
-
-        spec = ServerSpec.from_dict(job["server"])
-        model_id: dict[str, Any] = {"backend": "vllm", "model": spec.model, "dtype": spec.dtype,
-                                    "served_name": spec.served_name, "server_flags": list(spec.server_flags),
-                                    "max_model_len": spec.max_model_len, "seed": spec.seed,
-                                    "prefix_caching": spec.prefix_caching, "fp32_head": spec.fp32_head}
-    else:
-        model_id = {"backend": "vllm", "url": job["url"], "served_name": job["served_name"]}
-    identity = {
-        "task": task.name,
-        "task_sha256": file_sha256(task_path),
-        "model": model_id,
-        "model_source": provenance.model_source(job["tokenizer"]),
-        "layouts": {"permute": True, "flip": True},
-        **scoring.scoring_identity(options, content_free=job.get("content_free", False)),
-    }
+    tokenizer = load_tokenizer(job.tokenizer)
+    identity = cell_identity(job, task, task_path)
     if scored_under(out, identity) and (provenance_path is None or Path(provenance_path).is_file()):
         # A job that scores several cells (score_jobs: model) and is rerun skips the cells it already finished,
         # without starting a server for them.
         log.info("%s is already scored under this identity: nothing to send", out)
         n = len(task.items)
         return {"items": n, "scored": 0, "resumed": n, "prompts": 0}
+    # Every item's layouts rendered and its labels checked before any server starts: a label that is not one token,
+    # or a prompt longer than the context, fails the cell at once; scoring sends exactly these prompts.
+    prepared = prepare_items(tokenizer, task.items, task.prior_groups(), job.scoring.prompt)
     handle = None
-    if "server" in job:
+    if job.managed is not None:
         from anyjev.serving.lease import acquire_server
 
+        spec = job.managed.spec
         check_label_capacity(task, spec.max_logprobs)
         check_server_python(spec.python)  # again here: on a cluster, on the node that starts it
         limit = context_length(spec.max_model_len, spec.model)
         if limit is not None:
-            longest = check_prompt_lengths(task.items, tokenizer, limit, source=task_path, model=job["model"],
-                                           profile=options.prompt_profile)
+            longest = check_prompt_lengths(prepared, limit, source=task_path, model=job.model)
             log.info("longest prompt: %d tokens (context %d)", longest, limit)
-        handle = acquire_server(spec, state_dir=job["state_dir"], owner_pid=owner_pid, log_path=job["server_log"])
+        handle = acquire_server(spec, state_dir=job.managed.state_dir, owner_pid=owner_pid, log_path=job.managed.log)
         url, served = handle.url, handle.served_name
-        server_record: dict[str, Any] = handle.to_dict() | {"spec": job["server"]}
+        server_record: dict[str, Any] = handle.to_dict() | {"spec": spec.to_dict()}
+        request_lock: Path | None = job.managed.request_lock
     else:
-        url, served = job["url"], job["served_name"]
+        assert job.external is not None
+        url, served = job.external.url, job.external.served_name
         server_record = {"url": url, "served_name": served, "external": True}
-    # Every cell of a managed server shares its request lock (answer-mass requests must not share a batch).
-    request_lock = Path(job["state_dir"]) / f"{job['model']}.requests.lock" if "server" in job else None
-    backend = VLLMBackend(url, served, prompts_per_request=client.prompts_per_request, max_concurrency=client.max_concurrency,
-                          timeout=client.timeout, retries=client.retries, decode=lambda i: tokenizer.decode([i]),
-                          request_lock=request_lock)
+        request_lock = None
+    backend = VLLMBackend.from_options(url, served, job.client, decode=lambda i: tokenizer.decode([i]),
+                                       request_lock=request_lock)
     try:
-        counts = scoring.score_cell(backend, tokenizer, task.items, task.prior_groups(), str(out), identity,
-                                    chunk_items=client.chunk_items, options=options,
-                                    content_free=job.get("content_free", False))
+        counts = score_cell(backend, tokenizer, prepared, str(out), identity, options=job.scoring,
+                            chunk_items=job.client.chunk_items)
     except BackendError:
         if handle is not None:
             handle.check_alive()  # raises ServerError (exit code, log tail) when the server itself is gone
@@ -115,7 +159,7 @@ def score_job(job: dict[str, Any], task_path: str | os.PathLike[str], out: str |
     if provenance_path:
         server_record.setdefault("system_fingerprint", sorted(backend.system_fingerprints))
         write_json_atomic(provenance_path, provenance.cell_record(
-            job=job, task=task, task_path=Path(task_path), identity=identity, server=server_record,
+            job=to_data(job), task=task, task_path=Path(task_path), identity=identity, server=server_record,
             backend=backend.describe(), started=started, seconds=time.monotonic() - t0, counts=counts,
         ))
     log.info("scored %s: %s", out, counts)

@@ -1,9 +1,8 @@
 """Every prompt against the model's context length, before any server starts.
 
 A prompt longer than the context fails only at the server (HTTP 400, after the start-up and the canary)
-and without the item's id or line. The prompts are rendered and tokenised exactly as the scorer does
-(:func:`anyjev.run.scoring.prepare_item`, one :class:`~anyjev.decision.labels.LabelChecker`), so the
-count checked is the count sent.
+and without the item's id or line. The check reads the prompts the cell will send, prepared once for both
+(:func:`anyjev.run.prepared.prepare_items`), so the count checked is the count sent.
 """
 
 from __future__ import annotations
@@ -11,48 +10,33 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from anyjev.data.tasks import find_item_line
-from anyjev.decision.labels import LabelChecker
-from anyjev.decision.prompts import DEFAULT_PROFILE
+from anyjev.data.taskfile import find_item_line
 from anyjev.errors import TaskDataError
-from anyjev.run.scoring import prepare_item
+from anyjev.run.prepared import PreparedItem
 
 # Scoring asks for one generated token (the label); vLLM refuses prompt + max_tokens > max_model_len.
 ANSWER_TOKENS = 1
 
 
-def check_prompt_lengths(
-    items: Sequence,
-    tokenizer,
-    max_model_len: int,
-    *,
-    source: str | os.PathLike,
-    model: str = "<name>",
-    permute: bool = True,
-    flip: bool = True,
-    profile: str = DEFAULT_PROFILE,
-) -> int:
+def check_prompt_lengths(prepared: Sequence[PreparedItem], max_model_len: int, *, source: str | os.PathLike,
+                         model: str = "<name>") -> int:
     """Raise :class:`TaskDataError` when an item's longest prompt plus the answer token exceeds
     ``max_model_len``; return the longest prompt's token count.
 
-    ``items`` are task items (``anyjev.data.tasks.Item``); ``source`` is the task file they were read
-    from (the item's line is looked up there, only on failure); ``model`` names the config key
-    ``models.<model>.max_model_len`` in the message; ``permute``/``flip`` must be the scorer's (they
-    choose the layouts). The error names the longest offending item, its line, its token count and the
-    limit, and counts the other offending items. Label-token problems raise
-    :class:`~anyjev.errors.LabelTokenError` here as they would when scoring.
+    PREPARED are the cell's items as it will send them; ``source`` is the task file they were read from (the
+    item's line is looked up there, only on failure); ``model`` names the config key
+    ``models.<model>.max_model_len`` in the message. The error names the longest offending item, its line, its
+    token count and the limit, and counts the other offending items.
     """
     if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1:
         raise ValueError(f"max_model_len must be a positive integer, got {max_model_len!r}")
-    checker = LabelChecker(tokenizer)
     longest = 0
     too_long: list[tuple[int, str, object]] = []  # (tokens, layout name, item)
-    for item in items:
-        prepared = prepare_item(tokenizer, checker, item, "", permute=permute, flip=flip, profile=profile)
-        layout, ids = max(prepared.layouts, key=lambda pair: len(pair[1]))
+    for p in prepared:
+        layout, ids = max(p.layouts, key=lambda pair: len(pair[1]))
         longest = max(longest, len(ids))
         if len(ids) + ANSWER_TOKENS > max_model_len:
-            too_long.append((len(ids), layout.name, item))
+            too_long.append((len(ids), layout.name, p.item))
     if not too_long:
         return longest
     n_tokens, layout_name, item = max(too_long, key=lambda t: t[0])

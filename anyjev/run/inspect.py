@@ -1,9 +1,10 @@
 """Looking inside a run without re-running it: the exact prompt of any item and layout, the configured
 tasks with their kind, K and sizes, and the per-item scores with the prompt text beside them.
 
-Every prompt here is built by :func:`anyjev.run.scoring.prepare_item`, the function scoring uses, so
-the token ids shown are the ids that were scored; :func:`export_scores_with_prompts` proves it item by
-item against the prompt hash stored in ``scores.jsonl`` and refuses the export on any mismatch.
+Every prompt here is built by :func:`anyjev.run.prepared.prepare_item`, the function scoring uses, under the
+cell's :class:`~anyjev.decision.options.PromptOptions`, so the token ids shown are the ids that were scored;
+:func:`export_scores_with_prompts` proves it item by item against the prompt hash stored in ``scores.jsonl`` and
+refuses the export on any mismatch.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from anyjev.data.tasks import Item, Task, load_task_file
+from anyjev.data.taskfile import load_task_file
+from anyjev.data.tasks import Item, Task
 from anyjev.decision.labels import LabelChecker
-from anyjev.decision.prompts import DEFAULT_PROFILE, encode, prompt_hash, render_text
+from anyjev.decision.options import PromptOptions
+from anyjev.decision.prompts import encode, prompt_hash
 from anyjev.errors import TaskDataError
 from anyjev.files import file_sha256, write_text_atomic
-from anyjev.run.scoring import PreparedItem, prepare_item
+from anyjev.run.prepared import PreparedItem, prepare_item
 from anyjev.run.store import read_scores
 
 log = logging.getLogger(__name__)
@@ -59,12 +62,12 @@ def _find_item(task: Task, item_id: str) -> tuple[int, Item]:
                         f"no such item id in task {task.name!r} ({len(task.items)} items, e.g. {sample})")
 
 
-def render_prepared(tokenizer, p: PreparedItem, profile: str = DEFAULT_PROFILE) -> list[RenderedPrompt]:
+def render_prepared(tokenizer, p: PreparedItem, options: PromptOptions) -> list[RenderedPrompt]:
     """The text of every layout of a prepared item; its encoding must equal the prepared ids (the
     prompt that was scored), which is checked rather than assumed."""
     out = []
     for layout, ids in p.layouts:
-        text = render_text(tokenizer, p.item.question, p.item.state, layout, p.labels, profile=profile)
+        text = options.render(tokenizer, p.item.question, p.item.state, layout, p.labels)
         if encode(tokenizer, text) != ids:
             raise AssertionError(f"item {p.item.id!r} {layout.name}: rendered text does not encode to the scored ids")
         out.append(RenderedPrompt(p.item.id, layout.name, list(layout.order), layout.swapped, list(p.labels),
@@ -72,21 +75,19 @@ def render_prepared(tokenizer, p: PreparedItem, profile: str = DEFAULT_PROFILE) 
     return out
 
 
-def item_prompts(task: Task, item_id: str, tokenizer, *, permute: bool = True, flip: bool = True,
-                 profile: str = DEFAULT_PROFILE) -> list[RenderedPrompt]:
-    """Every layout of one task item, rendered for ``tokenizer`` exactly as scoring renders it."""
+def item_prompts(task: Task, item_id: str, tokenizer, options: PromptOptions) -> list[RenderedPrompt]:
+    """Every layout of one task item, rendered for ``tokenizer`` exactly as scoring renders it under OPTIONS."""
     i, item = _find_item(task, item_id)
-    p = prepare_item(tokenizer, LabelChecker(tokenizer), item, task.prior_groups()[i], permute=permute, flip=flip,
-                     profile=profile)
-    return render_prepared(tokenizer, p, profile)
+    p = prepare_item(tokenizer, LabelChecker(tokenizer), item, task.prior_groups()[i], options)
+    return render_prepared(tokenizer, p, options)
 
 
-def show_prompt(task_file: str | os.PathLike, item_id: str, tokenizer, layout: str = "fwd/r0", *,
-                show_ids: bool = False, permute: bool = True, flip: bool = True, profile: str = DEFAULT_PROFILE) -> str:
+def show_prompt(task_file: str | os.PathLike, item_id: str, tokenizer, options: PromptOptions, layout: str = "fwd/r0", *,
+                show_ids: bool = False) -> str:
     """The text ``anyjev show`` prints: a summary line per layout (``layout="all"`` for every one), then
     the exact prompt text between markers, and the token ids on request."""
     task = load_task_file(task_file)
-    prompts = item_prompts(task, item_id, tokenizer, permute=permute, flip=flip, profile=profile)
+    prompts = item_prompts(task, item_id, tokenizer, options)
     names = [r.layout for r in prompts]
     chosen = prompts if layout == "all" else [r for r in prompts if r.layout == layout]
     if not chosen:
@@ -115,7 +116,7 @@ def task_summary(task: Task) -> dict:
             "questions": len({it.question.key() for it in task.items})}
 
 
-def list_tasks(config: dict, tasks_dir: str | os.PathLike = "resources/tasks") -> list[dict]:
+def list_tasks(config: dict, tasks_dir: str | os.PathLike) -> list[dict]:
     """The configured tasks: from the prepared file ``<tasks_dir>/<name>.jsonl`` when it exists (kind, K
     and sizes as prepared), otherwise what the config asks for (kind and K unknown until prepared)."""
     rows = []
@@ -164,10 +165,7 @@ def export_scores_with_prompts(scores_path: str | os.PathLike, task_file: str | 
         # prompt is checked against its stored hash below.
         log.warning("%s: sha256 %s differs from the task file scored (%s, in %s); checking every prompt hash",
                     task_file, have[:12], want[:12], scores_path)
-    layouts = identity.get("layouts") or {}
-    permute, flip = layouts.get("permute", True), layouts.get("flip", True)
-    # The cell's own prompt profile (cells scored before profiles existed used this project's prompt).
-    profile = (identity.get("prompt_profile") or {}).get("name", DEFAULT_PROFILE)
+    options = PromptOptions.from_identity(identity)  # the prompts as this cell made them
     checker = LabelChecker(tokenizer)
     index = {it.id: i for i, it in enumerate(task.items)}
     groups = task.prior_groups()
@@ -178,9 +176,8 @@ def export_scores_with_prompts(scores_path: str | os.PathLike, task_file: str | 
         if rec["id"] not in index:
             raise TaskDataError(f"{scores_path}", f"line {n}", f"item {rec['id']!r} is not in {task_file}")
         i = index[rec["id"]]
-        prepared = prepare_item(tokenizer, checker, task.items[i], groups[i], permute=permute, flip=flip, profile=profile,
-                                option_order=identity.get("option_order", "as_given"))
-        rendered = {r.layout: r for r in render_prepared(tokenizer, prepared, profile)}
+        prepared = prepare_item(tokenizer, checker, task.items[i], groups[i], options)
+        rendered = {r.layout: r for r in render_prepared(tokenizer, prepared, options)}
         out_layouts = {}
         for name, lay in rec["layouts"].items():
             r = rendered.get(name)
@@ -195,9 +192,7 @@ def export_scores_with_prompts(scores_path: str | os.PathLike, task_file: str | 
     return write_text_atomic(dest, "\n".join(lines) + "\n")
 
 
-def ls_text(config_path: str | os.PathLike, tasks_dir: str | os.PathLike = "resources/tasks") -> str:
-    """``anyjev ls``: the tasks of a config file (read strictly, not validated: listing must work on a
-    config still being written) with what their prepared files hold."""
-    from anyjev.config import load_strict
-
-    return tasks_table(list_tasks(load_strict(config_path), tasks_dir))
+def ls_text(config: dict, tasks_dir: str | os.PathLike) -> str:
+    """``anyjev ls``: the tasks of a config (read strictly, not validated: listing must work on a config still
+    being written) with what their prepared files hold."""
+    return tasks_table(list_tasks(config, tasks_dir))

@@ -14,10 +14,11 @@ import socket
 from pathlib import Path
 
 from anyjev.errors import ServerError
+from anyjev.files import flock
 from anyjev.serving.argv import build_argv
 from anyjev.serving.health import ServerHandle, health, http_client, served_names
 from anyjev.serving.launch import start_server
-from anyjev.serving.proc import flock, is_our_supervisor, owner_alive, pid_alive, proc_start_time
+from anyjev.serving.proc import is_our_supervisor, owner_alive, pid_alive, proc_start_time
 from anyjev.serving.spec import ServerSpec
 from anyjev.serving.state import ServerRecord, read_record
 from anyjev.serving.stop import stop_record

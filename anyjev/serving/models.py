@@ -13,10 +13,12 @@ import logging
 import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from anyjev.errors import ConfigError
 from anyjev.files import file_sha256
+from anyjev.jobs import Job
 from anyjev.lock import Lock, resolve_commit
 
 log = logging.getLogger(__name__)
@@ -89,11 +91,16 @@ def prepare_smollm2(out_dir: str | os.PathLike) -> dict:
     return record
 
 
-def _settle_lock(lock: Lock | None, repo_id: str, revision: str, commit: str | None, where: str) -> None:
-    """Refuse a commit other than the pinned lock's, then record it (anyjev.lock)."""
-    if lock is not None:
-        lock.check("models", repo_id, revision, commit, where)
-        lock.record("models", repo_id, revision, commit)
+@dataclass(frozen=True)
+class ModelJob(Job):
+    """What the prepare-model step needs (built by ``Settings.model_job``): where the weights come from, and the lock
+    file that records (or, pinned, enforces) the commit a hub model resolves to."""
+
+    name: str
+    source: str
+    repo: str | None
+    revision: str | None
+    lock: Lock
 
 
 def prepare_hub(repo_id: str, revision: str, out_dir: str | os.PathLike, *, lock: Lock | None = None) -> dict:
@@ -106,7 +113,8 @@ def prepare_hub(repo_id: str, revision: str, out_dir: str | os.PathLike, *, lock
     record = {"source": f"hf:{repo_id}", "revision": revision}
     if (out / PROVENANCE_FILE).is_file():
         old = json.loads((out / PROVENANCE_FILE).read_text())
-        _settle_lock(lock, repo_id, revision, old.get("resolved_sha"), f"the prepared folder {out}")
+        if lock is not None:
+            lock.settle("models", repo_id, revision, old.get("resolved_sha"), f"the prepared folder {out}")
         return old
     want = lock.revision_to_fetch("models", repo_id, revision) if lock else revision
     commit = resolve_commit("models", repo_id, want)
@@ -129,7 +137,8 @@ def prepare_hub(repo_id: str, revision: str, out_dir: str | os.PathLike, *, lock
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)
-    _settle_lock(lock, repo_id, revision, commit, f"the download into {out}")
+    if lock is not None:
+        lock.settle("models", repo_id, revision, commit, f"the download into {out}")
     return record
 
 
@@ -147,10 +156,10 @@ def describe_local(path: str | os.PathLike) -> dict:
     return {"source": f"local:{p.resolve()}", "files_sha256": h.hexdigest()}
 
 
-def prepare_model(job: dict, out_dir: str | os.PathLike) -> dict:
-    """The prepare step for a model the workflow prepares (JOB: ``Settings.model_job``); returns its record."""
-    if job["source"] == "smollm2":
+def prepare_model(job: ModelJob, out_dir: str | os.PathLike) -> dict:
+    """The prepare step for a model the workflow prepares; returns its record."""
+    if job.source == "smollm2":
         return prepare_smollm2(out_dir)
-    if job["source"] == "hub":
-        return prepare_hub(job["repo"], job["revision"], out_dir, lock=Lock.from_job(job))
-    raise ConfigError(f"models.{job['name']}.source", f"source {job['source']!r} is not prepared by the workflow")
+    if job.source == "hub" and job.repo and job.revision:
+        return prepare_hub(job.repo, job.revision, out_dir, lock=job.lock)
+    raise ConfigError(f"models.{job.name}.source", f"source {job.source!r} is not prepared by the workflow")

@@ -4,11 +4,10 @@ termination routine (SIGTERM, a grace period, SIGKILL). Linux and the standard l
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 # Environment markers of the processes we start: the token identifies one server start, so a reused pid or
@@ -17,6 +16,7 @@ TOKEN_ENV = "ANYJEV_SERVER_TOKEN"
 NAME_ENV = "ANYJEV_SERVER_NAME"
 SUPERVISOR_MODULE = "anyjev.serving.supervisor"
 KILL_WAIT_SECONDS = 5.0
+STOP_GRACE = 15.0  # seconds a server's group gets between SIGTERM and SIGKILL
 
 
 def proc_stat(pid: int) -> list[str] | None:
@@ -104,17 +104,6 @@ def is_our_supervisor(pid: int, token: str) -> bool:
         return False
     cmd = proc_cmdline(pid)
     return SUPERVISOR_MODULE in cmd and token in cmd
-
-
-@contextlib.contextmanager
-def flock(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Hold an exclusive flock on PATH (created if missing) for the duration of the block."""
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def signal_quietly(send: Callable[[int, int], None], target: int | None, sig: int) -> None:

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anyjev.files import write_json_atomic
-from anyjev.serving.proc import flock
+from anyjev.files import flock, write_json_atomic
+from anyjev.serving.proc import STOP_GRACE
 
 
 @dataclass
@@ -32,7 +32,7 @@ class ServerRecord:
     owner_pid: int | None = None
     owner_start: int | None = None
     spec_hash: str = ""
-    stop_grace: float = 15.0
+    stop_grace: float = STOP_GRACE
     started_at: str | None = None
     ready_at: str | None = None
     start_seconds: float | None = None

@@ -12,6 +12,7 @@ from anyjev.serving.argv import API_MODULE
 from anyjev.serving.health import ServerHandle
 from anyjev.serving.proc import (
     NAME_ENV,
+    STOP_GRACE,
     SUPERVISOR_MODULE,
     TOKEN_ENV,
     group_carries_token,
@@ -25,11 +26,10 @@ from anyjev.serving.proc import (
 )
 from anyjev.serving.state import ServerRecord, read_record, update_record
 
-DEFAULT_GRACE = 15.0
 SUPERVISOR_EXTRA_GRACE = 2.0  # the supervisor stops the group itself within its grace, then records why
 
 
-def stop_record(record: ServerRecord, grace: float = DEFAULT_GRACE, supervisor: subprocess.Popen[bytes] | None = None) -> bool:
+def stop_record(record: ServerRecord, grace: float = STOP_GRACE, supervisor: subprocess.Popen[bytes] | None = None) -> bool:
     """Stop the server group and the supervisor of RECORD; True if anything of it was still alive.
 
     Only processes carrying the record's token are signalled, so a stale record never kills a process that
@@ -76,7 +76,7 @@ def stop_record(record: ServerRecord, grace: float = DEFAULT_GRACE, supervisor: 
     return True
 
 
-def stop_server(handle_or_state_file: ServerHandle | str | os.PathLike[str], grace: float = DEFAULT_GRACE) -> bool:
+def stop_server(handle_or_state_file: ServerHandle | str | os.PathLike[str], grace: float = STOP_GRACE) -> bool:
     """SIGTERM the server's process group and its supervisor, SIGKILL after GRACE seconds.
 
     Returns True if something was still running. Zombies count as gone (PID 1 may reap them late).
@@ -95,7 +95,7 @@ def stop_server(handle_or_state_file: ServerHandle | str | os.PathLike[str], gra
     return stop_record(record, grace=grace)
 
 
-def stop_servers(state_dir: str | os.PathLike[str], owner_pid: int | None = None, grace: float = DEFAULT_GRACE) -> list[str]:
+def stop_servers(state_dir: str | os.PathLike[str], owner_pid: int | None = None, grace: float = STOP_GRACE) -> list[str]:
     """Stop every server recorded in STATE_DIR (only OWNER_PID's if given); names of those that were running.
 
     The workflow's onsuccess/onerror call it, so a run tears its servers down at once instead of waiting for

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO
+
 REPORT = REPO / "docs" / "fault-report.md"
 
 

@@ -32,10 +32,9 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import QWEN3_TOKENIZER_DIR
+from tests.conftest import QWEN3_TOKENIZER_DIR, REPO
 from tests.e2e.workflow_helpers import env as workflow_env
 
-REPO = Path(__file__).resolve().parents[2]
 PAPER = REPO / "config" / "paper.yaml"
 PUBLISHED = REPO / "results" / "published" / "anyjev-2026.csv"
 QWEN3_TOKENIZER = QWEN3_TOKENIZER_DIR
@@ -307,14 +306,15 @@ def write_rehearsal_config(fx: dict, raw_url: str) -> Path:
 
 def url_label_ids(fx: dict) -> list[int]:
     """The label ids the url cell asks for (its task's first item, rendered as scoring does)."""
-    from anyjev.data.tasks import load_task_file
+    from anyjev.data.taskfile import load_task_file
     from anyjev.decision.labels import LabelChecker
+    from anyjev.decision.options import PromptOptions
     from anyjev.run.cell import load_tokenizer
-    from anyjev.run.scoring import prepare_item
+    from anyjev.run.prepared import prepare_item
 
     tok = load_tokenizer(fx["models"][MODELS[0]])
     item = load_task_file(fx["work"] / f"resources/tasks/{URL_TASK}.jsonl").items[0]
-    return prepare_item(tok, LabelChecker(tok), item, "", profile="published").label_ids
+    return prepare_item(tok, LabelChecker(tok), item, "", PromptOptions(prompt_profile="published")).label_ids
 
 
 def failed_jobs(out: str) -> list[tuple[str, str]]:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import require
 from tests.e2e.workflow_helpers import REPO, SNAKEFILE, SNAKEMAKE, env, job_blocks
 
 CLUSTER_SH = REPO / "tests" / "slurm" / "cluster.sh"
@@ -37,12 +38,8 @@ def require_slurm() -> None:
         problems.append("not running as root")
     if shutil.which("apt-get") is None:
         problems.append("apt-get is not available")
-    if not problems:
-        return
-    msg = f"the SLURM tests start a real cluster with {CLUSTER_SH} (root, Debian packages): {', '.join(problems)}"
-    if os.environ.get("ANYJEV_REQUIRE_SLURM") == "1":
-        pytest.fail(msg)
-    pytest.skip(msg)
+    require("slurm", not problems,
+            f"the SLURM tests start a real cluster with {CLUSTER_SH} (root, Debian packages): {', '.join(problems)}")
 
 
 def cluster_step(step: str, timeout: float) -> tuple[subprocess.CompletedProcess, float]:

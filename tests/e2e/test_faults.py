@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from anyjev.data.tasks import load_task_file
+from anyjev.data.taskfile import load_task_file
 from anyjev.run.store import read_scores
 from anyjev.serving.proc import group_pids, proc_cmdline
 from anyjev.serving.state import read_record

@@ -31,17 +31,17 @@ def test_config_revision_reaches_fetch_and_prepare(tmp_path: Path) -> None:
     for c in cmds:
         if " fetch-task " in c:
             argv = shlex.split(c)
-            job = json.loads(argv[argv.index("--settings") + 1])
+            job = json.loads(argv[argv.index("--job") + 1])
             fetch[job["dataset"]] = job
     for dataset, revision in {"banking20": "deadbeef", "newsgroups": "cafe01"}.items():
         # the revision reaches the fetch step, and so the lock it records into (unpinned: resources/lock.yaml)
         assert fetch[dataset] == {"dataset": dataset, "revision": revision, "cache": "resources/hub",
-                                  "lock_file": "resources/lock.yaml", "pinned": False}, fetch[dataset]
+                                  "lock": {"path": "resources/lock.yaml", "pinned": False}}, fetch[dataset]
     prepared = {}
     for c in cmds:
         if " prepare-task " in c:
             argv = shlex.split(c)
-            job = json.loads(argv[argv.index("--settings") + 1])
+            job = json.loads(argv[argv.index("--job") + 1])
             prepared[job["name"]] = job
     assert prepared["banking20"]["revision"] == "deadbeef" and prepared["news"]["revision"] == "cafe01"
     assert re.search(r"resources/hub/newsgroups/meta\.json", out)

@@ -50,9 +50,7 @@ def stub():
         yield s
 
 
-def test_one_job_per_model_fails_one_cell_alone_and_retries_it(tmp_path, stub):
-    if not (QWEN3 / "tokenizer.json").is_file():
-        pytest.skip(f"the Qwen3 tokenizer is missing at {QWEN3} (scripts/setup_env.sh --test fetches it)")
+def test_one_job_per_model_fails_one_cell_alone_and_retries_it(tmp_path, stub, qwen3_tokenizer):
     work = tmp_path / "w"
     tasks = _write_tasks(work)
     config = {"models": {MODEL: {"source": "url", "url": stub.url, "tokenizer": str(QWEN3)}}, "tasks": tasks,
@@ -99,18 +97,17 @@ def test_one_job_per_model_fails_one_cell_alone_and_retries_it(tmp_path, stub):
     assert (work / "results/tables/summary.csv").is_file()
 
 
-def test_auto_cuts_one_job_per_model_only_under_a_cluster_executor(tmp_path):
-    """score_jobs: auto (the default): a local run keeps one job per cell; `--executor slurm` (given on the command
-    line or by a profile) gets one score_model job per model, then a score_cell job per cell."""
-    if not (QWEN3 / "tokenizer.json").is_file():
-        pytest.skip(f"the Qwen3 tokenizer is missing at {QWEN3} (scripts/setup_env.sh --test fetches it)")
+def test_the_cut_is_the_configs_whatever_the_executor(tmp_path, qwen3_tokenizer):
+    """score_jobs: model (the default) gives one score_model job per model and a score_cell job per cell, locally and
+    under `--executor slurm` alike; score_jobs: cell one score_cell job per cell (the one library function,
+    anyjev.run.allocation.score_jobs_mode, decides; `anyjev plan` asks it too)."""
     work = tmp_path / "w"
     config = {"models": {m: {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": str(QWEN3)} for m in ("a", "b")},
               "tasks": _write_tasks(work), "levels": ["raw", "L0"], "published": None}
     (work / "config").mkdir()
-    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
-    def rules(*args: str) -> dict[str, list[bool]]:
+    def rules(cut: dict, *args: str) -> dict[str, list[bool]]:
+        (work / "config" / "config.yaml").write_text(yaml.safe_dump(config | cut, sort_keys=False))
         proc = run_snakemake(work, "-n", *args, timeout=300)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         found: dict[str, list[bool]] = {}
@@ -118,9 +115,9 @@ def test_auto_cuts_one_job_per_model_only_under_a_cluster_executor(tmp_path):
             found.setdefault(j["rule"], []).append(j["local"])
         return found
 
-    local = rules()
-    assert "score_model" not in local and len(local["score_cell"]) == 4
-    for how in (("--executor", "slurm", "-j", "4"), ("--workflow-profile", str(REPO / "workflow/profiles/slurm"))):
-        cluster = rules(*how)
+    for how in ((), ("--executor", "slurm", "-j", "4"), ("--workflow-profile", str(REPO / "workflow/profiles/slurm"))):
         # (a dry run prints every job as "rule": which run where is checked on a real SLURM, test_rehearsal_slurm.py)
-        assert len(cluster["score_model"]) == 2 and len(cluster["score_cell"]) == 4, how
+        per_model = rules({}, *how)
+        assert len(per_model["score_model"]) == 2 and len(per_model["score_cell"]) == 4, how
+        per_cell = rules({"score_jobs": "cell"}, *how)
+        assert "score_model" not in per_cell and len(per_cell["score_cell"]) == 4, how

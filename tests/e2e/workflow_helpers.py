@@ -11,8 +11,8 @@ from pathlib import Path
 import yaml
 
 from anyjev.serving.stop import vllm_process_pids
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SNAKEMAKE = REPO / ".venv" / "bin" / "snakemake"
 SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
 SNAKEFILE = REPO / "workflow" / "Snakefile"

@@ -20,7 +20,8 @@ import pytest
 from anyjev.backends.vllm import VLLMBackend
 from anyjev.data.builtin import mmlu, rotten_tomatoes, socialiqa
 from anyjev.decision.labels import LabelChecker
-from anyjev.run.scoring import prepare_item
+from anyjev.decision.options import PromptOptions
+from anyjev.run.prepared import prepare_item
 from tests.conftest import require_vllm, smollm2_spec
 
 pytestmark = pytest.mark.vllm
@@ -35,14 +36,14 @@ def short_prompts(tokenizer) -> list[tuple[list[list[int]], list[int]]]:
     checker = LabelChecker(tokenizer)
     out = []
     for task, n in ((socialiqa(), 12), (rotten_tomatoes(), 12)):
-        prepared = [prepare_item(tokenizer, checker, it, "g") for it in task.items[:n]]
+        prepared = [prepare_item(tokenizer, checker, it, "g", PromptOptions()) for it in task.items[:n]]
         out.append(([ids for p in prepared for _, ids in p.layouts[:2]], prepared[0].label_ids))
     return out
 
 
 def mmlu_raw(tokenizer, n: int = 80) -> tuple[list[list[int]], list[int]]:
     checker = LabelChecker(tokenizer)
-    prepared = [prepare_item(tokenizer, checker, it, "g", permute=False, flip=False) for it in mmlu().items[:n]]
+    prepared = [prepare_item(tokenizer, checker, it, "g", PromptOptions(permute=False, flip=False)) for it in mmlu().items[:n]]
     return [p.layouts[0][1] for p in prepared], prepared[0].label_ids
 
 

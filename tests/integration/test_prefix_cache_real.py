@@ -20,7 +20,9 @@ import pytest
 from anyjev.backends.vllm import VLLMBackend
 from anyjev.data.synthetic import long_state_task
 from anyjev.decision.labels import LabelChecker
-from anyjev.run.scoring import prepare_item, score_prepared
+from anyjev.decision.options import PromptOptions
+from anyjev.run.full import score_prepared
+from anyjev.run.prepared import prepare_item
 from anyjev.serving.metrics import read_counters
 from tests.conftest import smollm2_spec
 from tests.integration.test_fidelity_real import FP32_TOL
@@ -55,7 +57,7 @@ def test_prefix_cache_hits_and_stays_within_fp32_parity(vllm_fp32, vllm_fp32_opp
     checker = LabelChecker(smollm2_tokenizer)
     prepared = []
     for item in long_state_task(N_ITEMS, min_chars=1500, seed=1).items:
-        p = prepare_item(smollm2_tokenizer, checker, item, "g")
+        p = prepare_item(smollm2_tokenizer, checker, item, "g", PromptOptions())
         p.layouts = p.layouts[:LAYOUTS]
         prepared.append(p)
     shared = [len(os.path.commonprefix([ids for _, ids in p.layouts])) for p in prepared]
@@ -64,12 +66,12 @@ def test_prefix_cache_hits_and_stays_within_fp32_parity(vllm_fp32, vllm_fp32_opp
     url, name = cached_server.url, cached_server.served_name
     with VLLMBackend(url, name) as cached:
         before = read_counters(url, name)
-        cold = score_prepared(cached, prepared)
+        cold = score_prepared(cached, prepared, answer_mass=False)
         first = read_counters(url, name).minus(before)
-        warm = score_prepared(cached, prepared)
+        warm = score_prepared(cached, prepared, answer_mass=False)
         second = read_counters(url, name).minus(before).minus(first)
     with VLLMBackend(plain_server.url, plain_server.served_name) as plain:
-        reference = score_prepared(plain, prepared)
+        reference = score_prepared(plain, prepared, answer_mass=False)
 
     # every later rotation of an item is served its shared full blocks from the item's first rotation
     expected = sum((LAYOUTS - 1) * (s // BLOCK) * BLOCK for s in shared)

@@ -34,8 +34,8 @@ from anyjev.serving.spec import ServerSpec
 from anyjev.serving.state import read_record
 from anyjev.serving.stop import stop_server, stop_servers, vllm_process_pids
 from anyjev.serving.supervisor import CHILD_PYTHONPATH_ENV, _child_env
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 STUB_SOURCE = Path(__file__).with_name("stub_vllm.py")
 # Every process of this test session carries TAG (server names), so the census never counts other people's servers.
 TAG = f"ajt{uuid.uuid4().hex[:8]}"

@@ -14,8 +14,9 @@ import pytest
 from anyjev.backends.vllm import VLLMBackend
 from anyjev.data.builtin import mmlu, rotten_tomatoes
 from anyjev.decision.labels import LabelChecker
+from anyjev.decision.options import PromptOptions
 from anyjev.errors import BackendError, LabelTokenError
-from anyjev.run.scoring import prepare_item
+from anyjev.run.prepared import prepare_item
 
 pytestmark = pytest.mark.vllm
 
@@ -25,7 +26,7 @@ def real_prompts(tokenizer, n_mmlu: int = 24, n_rt: int = 20) -> list[tuple[list
     checker = LabelChecker(tokenizer)
     batches = []
     for task, n in ((mmlu(), n_mmlu), (rotten_tomatoes(), n_rt)):
-        prepared = [prepare_item(tokenizer, checker, it, "g") for it in task.items[:n]]
+        prepared = [prepare_item(tokenizer, checker, it, "g", PromptOptions()) for it in task.items[:n]]
         prompts = [ids for p in prepared for _, ids in p.layouts[:2]]
         batches.append((prompts, prepared[0].label_ids))
     return batches

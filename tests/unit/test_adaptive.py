@@ -15,7 +15,8 @@ import pytest
 
 from anyjev.data.tasks import Item
 from anyjev.decision.labels import LabelChecker
-from anyjev.decision.layouts import layouts_for, spread_order
+from anyjev.decision.layouts import spread_order
+from anyjev.decision.options import PromptOptions
 from anyjev.decision.questions import choice, noul
 from anyjev.errors import TaskDataError
 from anyjev.numbers.certificate import (
@@ -27,25 +28,19 @@ from anyjev.numbers.certificate import (
     running_marginals,
     stop_index,
 )
-from anyjev.numbers.evaluation import evaluate_records
-from anyjev.numbers.levels import compute_levels, marginalise, prior_correct, to_option_space
+from anyjev.numbers.evaluation import EvaluationOptions
+from anyjev.numbers.levels import compute_levels, marginalise, to_option_space
 from anyjev.numbers.logprobs import log_softmax
+from anyjev.numbers.priors import prior_correct
 from anyjev.run.adaptive import CERTIFICATE_ID, certify_records
-from anyjev.run.scoring import prepare_item, score_cell, scoring_identity
+from anyjev.run.evaluate import evaluate_records
+from anyjev.run.identity import ScoringOptions, scoring_identity
+from anyjev.run.prepared import prepare_item, prepare_items
+from anyjev.run.scoring import score_cell
 from anyjev.run.store import partial_path, read_cell
-from anyjev.settings import EvaluationSettings, ScoringSettings
 from tests.conftest import QWEN3_TOKENIZER_DIR
 
 QWEN3 = QWEN3_TOKENIZER_DIR
-
-
-@pytest.fixture(scope="module")
-def qwen3():
-    if not QWEN3.is_dir():
-        pytest.skip(f"Qwen3 tokenizer not found at {QWEN3} (scripts/fetch_tokenizers.sh)")
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(QWEN3))
 
 
 def _unit(*parts: object) -> float:
@@ -134,11 +129,11 @@ def test_clopper_pearson_agrees_with_the_published_bound() -> None:
 
 
 def test_clopper_pearson_edges() -> None:
-    assert clopper_pearson_upper(0, 0) == 1.0 and clopper_pearson_upper(4, 4) == 1.0
+    assert clopper_pearson_upper(0, 0, 0.95) == 1.0 and clopper_pearson_upper(4, 4, 0.95) == 1.0
     assert clopper_pearson_upper(0, 299, 0.95) <= 0.01 < clopper_pearson_upper(0, 298, 0.95)
     assert clopper_pearson_upper(2, 100, 0.99) > clopper_pearson_upper(2, 100, 0.95)
     with pytest.raises(ValueError):
-        clopper_pearson_upper(5, 4)
+        clopper_pearson_upper(5, 4, 0.95)
 
 
 def _planted(n_clear: int, n_tricky: int, k: int = 8) -> list[np.ndarray]:
@@ -170,14 +165,15 @@ def test_certificate_on_planted_margins() -> None:
     winners = [np.argmax(running_marginals(r, check_points(8, 2)), axis=-1) for r in rows]
     at = stop_index(np.array(margins), 3.0)
     bad = int(np.sum(np.array(winners)[np.arange(len(rows)), at] != 0))
-    assert bad == 100 and clopper_pearson_upper(bad, len(rows)) > 0.01
+    assert bad == 100 and clopper_pearson_upper(bad, len(rows), 0.95) > 0.01
     # offered only thresholds <= 3 the rule falls back to reading everything (threshold inf, certified)
-    low = certify_margins(margins, winners, [check_points(8, 2)] * len(rows), grid=[0.0, 1.0, 2.0, 3.0])
+    low = certify_margins(margins, winners, [check_points(8, 2)] * len(rows), target=0.01, confidence=0.95, per_round=2,
+                          grid=[0.0, 1.0, 2.0, 3.0])
     assert low.threshold == math.inf and low.mean_read == 8
 
 
 def test_certificate_cannot_certify_with_too_few_items() -> None:
-    cert = certify_threshold(_planted(200, 0), target=0.01, confidence=0.95)
+    cert = certify_threshold(_planted(200, 0), target=0.01, confidence=0.95, per_round=2)
     assert not cert.certified and cert.n == 200 and cert.disagreements == 0
     assert cert.bound == pytest.approx(1 - 0.05 ** (1 / 200))
     assert "200 items" in cert.reason and "0.01" in cert.reason and "299" in cert.reason
@@ -186,15 +182,15 @@ def test_certificate_cannot_certify_with_too_few_items() -> None:
 # ------------------------------------------------------------------------------------------ canonical order
 
 
-def test_canonical_order_any_listing_gives_identical_prompts_and_probabilities(qwen3) -> None:
+def test_canonical_order_any_listing_gives_identical_prompts_and_probabilities(qwen3_tokenizer) -> None:
     options = ["banana", "Apple", "cherry", "apple pie"]
-    checker, backend = LabelChecker(qwen3), PlantedBackend(qwen3)
+    checker, backend = LabelChecker(qwen3_tokenizer), PlantedBackend(qwen3_tokenizer)
     reference = None
     as_given_prompts = set()
     for perm in itertools.permutations(range(4)):
         q = choice("Which fruit is it?", [options[i] for i in perm])
         item = Item(f"i{perm}", "It is red and round.", q, gold=perm.index(1))
-        p = prepare_item(qwen3, checker, item, "g", option_order="canonical")
+        p = prepare_item(qwen3_tokenizer, checker, item, "g", PromptOptions(option_order="canonical"))
         prompts = {lay.name: ids for lay, ids in p.layouts}
         lp = {g: np.array([backend.row(ids, 4) for lay, ids in p.layouts if lay.name.startswith(g)]) for g in ("fwd", "rev")}
         orders = {g: np.array([lay.order for lay, _ in p.layouts if lay.name.startswith(g)]) for g in ("fwd", "rev")}
@@ -209,11 +205,11 @@ def test_canonical_order_any_listing_gives_identical_prompts_and_probabilities(q
             assert prompts == reference[0]
             for g in back:
                 np.testing.assert_array_equal(back[g], reference[1][g])
-        as_given_prompts.add(tuple(prepare_item(qwen3, checker, item, "g").layouts[0][1]))
+        as_given_prompts.add(tuple(prepare_item(qwen3_tokenizer, checker, item, "g", PromptOptions()).layouts[0][1]))
     assert len(as_given_prompts) == 24  # the caller's listing changes every as-given prompt
 
 
-def test_canonical_cell_evaluates_the_same_for_any_listing(qwen3, tmp_path) -> None:
+def test_canonical_cell_evaluates_the_same_for_any_listing(qwen3_tokenizer, tmp_path) -> None:
     """Two cells of the same items, one listing the options as written, one shuffled per item (gold follows
     the text): under canonical order every level gives the same probability to every option text."""
     rng = np.random.default_rng(5)
@@ -229,24 +225,23 @@ def test_canonical_cell_evaluates_the_same_for_any_listing(qwen3, tmp_path) -> N
     results = []
     for name, items in (("plain", plain), ("shuffled", shuffled)):
         out = tmp_path / f"{name}.jsonl"
-        score_cell(PlantedBackend(qwen3), qwen3, items, ["q"] * len(items), str(out),
-                   _identity(option_order="canonical"), **_options(option_order="canonical"))
+        _score(qwen3_tokenizer, out, items, ["q"] * len(items), option_order="canonical")
         _, records, _ = read_cell(out)
-        results.append(evaluate_records(records, EvaluationSettings(n_boot=1000)))
+        results.append(evaluate_records(records, EvaluationOptions(n_boot=1000)))
     for level in ("raw", "L0-perm", "L0-bc", "L0"):
         for g in ("fwd", "rev"):
             for i, it in enumerate(shuffled):
-                by_text = dict(zip(it.question.options, results[1]["_result"][level][g][i], strict=True))
-                np.testing.assert_allclose([by_text[t] for t in texts], results[0]["_result"][level][g][i], atol=1e-12)
+                by_text = dict(zip(it.question.options, results[1].point[level][g][i], strict=True))
+                np.testing.assert_allclose([by_text[t] for t in texts], results[0].point[level][g][i], atol=1e-12)
         for metric in ("acc", "nll", "brier", "flip"):
-            assert results[0]["metrics"][level][metric]["value"] == pytest.approx(results[1]["metrics"][level][metric]["value"], abs=1e-12)
+            assert results[0].metrics[level][metric]["value"] == pytest.approx(results[1].metrics[level][metric]["value"], abs=1e-12)
 
 
 def test_canonical_order_leaves_noul_and_score_alone() -> None:
     q = noul("Is it spam?")
-    assert layouts_for(q, option_order="canonical") == layouts_for(q)
+    assert PromptOptions(option_order="canonical").layouts(q) == PromptOptions().layouts(q)
     with pytest.raises(ValueError, match="option_order"):
-        layouts_for(q, option_order="sorted")
+        PromptOptions(option_order="sorted").layouts(q)
 
 
 # ---------------------------------------------------------------------------------------- adaptive scoring
@@ -268,27 +263,32 @@ ADAPTIVE = {"rotations": "adaptive", "target_disagreement": 0.05, "confidence": 
 RULE = {"target": 0.05, "confidence": 0.9, "per_round": 2}
 
 
-def _options(**kw) -> dict:
-    """``scoring.*`` settings (and ``content_free``) as scoring_identity / score_cell take them."""
-    content_free = kw.pop("content_free", False)
-    return {"options": ScoringSettings(**kw), "content_free": content_free}
+def _options(**kw) -> ScoringOptions:
+    """The config's flat ``scoring.*`` keys (and ``content_free``) as the ScoringOptions a score job carries."""
+    prompt = {k: kw.pop(k) for k in ("prompt_profile", "option_order") if k in kw}
+    return ScoringOptions(prompt=PromptOptions(**prompt), **kw)
 
 
 def _identity(**kw) -> dict:
-    return {"task": "planted", "model": {"backend": "planted"}, **scoring_identity(**_options(**kw))}
+    return {"task": "planted", "model": {"backend": "planted"}, **scoring_identity(_options(**kw))}
+
+
+def _score(tokenizer, out: Path, items: list[Item], groups: list[str], backend=None, chunk_items: int = 7, **kw) -> dict:
+    """Score ITEMS as a cell with the flat scoring settings KW does."""
+    options = _options(**kw)
+    return score_cell(backend or PlantedBackend(tokenizer), tokenizer, prepare_items(tokenizer, items, groups, options.prompt),
+                      str(out), _identity(**kw), options=options, chunk_items=chunk_items)
 
 
 def _run(tokenizer, out: Path, items: list[Item], backend=None, **kw) -> dict:
-    backend = backend or PlantedBackend(tokenizer)
-    return score_cell(backend, tokenizer, items, ["q"] * len(items), str(out), _identity(**kw), chunk_items=7,
-                      **_options(**kw))
+    return _score(tokenizer, out, items, ["q"] * len(items), backend, **kw)
 
 
 @pytest.fixture(scope="module")
-def adaptive_cell(qwen3, tmp_path_factory) -> tuple[Path, list[Item], dict]:
+def adaptive_cell(qwen3_tokenizer, tmp_path_factory) -> tuple[Path, list[Item], dict]:
     items = _items(60, 30)
     out = tmp_path_factory.mktemp("adaptive") / "scores.jsonl"
-    counts = _run(qwen3, out, items, **ADAPTIVE)
+    counts = _run(qwen3_tokenizer, out, items, **ADAPTIVE)
     return out, items, counts
 
 
@@ -316,11 +316,11 @@ def test_adaptive_cell_certifies_on_calibration_items_and_stops_test_items(adapt
     assert counts["prompts"] == sum(len({lay["prompt_sha"] for lay in r["layouts"].values()}) for r in records)
 
 
-def test_adaptive_decisions_agree_with_full_reading(qwen3, adaptive_cell, tmp_path) -> None:
+def test_adaptive_decisions_agree_with_full_reading(qwen3_tokenizer, adaptive_cell, tmp_path) -> None:
     """The stopped decision (L0 under the frozen calibration prior, the rule's statistic) agrees with full K."""
     out, items, _ = adaptive_cell
     full_out = tmp_path / "full.jsonl"
-    _run(qwen3, full_out, items)
+    _run(qwen3_tokenizer, full_out, items)
     _, full_records, _ = read_cell(full_out)
     _, records, _ = read_cell(out)
     full = {r["id"]: r for r in full_records}
@@ -344,14 +344,14 @@ def test_adaptive_decisions_agree_with_full_reading(qwen3, adaptive_cell, tmp_pa
 
 
 @pytest.mark.parametrize("fail_after", [1, 5, 12, 16])
-def test_adaptive_resume_equals_uninterrupted(qwen3, adaptive_cell, tmp_path, fail_after: int) -> None:
+def test_adaptive_resume_equals_uninterrupted(qwen3_tokenizer, adaptive_cell, tmp_path, fail_after: int) -> None:
     """Killed mid-cell (during calibration, right after, or among the test items), then resumed: the same bytes."""
     out_ref, items, _ = adaptive_cell
     out = tmp_path / "scores.jsonl"
     with pytest.raises(KeyboardInterrupt):
-        _run(qwen3, out, items, backend=PlantedBackend(qwen3, fail_after_calls=fail_after), **ADAPTIVE)
+        _run(qwen3_tokenizer, out, items, backend=PlantedBackend(qwen3_tokenizer, fail_after_calls=fail_after), **ADAPTIVE)
     assert partial_path(out).exists() and not out.exists()
-    counts = _run(qwen3, out, items, **ADAPTIVE)
+    counts = _run(qwen3_tokenizer, out, items, **ADAPTIVE)
     assert counts["resumed"] > 0 or fail_after == 1
     assert out.read_bytes() == out_ref.read_bytes()
 
@@ -374,7 +374,7 @@ t._run(tok, Path({out!r}), t._items(60, 30), backend=Killed(tok), **t.ADAPTIVE)
 """
 
 
-def test_adaptive_resume_after_sigkill_equals_uninterrupted(qwen3, adaptive_cell, tmp_path) -> None:
+def test_adaptive_resume_after_sigkill_equals_uninterrupted(qwen3_tokenizer, adaptive_cell, tmp_path) -> None:
     """A process killed with SIGKILL among the test items (after its certificate), then resumed: the same bytes."""
     import os
     import signal
@@ -389,14 +389,14 @@ def test_adaptive_resume_after_sigkill_equals_uninterrupted(qwen3, adaptive_cell
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     lines = partial_path(out).read_text().splitlines()
     assert any('"type":"certificate"' in line for line in lines) and not out.exists()
-    counts = _run(qwen3, out, items, **ADAPTIVE)
+    counts = _run(qwen3_tokenizer, out, items, **ADAPTIVE)
     assert counts["resumed"] > 60
     assert out.read_bytes() == out_ref.read_bytes()
 
 
-def test_adaptive_without_enough_calibration_items_reads_everything(qwen3, tmp_path) -> None:
+def test_adaptive_without_enough_calibration_items_reads_everything(qwen3_tokenizer, tmp_path) -> None:
     out = tmp_path / "few.jsonl"
-    counts = _run(qwen3, out, _items(10, 6), **(ADAPTIVE | {"target_disagreement": 0.01, "confidence": 0.95}))
+    counts = _run(qwen3_tokenizer, out, _items(10, 6), **(ADAPTIVE | {"target_disagreement": 0.01, "confidence": 0.95}))
     _, records, extras = read_cell(out)
     cert = extras[CERTIFICATE_ID]["groups"]["fwd"]
     assert cert["threshold"] is None and cert["n"] == 10 and "cannot certify" in cert["reason"]
@@ -406,7 +406,7 @@ def test_adaptive_without_enough_calibration_items_reads_everything(qwen3, tmp_p
         assert rec["adaptive"]["threshold"] == {"fwd": None, "rev": None}
 
 
-def test_adaptive_canonical_content_free_together(qwen3, tmp_path) -> None:
+def test_adaptive_canonical_content_free_together(qwen3_tokenizer, tmp_path) -> None:
     """All three options at once: the cell scores, resumes its identity, and evaluates with every level."""
     rng = np.random.default_rng(9)
     items = []
@@ -416,19 +416,18 @@ def test_adaptive_canonical_content_free_together(qwen3, tmp_path) -> None:
         items.append(Item(it.id, it.state, q, gold=perm.index(it.gold), split=it.split))
     kw = ADAPTIVE | {"option_order": "canonical", "content_free": True}
     out = tmp_path / "all.jsonl"
-    score_cell(PlantedBackend(qwen3), qwen3, items, [it.question.key() for it in items], str(out), _identity(**kw),
-               chunk_items=7, **_options(**kw))
+    _score(qwen3_tokenizer, out, items, [it.question.key() for it in items], **kw)
     identity, records, extras = read_cell(out)
     assert identity["option_order"] == "canonical" and identity["content_free"] == ["N/A", "", "[MASK]"]
     probes = [e for e in extras.values() if e["type"] == "content_free"]
     assert len(probes) == 3  # one option set: every listing shares its probes under canonical order
     assert set(probes[0]["questions"]) == {it.question.key() for it in items}
-    res = evaluate_records(records, EvaluationSettings(n_boot=1000, prior_mode="content_free"), extras=extras)
-    assert {"raw", "L0-perm", "L0-bc", "L0", "L1", "L0-cf"} <= set(res["levels"])
-    assert all(math.isfinite(res["metrics"][lv]["nll"]["value"]) for lv in res["levels"])
+    res = evaluate_records(records, EvaluationOptions(n_boot=1000, prior_mode="content_free"), extras=extras)
+    assert {"raw", "L0-perm", "L0-bc", "L0", "L1", "L0-cf"} <= set(res.levels)
+    assert all(math.isfinite(res.metrics[lv]["nll"]["value"]) for lv in res.levels)
 
 
-def test_changed_target_is_not_resumed(qwen3, tmp_path) -> None:
+def test_changed_target_is_not_resumed(qwen3_tokenizer, tmp_path) -> None:
     assert _identity(**ADAPTIVE) != _identity(**(ADAPTIVE | {"target_disagreement": 0.02}))
     assert "rotations" not in _identity() and "option_order" not in _identity()  # defaults: identity unchanged
 
@@ -461,13 +460,13 @@ def test_adaptive_cell_read_in_full_is_full_l0_under_the_calibration_prior() -> 
     frozen prior in place of the test items' batch prior (prior-free levels unchanged, bit for bit)."""
     rng = np.random.default_rng(3)
     test, calib = _full_records(rng, 30, 5, "test"), _full_records(rng, 20, 5, "calib")
-    settings = EvaluationSettings(n_boot=1000)
+    settings = EvaluationOptions(n_boot=1000)
     full = evaluate_records(test + calib, settings)
     marked = [dict(r, adaptive={"read": {"fwd": 5, "rev": 5}}) for r in test] + calib
     again = evaluate_records(marked, settings)
-    assert full["settings"]["prior_source"] == "items" and again["settings"]["prior_source"] == "calibration"
+    assert full.settings["prior_source"] == "items" and again.settings["prior_source"] == "calibration"
     for level in ("raw", "L0-perm"):
-        assert json.dumps(full["metrics"][level], sort_keys=True) == json.dumps(again["metrics"][level], sort_keys=True)
+        assert json.dumps(full.metrics[level], sort_keys=True) == json.dumps(again.metrics[level], sort_keys=True)
     args = {}
     for g in ("fwd", "rev"):
         args[f"test_{g}"], args[f"orders_{g}"] = _arrays_of(test, g, 5)
@@ -477,20 +476,20 @@ def test_adaptive_cell_read_in_full_is_full_l0_under_the_calibration_prior() -> 
                               calib_gold=np.array([r["gold"] for r in calib]), prior_source="calibration")
     batch = compute_levels(args["test_fwd"], args["test_rev"], args["orders_fwd"], args["orders_rev"], ["q"] * 30)
     for g in ("fwd", "rev"):
-        np.testing.assert_allclose(again["_result"]["L0"][g], expected["L0"][g], atol=1e-12)
-        np.testing.assert_allclose(again["_result"]["L1"][g], expected["L1"][g], atol=1e-12)
+        np.testing.assert_allclose(again.point["L0"][g], expected["L0"][g], atol=1e-12)
+        np.testing.assert_allclose(again.point["L1"][g], expected["L1"][g], atol=1e-12)
         assert np.abs(expected["L0"][g] - batch["L0"][g]).max() > 1e-3  # the prior did change
 
 
-def test_adaptive_cell_evaluates_the_decision_the_rule_certified(qwen3, adaptive_cell) -> None:
+def test_adaptive_cell_evaluates_the_decision_the_rule_certified(qwen3_tokenizer, adaptive_cell) -> None:
     """An adaptive cell's evaluated L0 is the stopping rule's own statistic (L0 over the rotations read under the
     calibration items' frozen prior), so the reported decision is the certified one."""
     out, _, _ = adaptive_cell
     _, records, _ = read_cell(out)
     rule = certify_records([r for r in records if r["split"] == "calib"], **RULE)
-    res = evaluate_records(records, EvaluationSettings(n_boot=1000))
+    res = evaluate_records(records, EvaluationOptions(n_boot=1000))
     # the Yes/No item (K = 2) read every layout and keeps the test items' own prior
-    assert {g["k"]: g["prior_source"] for g in res["k_groups"]} == {2: "items", 5: "calibration"}
+    assert {g["k"]: g["prior_source"] for g in res.k_groups} == {2: "items", 5: "calibration"}
     test = [r for r in records if r["split"] == "test"]
     checked = 0
     for i, rec in enumerate(test):
@@ -501,7 +500,7 @@ def test_adaptive_cell_evaluates_the_decision_the_rule_certified(qwen3, adaptive
             lp = np.array([rec["layouts"][f"{g}/r{s}"]["lp"] for s in read])
             orders = np.array([rec["layouts"][f"{g}/r{s}"]["order"] for s in read])
             statistic = running_marginals(rule.corrected(g, "q", log_softmax(lp), orders, read), [len(read)])[0]
-            np.testing.assert_allclose(res["_result"]["L0"][g][i], statistic, atol=1e-9)
+            np.testing.assert_allclose(res.point["L0"][g][i], statistic, atol=1e-9)
             checked += 1
     assert checked >= 40
 
@@ -510,7 +509,7 @@ def test_adaptive_records_without_calibration_items_are_refused() -> None:
     rng = np.random.default_rng(6)
     marked = [dict(r, adaptive={}) for r in _full_records(rng, 10, 5, "test")]
     with pytest.raises(TaskDataError, match="calibration items"):
-        evaluate_records(marked, EvaluationSettings(n_boot=1000), source="cell.jsonl")
+        evaluate_records(marked, EvaluationOptions(n_boot=1000), source="cell.jsonl")
 
 
 def test_levels_from_partial_rotations_use_only_the_layouts_read() -> None:
@@ -524,14 +523,14 @@ def test_levels_from_partial_rotations_use_only_the_layouts_read() -> None:
         keep = {f"{g}/r{s}" for g in ("fwd", "rev") for s in order[:m]}
         partial.append(dict(r, layouts={name: v for name, v in r["layouts"].items() if name in keep}, adaptive={}))
     calib = _full_records(rng, 10, k, "calib")
-    res = evaluate_records(partial + calib, EvaluationSettings(n_boot=1000, prior_min_items=20))  # uniform prior
+    res = evaluate_records(partial + calib, EvaluationOptions(n_boot=1000, prior_min_items=20))  # uniform prior
     for i, r in enumerate(partial):
         names = sorted((n_ for n_ in r["layouts"] if n_.startswith("fwd/")), key=lambda x: int(x.split("/r")[1]))
         lp = np.array([[r["layouts"][n_]["lp"] for n_ in names]])
         orders = np.array([r["layouts"][n_]["order"] for n_ in names])
         expected = marginalise(to_option_space(lp, orders))[0]
-        np.testing.assert_allclose(res["_result"]["L0-perm"]["fwd"][i], expected, atol=1e-12)
-        np.testing.assert_allclose(res["_result"]["L0"]["fwd"][i], expected, atol=1e-12)  # uniform prior: L0 = L0-perm
+        np.testing.assert_allclose(res.point["L0-perm"]["fwd"][i], expected, atol=1e-12)
+        np.testing.assert_allclose(res.point["L0"]["fwd"][i], expected, atol=1e-12)  # uniform prior: L0 = L0-perm
     # a batch prior per rotation from the items that read it, pooled profile where too few did
     both = compute_levels(np.array([[r["layouts"][f"fwd/r{s}"]["lp"] for s in range(k)] for r in records]), None,
                           np.array([records[0]["layouts"][f"fwd/r{s}"]["order"] for s in range(k)]), None, ["q"] * n,
@@ -545,20 +544,20 @@ def test_levels_from_partial_rotations_use_only_the_layouts_read() -> None:
 # ------------------------------------------------------------------------------------- content-free prior
 
 
-def test_content_free_prior_mode(qwen3, tmp_path) -> None:
+def test_content_free_prior_mode(qwen3_tokenizer, tmp_path) -> None:
     items = _items(10, 12)[:-1]  # choice items only
     out = tmp_path / "cf.jsonl"
-    _run(qwen3, out, items, content_free=True)
+    _run(qwen3_tokenizer, out, items, content_free=True)
     _, records, extras = read_cell(out)
     probes = [e for e in extras.values() if e["type"] == "content_free"]
     assert sorted(p["probe"] for p in probes) == ["", "N/A", "[MASK]"]  # one question: three probes
     assert all(set(p["layouts"]) == set(records[0]["layouts"]) for p in probes)
-    settings = EvaluationSettings(n_boot=1000)
+    settings = EvaluationOptions(n_boot=1000)
     default = evaluate_records(records, settings, extras=extras)
-    cf_mode = evaluate_records(records, EvaluationSettings(n_boot=1000, prior_mode="content_free"), extras=extras)
-    assert "L0-cf" in default["levels"] and "L0-cf" in cf_mode["levels"]
-    np.testing.assert_allclose(cf_mode["_result"]["L0"]["fwd"], default["_result"]["L0-cf"]["fwd"], atol=1e-12)
-    assert not np.allclose(default["_result"]["L0"]["fwd"], default["_result"]["L0-cf"]["fwd"])
+    cf_mode = evaluate_records(records, EvaluationOptions(n_boot=1000, prior_mode="content_free"), extras=extras)
+    assert "L0-cf" in default.levels and "L0-cf" in cf_mode.levels
+    np.testing.assert_allclose(cf_mode.point["L0"]["fwd"], default.point["L0-cf"]["fwd"], atol=1e-12)
+    assert not np.allclose(default.point["L0"]["fwd"], default.point["L0-cf"]["fwd"])
     # by hand: the prior per layout is the mean of the probes' label probabilities
     test = [r for r in records if r["split"] == "test"]
     names = [f"fwd/r{s}" for s in range(5)]
@@ -566,37 +565,41 @@ def test_content_free_prior_mode(qwen3, tmp_path) -> None:
     lp = np.array([[r["layouts"][n]["lp"] for n in names] for r in test])
     orders = np.array([test[0]["layouts"][n]["order"] for n in names])
     expected = marginalise(to_option_space(prior_correct(lp, prior[None], 0.75), orders))
-    np.testing.assert_allclose(cf_mode["_result"]["L0"]["fwd"], expected, atol=1e-12)
+    np.testing.assert_allclose(cf_mode.point["L0"]["fwd"], expected, atol=1e-12)
     # without probes the default cell has no L0-cf and content_free mode names the problem
     plain = tmp_path / "plain.jsonl"
-    _run(qwen3, plain, items)
+    _run(qwen3_tokenizer, plain, items)
     _, rec2, ext2 = read_cell(plain)
-    assert ext2 == {} and "L0-cf" not in evaluate_records(rec2, settings)["levels"]
+    assert ext2 == {} and "L0-cf" not in evaluate_records(rec2, settings).levels
     with pytest.raises(Exception, match="content-free probes"):
-        evaluate_records(rec2, EvaluationSettings(n_boot=1000, prior_mode="content_free"), extras=ext2)
+        evaluate_records(rec2, EvaluationOptions(n_boot=1000, prior_mode="content_free"), extras=ext2)
 
 
 # ------------------------------------------------------------------------------------------------ plumbing
 
 
 def test_config_keys_reach_the_score_job() -> None:
-    """The new scoring keys travel in the score job's settings; content-free probes are asked for only when the
-    prior mode or a listed level needs them (the default config's jobs are unchanged)."""
-    import dataclasses
-
+    """The scoring keys travel in the score job (through its JSON argument); content-free probes are asked for only
+    when the prior mode or a listed level needs them (the default config's jobs are unchanged)."""
     from anyjev.config import check_config_file
-    from anyjev.settings import DEFAULT_CONFIG, ScoringSettings, Settings, from_mapping
+    from anyjev.run.cell import ScoreJob
+    from anyjev.settings import Settings
+    from tests.conftest import DEFAULT_CONFIG
+
+    def job(config) -> ScoreJob:
+        built = Settings.from_config(config).score_job("smollm2-135m", "mmlu", models_dir="resources/models",
+                                                       server_log="s.log", state_dir="state")
+        return ScoreJob.from_json(built.to_json())
 
     config = check_config_file(DEFAULT_CONFIG)
-    default_job = Settings.from_config(config).score_job("smollm2-135m", "mmlu")
-    assert "content_free" not in default_job
-    assert default_job["scoring"]["rotations"] == "full" and default_job["scoring"]["option_order"] == "as_given"
+    default_job = job(config)
+    assert default_job.scoring.content_free is False
+    assert default_job.scoring.rotations == "full" and default_job.scoring.prompt.option_order == "as_given"
     changed = dict(config, levels=[*config["levels"], "L0-cf"],
                    scoring=dict(config["scoring"], rotations="adaptive", rotations_per_round=3, option_order="canonical"))
-    job = Settings.from_config(changed).score_job("smollm2-135m", "mmlu")
-    assert job["content_free"] is True
-    options = from_mapping(ScoringSettings, job["scoring"], "scoring")
-    assert (options.rotations, options.rotations_per_round, options.option_order) == ("adaptive", 3, "canonical")
-    assert dataclasses.asdict(options)["target_disagreement"] == 0.01
+    options = job(changed).scoring
+    assert options.content_free is True
+    assert (options.rotations, options.rotations_per_round, options.prompt.option_order) == ("adaptive", 3, "canonical")
+    assert options.target_disagreement == 0.01
     cf_mode = dict(config, evaluation=dict(config["evaluation"], prior_mode="content_free"))
-    assert Settings.from_config(cf_mode).score_job("smollm2-135m", "mmlu")["content_free"] is True
+    assert job(cf_mode).scoring.content_free is True

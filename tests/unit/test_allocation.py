@@ -8,34 +8,42 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from anyjev.errors import LabelTokenError, ServerError, TaskDataError
-from anyjev.run import allocation, cell
+from anyjev.run import allocation
 
 
 def _fake_score_job(failures: dict[str, Exception]):
     def score_job(job, task_path, out, provenance_path, owner_pid):
-        if job["task"] in failures:
-            raise failures[job["task"]]
-        for path, text in ((out, f"scores of {job['task']}\n"), (provenance_path, json.dumps({"task": job["task"]}))):
+        if job.task in failures:
+            raise failures[job.task]
+        for path, text in ((out, f"scores of {job.task}\n"), (provenance_path, json.dumps({"task": job.task}))):
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(text)
         return {"items": 3, "scored": 3, "resumed": 0, "prompts": 9}
     return score_job
 
 
-def _job(*tasks: str) -> dict:
-    return {"model": "m", "cells": {t: {"model": "m", "task": t} for t in tasks}}
+def staged(task: str) -> Path:
+    return Path(f"cells/m/{task}/staged/scores.jsonl")
+
+
+def _job(*tasks: str) -> allocation.ScoreModelJob:
+    """A model's job whose cells name only their task (the score job itself is replaced here)."""
+    return allocation.ScoreModelJob("m", {t: allocation.ModelCell(SimpleNamespace(model="m", task=t), f"{t}.jsonl",
+                                                                  str(staged(t)), str(staged(t).with_suffix(".json")))
+                                          for t in tasks})
 
 
 def test_a_cell_error_is_recorded_and_the_other_cells_go_on(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     err = LabelTokenError("prompt 0: missing label ids [2753]", missing_ids=[2753], returned_ids=[9454])
-    monkeypatch.setattr(cell, "score_job", _fake_score_job({"b": err}))
+    monkeypatch.setattr(allocation, "score_job", _fake_score_job({"b": err}))
     out = tmp_path / "allocation.json"
-    record = allocation.score_model_job(_job("a", "b", "c"), {"a": "a.jsonl", "b": "b.jsonl", "c": "c.jsonl"}, out, 1)
+    record = allocation.score_model_job(_job("a", "b", "c"), out, 1)
     assert {t: c["status"] for t, c in record["cells"].items()} == {"a": "ok", "b": "failed", "c": "ok"}
     assert record["cells"]["b"]["missing_ids"] == [2753] and json.loads(out.read_text()) == record
     assert allocation.failed_cells(out) == ["b"]
@@ -53,10 +61,10 @@ def test_a_cell_error_is_recorded_and_the_other_cells_go_on(tmp_path, monkeypatc
 
 def test_a_server_error_ends_the_job_and_keeps_what_was_staged(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cell, "score_job", _fake_score_job({"b": ServerError("server exited with code 1")}))
+    monkeypatch.setattr(allocation, "score_job", _fake_score_job({"b": ServerError("server exited with code 1")}))
     out = tmp_path / "allocation.json"
     with pytest.raises(ServerError):
-        allocation.score_model_job(_job("a", "b", "c"), {"a": "a", "b": "b", "c": "c"}, out, 1)
+        allocation.score_model_job(_job("a", "b", "c"), out, 1)
     assert not out.exists(), "no outcome record: Snakemake sees the job fail and reruns it next time"
-    assert (tmp_path / allocation.staged_paths("m", "a")["scores"]).read_text() == "scores of a\n"
-    assert not (tmp_path / allocation.staged_paths("m", "c")["scores"]).exists()
+    assert (tmp_path / staged("a")).read_text() == "scores of a\n"
+    assert not (tmp_path / staged("c")).exists()

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import copy
 import sys
-from pathlib import Path
 
 import pytest
 
 from anyjev.config import cells, check_runnable, load_strict, validate_config
 from anyjev.errors import ConfigError
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
-SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
 BASE = {
     "models": {"m1": {"source": "smollm2"}, "m2": {"source": "smollm2", "dtype": "bfloat16"}},
     "tasks": {"mmlu": {"source": "builtin"}, "rt": {"source": "builtin", "builtin": "rotten_tomatoes"}},
@@ -21,7 +19,7 @@ BASE = {
 
 def check(config: dict, key_path: str, words: str = "") -> None:
     with pytest.raises(ConfigError) as info:
-        validate_config(config, SCHEMA, workdir=REPO)
+        validate_config(config, workdir=REPO)
     assert info.value.key_path == key_path, str(info.value)
     assert key_path in str(info.value)
     assert words in str(info.value)
@@ -39,7 +37,7 @@ def edit(**changes) -> dict:
 
 
 def test_defaults_are_filled_and_cells_are_every_model_by_task():
-    config = validate_config(BASE, SCHEMA, workdir=REPO)
+    config = validate_config(BASE, workdir=REPO)
     assert config["models"]["m1"]["dtype"] == "auto" and config["models"]["m1"]["server_flags"] == []
     assert config["tasks"]["mmlu"]["n_test"] == 300 and config["evaluation"]["n_boot"] == 1000
     assert config["levels"] == ["raw", "L0-perm", "L0-bc", "L0", "L1"]
@@ -48,10 +46,10 @@ def test_defaults_are_filled_and_cells_are_every_model_by_task():
 
 
 def test_the_shipped_configs_are_valid(tmp_path):
-    validate_config(load_strict(REPO / "config" / "config.yaml"), SCHEMA, workdir=REPO)
+    validate_config(load_strict(REPO / "config" / "config.yaml"), workdir=REPO)
     # paper.yaml names the CUDA vLLM environment of a GPU cluster, which this machine does not have: valid
     # where that interpreter exists, refused (naming server.python) where it does not.
-    paper = validate_config(load_strict(REPO / "config" / "paper.yaml"), SCHEMA, workdir=REPO)
+    paper = validate_config(load_strict(REPO / "config" / "paper.yaml"), workdir=REPO)
     with pytest.raises(ConfigError, match="server.python.*not an executable interpreter"):
         check_runnable(paper, workdir=tmp_path)
     gpu_python = tmp_path / paper["server"]["python"]
@@ -91,7 +89,7 @@ def test_grid_names_defined_models_and_tasks():
     check(edit(grid=[{"model": "m1", "tasks": ["mmlu", "nope"]}]), "grid[0].tasks[1]", "not defined")
     check(edit(grid=[]), "grid", "empty")
     check(edit(grid=[{"model": "m1", "tasks": ["mmlu"]}, {"model": "m1", "tasks": ["rt"]}]), "grid[1].model", "twice")
-    config = validate_config(edit(grid=[{"model": "m2", "tasks": ["rt"]}]), SCHEMA, workdir=REPO)
+    config = validate_config(edit(grid=[{"model": "m2", "tasks": ["rt"]}]), workdir=REPO)
     assert cells(config) == [("m2", "rt")]
 
 
@@ -114,10 +112,10 @@ def test_adaptive_rotations_need_enough_calibration_items_to_certify():
     config["tasks"]["rt"]["n_calib"] = 299
     check(copy.deepcopy(config), "tasks.mmlu.n_calib", "needs at least 299 of them")
     config["tasks"]["mmlu"]["n_calib"] = 299
-    validate_config(copy.deepcopy(config), SCHEMA, workdir=REPO)
+    validate_config(copy.deepcopy(config), workdir=REPO)
     config["scoring"] |= {"target_disagreement": 0.05, "confidence": 0.9}  # a looser target needs 45
     config["tasks"]["mmlu"]["n_calib"] = 45
-    validate_config(copy.deepcopy(config), SCHEMA, workdir=REPO)
+    validate_config(copy.deepcopy(config), workdir=REPO)
     config["tasks"]["mmlu"]["n_calib"] = 44
     check(copy.deepcopy(config), "tasks.mmlu.n_calib", "needs at least 45 of them")
-    validate_config(config | {"limit": 5}, SCHEMA, workdir=REPO)  # a smoke run reads every rotation, with a warning
+    validate_config(config | {"limit": 5}, workdir=REPO)  # a smoke run reads every rotation, with a warning

@@ -10,11 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anyjev.data.tasks import Item, find_item_line, load_task_file
+from anyjev.data.taskfile import find_item_line, load_task_file
+from anyjev.data.tasks import Item
+from anyjev.decision.options import PromptOptions
 from anyjev.decision.questions import choice, noul, score
 from anyjev.errors import TaskDataError
 from anyjev.numbers.logprobs import log_softmax
 from anyjev.run.context import check_prompt_lengths
+from anyjev.run.identity import ScoringOptions
+from anyjev.run.prepared import prepare_items
 from anyjev.run.scoring import score_cell
 
 LONG_STATE = "The quick brown fox jumps over the lazy dog. " * 1112  # 50,040 characters
@@ -44,6 +48,19 @@ class RecordingBackend:
         return {"backend": self.name}
 
 
+def prep(tokenizer, items):
+    """The items as a cell prepares them (the schema's prompt options)."""
+    return prepare_items(tokenizer, items, ["g"] * len(items), PromptOptions())
+
+
+def scored(tokenizer, items, tmp_path: Path) -> RecordingBackend:
+    """Score the items against a recording backend: every prompt sent."""
+    backend = RecordingBackend()
+    score_cell(backend, tokenizer, prep(tokenizer, items), str(tmp_path / "s.jsonl"), {"t": 1}, options=ScoringOptions(),
+               chunk_items=16)
+    return backend
+
+
 def task_file(tmp_path: Path, rows: list[dict]) -> Path:
     p = tmp_path / "my tasks" / "ctx.jsonl"
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -56,12 +73,10 @@ def test_a_50000_character_state_is_refused_naming_item_line_tokens_and_key(tmp_
     items = load_task_file(path).items
     assert len(items[1].state) == 50_000
     with pytest.raises(TaskDataError) as exc:
-        check_prompt_lengths(items, smollm2_tokenizer, 2048, source=path, model="smol")
+        check_prompt_lengths(prep(smollm2_tokenizer, items), 2048, source=path, model="smol")
     msg = str(exc.value)
     # the token count named is the longest prompt the scorer would send for that item
-    backend = RecordingBackend()
-    score_cell(backend, smollm2_tokenizer, [items[1]], ["g"], str(tmp_path / "s.jsonl"), {"t": 1})
-    longest = max(len(p) for p in backend.sent)
+    longest = max(len(p) for p in scored(smollm2_tokenizer, [items[1]], tmp_path).sent)
     assert longest > 10_000
     assert msg.startswith(f"{path}:line 3: item 'long': ")
     assert f"is {longest} tokens" in msg and f"{longest + 1} > 2048" in msg
@@ -77,19 +92,18 @@ def test_checked_length_is_what_the_scorer_sends_and_the_answer_token_counts(tmp
         Item("n", "WIN A FREE PHONE " * 50, noul("Is this spam?"), 0),
         Item("s", "disk 95% full", score("How severe?", ["low", "medium", "high"], scale=(0, 10)), 2),
     ]
-    backend = RecordingBackend()
-    score_cell(backend, smollm2_tokenizer, items, ["a", "b", "c"], str(tmp_path / "s.jsonl"), {"t": 1})
-    longest = max(len(p) for p in backend.sent)
-    assert check_prompt_lengths(items, smollm2_tokenizer, 10**6, source="<code>") == longest
-    assert check_prompt_lengths(items, smollm2_tokenizer, longest + 1, source="<code>") == longest
+    longest = max(len(p) for p in scored(smollm2_tokenizer, items, tmp_path).sent)
+    prepared = prep(smollm2_tokenizer, items)
+    assert check_prompt_lengths(prepared, 10**6, source="<code>") == longest
+    assert check_prompt_lengths(prepared, longest + 1, source="<code>") == longest
     with pytest.raises(TaskDataError, match=rf"<code>:file: item 'n': .* is {longest} tokens.* {longest + 1} > {longest}"):
-        check_prompt_lengths(items, smollm2_tokenizer, longest, source="<code>")
+        check_prompt_lengths(prepared, longest, source="<code>")
 
 
 def test_every_item_too_long_is_counted(tmp_path, smollm2_tokenizer) -> None:
     path = task_file(tmp_path, ITEMS)
     with pytest.raises(TaskDataError) as exc:
-        check_prompt_lengths(load_task_file(path).items, smollm2_tokenizer, 60, source=path)
+        check_prompt_lengths(prep(smollm2_tokenizer, load_task_file(path).items), 60, source=path)
     msg = str(exc.value)
     assert ":line 3: item 'long'" in msg and "2 other item(s) are too long as well: 'short', 'mid'." in msg
     assert "models.<name>.max_model_len" in msg
@@ -97,7 +111,7 @@ def test_every_item_too_long_is_counted(tmp_path, smollm2_tokenizer) -> None:
 
 def test_bad_limit_is_refused(smollm2_tokenizer) -> None:
     with pytest.raises(ValueError, match="max_model_len"):
-        check_prompt_lengths([], smollm2_tokenizer, 0, source="x")
+        check_prompt_lengths([], 0, source="x")
 
 
 def test_find_item_line(tmp_path) -> None:

@@ -11,7 +11,8 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO
+
 CONDA_FILES = sorted([REPO / "environment.yml", *(REPO / "workflow" / "envs").glob("*.y*ml")])
 # The pip environments the tests run on: .venv (client, assets) and .venv-server (server).
 REQUIREMENTS = sorted((REPO / "requirements").glob("*.txt"))

@@ -11,13 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from anyjev.numbers.evaluation import DEFAULT_PRIOR_MODE, evaluate_file, evaluate_records
+from anyjev.numbers.evaluation import EvaluationOptions
 from anyjev.numbers.levels import LevelInputs, compute_levels, level_inputs, levels_resampled
 from anyjev.numbers.logprobs import log_softmax
 from anyjev.numbers.metrics import METRICS, metric_values
-from anyjev.settings import EvaluationSettings
-
-REPO = Path(__file__).resolve().parents[2]
+from anyjev.run.evaluate import EvaluateJob, evaluate_cell, evaluate_records
+from anyjev.schema import default
+from tests.conftest import REPO
 
 
 def cyclic(k: int) -> np.ndarray:
@@ -91,13 +91,13 @@ def test_each_resample_refits_priors_and_temperature() -> None:
 
 
 def test_streaming_prior_with_repeated_items_counts_them_in_order() -> None:
-    from anyjev.numbers.levels import _running_prior
+    from anyjev.numbers.priors import running_prior
 
     probs = np.array([[[0.9, 0.1]], [[0.5, 0.5]], [[0.2, 0.8]]])
     idx = np.array([[0, 0, 2]])  # item 0 drawn twice, item 1 not at all
-    prior = _running_prior(probs, np.zeros(3, dtype=np.intp), idx, n_groups=1, min_items=1, batch_size=1)
+    prior = running_prior(probs, np.zeros(3, dtype=np.intp), idx, n_groups=1, min_items=1, batch_size=1)
     np.testing.assert_allclose(prior[0, :, 0, 0], [0.9, 0.9, (0.9 + 0.9 + 0.2) / 3])
-    prior = _running_prior(probs, np.zeros(3, dtype=np.intp), idx, n_groups=1, min_items=3, batch_size=1)
+    prior = running_prior(probs, np.zeros(3, dtype=np.intp), idx, n_groups=1, min_items=3, batch_size=1)
     np.testing.assert_allclose(prior[0, :, 0, 0], [0.5, 0.5, (0.9 + 0.9 + 0.2) / 3])  # uniform until 3 seen
 
 
@@ -107,25 +107,25 @@ def test_streaming_prior_with_repeated_items_counts_them_in_order() -> None:
 def test_evaluation_intervals_contain_points_and_state_what_is_resampled() -> None:
     recs = make_records(np.random.default_rng(1), 40, 24, 3)
     ev = evaluate_records(recs)
-    assert ev["settings"]["prior_mode"] == DEFAULT_PRIOR_MODE == "batch"
-    assert ev["settings"]["interval"] == "BCa 95%" and ev["settings"]["n_boot"] == 1000
-    assert "calibration" in ev["settings"]["resampled"] and "refit" in ev["settings"]["resampled"]
+    assert ev.settings["prior_mode"] == default("evaluation", "prior_mode") == "batch"
+    assert ev.settings["interval"] == "BCa 95%" and ev.settings["n_boot"] == 1000
+    assert "calibration" in ev.settings["resampled"] and "refit" in ev.settings["resampled"]
     widened = 0
-    for level, per in ev["metrics"].items():
+    for level, per in ev.metrics.items():
         assert tuple(per) == METRICS
         for name, v in per.items():
             assert v["lo"] <= v["value"] <= v["hi"], (level, name)
             widened += v["widened"]
-    assert ev["intervals_widened"] == widened
-    assert ev["k"] == 3 and ev["k_groups"] == [{"k": 3, "n": 40, "n_calib": 24, "prior_source": "items"}]
-    assert set(ev["temperature"]) == {"fwd", "rev"} and not ev["temperature"]["fwd"]["at_bound"]
-    t = ev["temperature"]["fwd"]
+    assert ev.intervals_widened == widened
+    assert ev.k == 3 and ev.k_groups == [{"k": 3, "n": 40, "n_calib": 24, "prior_source": "items"}]
+    assert set(ev.temperature) == {"fwd", "rev"} and not ev.temperature["fwd"]["at_bound"]
+    t = ev.temperature["fwd"]
     assert t["lo"] < t["T"] < t["hi"]
     # seeded: the same seed gives the same intervals, another seed others
     again = evaluate_records(recs)
-    assert again["metrics"] == ev["metrics"]
-    other = evaluate_records(recs, EvaluationSettings(bootstrap_seed=1))
-    assert other["metrics"]["L1"]["nll"]["lo"] != ev["metrics"]["L1"]["nll"]["lo"]
+    assert again.metrics == ev.metrics
+    other = evaluate_records(recs, EvaluationOptions(bootstrap_seed=1))
+    assert other.metrics["L1"]["nll"]["lo"] != ev.metrics["L1"]["nll"]["lo"]
 
 
 def test_refit_interval_is_wider_than_a_held_fit_interval() -> None:
@@ -133,26 +133,26 @@ def test_refit_interval_is_wider_than_a_held_fit_interval() -> None:
 
     recs = make_records(np.random.default_rng(2), 60, 16, 3)
     ev = evaluate_records(recs)
-    held = bootstrap(ev["_result"]["L1"]["fwd"], ev["_gold"], ev["_result"]["L1"]["rev"])
-    width = ev["metrics"]["L1"]["nll"]["hi"] - ev["metrics"]["L1"]["nll"]["lo"]
+    held = bootstrap(ev.point["L1"]["fwd"], ev.gold, ev.point["L1"]["rev"])
+    width = ev.metrics["L1"]["nll"]["hi"] - ev.metrics["L1"]["nll"]["lo"]
     assert width > held["nll"][1] - held["nll"][0]  # the temperature's own uncertainty on 16 calibration items
 
 
 def test_prior_modes_match_compute_levels() -> None:
     recs = make_records(np.random.default_rng(3), 30, 12, 3)
     for mode, batch_size in (("streaming", 1), ("batch", None)):
-        ev = evaluate_records(recs, EvaluationSettings(prior_mode=mode))
+        ev = evaluate_records(recs, EvaluationOptions(prior_mode=mode))
         ref = levels_of(recs, batch_size)
         for level in ("L0", "L0-bc", "L1"):
-            np.testing.assert_allclose(ev["_result"][level]["fwd"], ref[level]["fwd"], atol=1e-12)
-        assert ev["settings"]["effective_batch_size"] == batch_size
-    stream = evaluate_records(recs, EvaluationSettings(prior_mode="streaming"))
-    batch = evaluate_records(recs, EvaluationSettings(prior_mode="batch"))
-    assert not np.allclose(stream["_result"]["L0"]["fwd"], batch["_result"]["L0"]["fwd"])
+            np.testing.assert_allclose(ev.point[level]["fwd"], ref[level]["fwd"], atol=1e-12)
+        assert ev.settings["effective_batch_size"] == batch_size
+    stream = evaluate_records(recs, EvaluationOptions(prior_mode="streaming"))
+    batch = evaluate_records(recs, EvaluationOptions(prior_mode="batch"))
+    assert not np.allclose(stream.point["L0"]["fwd"], batch.point["L0"]["fwd"])
     with pytest.raises(ValueError, match="prior_mode"):
-        evaluate_records(recs, EvaluationSettings(prior_mode="running"))
+        evaluate_records(recs, EvaluationOptions(prior_mode="running"))
     with pytest.raises(ValueError, match="batch_size"):
-        evaluate_records(recs, EvaluationSettings(prior_mode="batch", prior_batch_size=4))
+        evaluate_records(recs, EvaluationOptions(prior_mode="batch", prior_batch_size=4))
 
 
 def test_temperature_at_the_bound_is_flagged_and_warned(caplog: pytest.LogCaptureFixture) -> None:
@@ -163,7 +163,7 @@ def test_temperature_at_the_bound_is_flagged_and_warned(caplog: pytest.LogCaptur
             lay["lp"] = log_softmax(4.0 * np.asarray(lay["lp"])).tolist()
     with caplog.at_level(logging.WARNING, logger="anyjev.numbers.evaluation"):
         ev = evaluate_records(recs, source="results/cells/m/t/scores.jsonl")
-    t = ev["temperature"]["fwd"]
+    t = ev.temperature["fwd"]
     assert t["at_bound"] and t["log_T"] == pytest.approx(3.0, abs=1e-6)
     msgs = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("results/cells/m/t/scores.jsonl" in m and "T = 20.09" in m and "fwd" in m for m in msgs), msgs
@@ -180,32 +180,32 @@ def test_mixed_k_uses_per_k_priors_and_pads() -> None:
     test = [r for pair in zip(r3[:20], r5[:20], strict=True) for r in pair] + r3[20:30]
     mixed = test + r3[30:] + r5[20:]
     ev = evaluate_records(mixed)
-    assert ev["k"] == "mixed (3-5)" and ev["n"] == 50
-    assert [{k: g[k] for k in ("k", "n", "n_calib")} for g in ev["k_groups"]] == [{"k": 3, "n": 30, "n_calib": 12},
+    assert ev.k == "mixed (3-5)" and ev.n == 50
+    assert [{k: g[k] for k in ("k", "n", "n_calib")} for g in ev.k_groups] == [{"k": 3, "n": 30, "n_calib": 12},
                                                                           {"k": 5, "n": 20, "n_calib": 10}]
-    assert ev["_ids"] == [r["id"] for r in test]
+    assert ev.ids == [r["id"] for r in test]
     sep3, sep5 = evaluate_records(r3), evaluate_records(r5)
     pos3 = [i for i, r in enumerate(test) if r["k"] == 3]
     pos5 = [i for i, r in enumerate(test) if r["k"] == 5]
     for level in ("raw", "L0-perm", "L0-bc", "L0"):
-        lp = ev["_result"][level]["fwd"]
-        np.testing.assert_allclose(lp[pos3, :3], sep3["_result"][level]["fwd"], atol=1e-12)
+        lp = ev.point[level]["fwd"]
+        np.testing.assert_allclose(lp[pos3, :3], sep3.point[level]["fwd"], atol=1e-12)
         assert np.isneginf(lp[pos3, 3:]).all()
-        np.testing.assert_allclose(lp[pos5], sep5["_result"][level]["fwd"], atol=1e-12)
-        nll = (30 * sep3["metrics"][level]["nll"]["value"] + 20 * sep5["metrics"][level]["nll"]["value"]) / 50
-        assert ev["metrics"][level]["nll"]["value"] == pytest.approx(nll, rel=1e-12)
-        flip = (30 * sep3["metrics"][level]["flip"]["value"] + 20 * sep5["metrics"][level]["flip"]["value"]) / 50
-        assert ev["metrics"][level]["flip"]["value"] == pytest.approx(flip, rel=1e-12)
+        np.testing.assert_allclose(lp[pos5], sep5.point[level]["fwd"], atol=1e-12)
+        nll = (30 * sep3.metrics[level]["nll"]["value"] + 20 * sep5.metrics[level]["nll"]["value"]) / 50
+        assert ev.metrics[level]["nll"]["value"] == pytest.approx(nll, rel=1e-12)
+        flip = (30 * sep3.metrics[level]["flip"]["value"] + 20 * sep5.metrics[level]["flip"]["value"]) / 50
+        assert ev.metrics[level]["flip"]["value"] == pytest.approx(flip, rel=1e-12)
     # the K=3 items' prior is their own: without the K=5 items (whose position bias has the other sign) it is
     # unchanged, which a prior pooled over the task regardless of K would not be
-    np.testing.assert_allclose(ev["_result"]["L0-bc"]["fwd"][pos3, :3], sep3["_result"]["L0-bc"]["fwd"], atol=1e-12)
+    np.testing.assert_allclose(ev.point["L0-bc"]["fwd"][pos3, :3], sep3.point["L0-bc"]["fwd"], atol=1e-12)
     # L1: one temperature fitted on every calibration item, each K under its own frozen prior
-    assert set(ev["temperature"]) == {"fwd", "rev"}
+    assert set(ev.temperature) == {"fwd", "rev"}
     for m in METRICS:
-        v = ev["metrics"]["L1"][m]
+        v = ev.metrics["L1"][m]
         assert v["lo"] <= v["value"] <= v["hi"], m
-    assert metric_values(ev["_result"]["L1"]["fwd"], ev["_gold"], ev["_result"]["L1"]["rev"])["nll"] == pytest.approx(
-        ev["metrics"]["L1"]["nll"]["value"])
+    assert metric_values(ev.point["L1"]["fwd"], ev.gold, ev.point["L1"]["rev"])["nll"] == pytest.approx(
+        ev.metrics["L1"]["nll"]["value"])
 
 
 def test_mixed_k_without_calibration_for_one_k_drops_l1_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
@@ -213,7 +213,7 @@ def test_mixed_k_without_calibration_for_one_k_drops_l1_with_a_warning(caplog: p
     recs = make_records(rng, 20, 10, 3) + make_records(rng, 10, 0, 2, id_prefix="b")
     with caplog.at_level(logging.WARNING, logger="anyjev.numbers.evaluation"):
         ev = evaluate_records(recs)
-    assert "L1" not in ev["metrics"] and ev["k"] == "mixed (2-3)"
+    assert "L1" not in ev.metrics and ev.k == "mixed (2-3)"
     assert any("K=[2]" in r.getMessage() for r in caplog.records)
 
 
@@ -223,7 +223,7 @@ def test_mixed_k_without_calibration_for_one_k_drops_l1_with_a_warning(caplog: p
 def test_reference_cell_evaluates(tmp_path: Path) -> None:
     """The committed default cell (100 test + 60 calibration, K = 4, 5 levels) with refits and BCa."""
     scores = REPO / "results" / "cells" / "smollm2-135m" / "mmlu" / "scores.jsonl"
-    out = evaluate_file(str(scores), str(tmp_path / "metrics.json"), str(tmp_path / "pred.csv"))
+    out = evaluate_cell(EvaluateJob(), str(scores), str(tmp_path / "metrics.json"), str(tmp_path / "pred.csv"))
     data = json.loads((tmp_path / "metrics.json").read_text())
     assert data["k"] == 4 and data["levels"] == ["raw", "L0-perm", "L0-bc", "L0", "L1"]
     preds = pd.read_csv(tmp_path / "pred.csv")
@@ -243,8 +243,7 @@ def test_answer_mass_is_summarised_per_cell_with_an_interval() -> None:
 
     rng = np.random.default_rng(3)
     values = rng.uniform(0.2, 0.9, size=60)
-    test = [{"answer_mass": float(v)} for v in values]
-    s = answer_mass_summary(test, n_boot=1000, seed=0, level=0.95)
+    s = answer_mass_summary(list(values), n_boot=1000, seed=0, level=0.95)
     assert s["value"] == pytest.approx(values.mean())
     assert s["lo"] < s["value"] < s["hi"] and s["hi"] - s["lo"] < 0.2
-    assert answer_mass_summary([{"answer_mass": 0.5}, {}], n_boot=1000, seed=0, level=0.95) is None
+    assert answer_mass_summary([0.5, None], n_boot=1000, seed=0, level=0.95) is None

@@ -20,11 +20,12 @@ from anyjev.decision.prompts import prompt_hash
 from anyjev.decision.questions import choice, noul
 from anyjev.errors import BackendError, ConfigError, LabelTokenError
 from anyjev.numbers.logprobs import log_softmax
-from anyjev.run.scoring import score_cell, scoring_identity
+from anyjev.run.identity import ScoringOptions, scoring_identity
+from anyjev.run.prepared import prepare_items
+from anyjev.run.scoring import score_cell
 from anyjev.run.store import read_scores
 from anyjev.serving.argv import PINNED_FLAGS, build_argv, check_extra_flags
 from anyjev.serving.spec import ServerSpec
-from anyjev.settings import ScoringSettings
 
 
 def spec(**kw: object) -> ServerSpec:
@@ -49,7 +50,7 @@ def test_fp32_head_is_on_by_default_and_pinned() -> None:
 # ------------------------------------------------------------------------------------------ answer mass
 
 LABELS = [49, 50, 51]
-MASS = ScoringSettings(answer_mass=True)
+MASS = ScoringOptions(answer_mass=True)
 
 
 def vocab_reply(payload: dict, drop: int | None = None) -> dict:
@@ -125,11 +126,16 @@ def items() -> list[Item]:
     return [Item(f"i{n}", f"state {n}", q if n % 2 else s, 0, "test") for n in range(5)]
 
 
+def score(backend, tokenizer, its, out, options: ScoringOptions, chunk_items: int = 16) -> dict:
+    """Score ITS as one cell under OPTIONS (one prior group)."""
+    return score_cell(backend, tokenizer, prepare_items(tokenizer, its, ["g"] * len(its), options.prompt), str(out),
+                      scoring_identity(options), options=options, chunk_items=chunk_items)
+
+
 def test_answer_mass_is_stored_per_item_from_the_raw_layout(smollm2_tokenizer, tmp_path) -> None:
     backend, its = MassBackend(), items()
     out = tmp_path / "cell.jsonl"
-    counts = score_cell(backend, smollm2_tokenizer, its, ["g"] * len(its), str(out), scoring_identity(MASS),
-                        options=MASS, chunk_items=2)
+    counts = score(backend, smollm2_tokenizer, its, out, MASS, chunk_items=2)
     _, records = read_scores(out)
     assert len(records) == len(its)
     sent = [p for call in backend.vocab_calls for p in call]
@@ -144,7 +150,7 @@ def test_answer_mass_is_stored_per_item_from_the_raw_layout(smollm2_tokenizer, t
 
 def test_answer_mass_off_adds_nothing_and_needs_a_capable_backend(smollm2_tokenizer, tmp_path) -> None:
     backend, its = MassBackend(), items()
-    score_cell(backend, smollm2_tokenizer, its, ["g"] * 5, str(tmp_path / "a.jsonl"), scoring_identity())
+    score(backend, smollm2_tokenizer, its, tmp_path / "a.jsonl", ScoringOptions())
     assert backend.vocab_calls == []
     assert all("answer_mass" not in r for r in read_scores(tmp_path / "a.jsonl")[1])
 
@@ -152,5 +158,4 @@ def test_answer_mass_off_adds_nothing_and_needs_a_capable_backend(smollm2_tokeni
         vocab_logprobs = None  # type: ignore[assignment]
 
     with pytest.raises(BackendError, match="'mass' cannot read full-vocabulary log-probs"):
-        score_cell(LabelsOnly(), smollm2_tokenizer, its, ["g"] * 5, str(tmp_path / "b.jsonl"), scoring_identity(MASS),
-                   options=MASS)
+        score(LabelsOnly(), smollm2_tokenizer, its, tmp_path / "b.jsonl", MASS)

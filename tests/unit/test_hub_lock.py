@@ -9,6 +9,7 @@ a prepared model or a download at another commit.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -96,9 +97,9 @@ def test_config_revision_reaches_fetch_and_the_lock(offline, tmp_path: Path) -> 
     from anyjev.settings import Settings
 
     settings = Settings.from_config(_config({"injection": {"source": "hub", "revision": "v1.0", "n_test": 2, "n_calib": 1}}))
-    job = settings.fetch_job("injection")
-    assert job["revision"] == "v1.0" and job["lock_file"] == "resources/lock.yaml" and not job["pinned"]
-    hub.fetch("injection", job["cache"], revision=job["revision"], lock=Lock.from_job(job), source=injection_repo(tmp_path / "inj"))
+    job = settings.fetch_job("injection", hub_cache="resources/hub", lock_record="resources/lock.yaml")
+    assert job.revision == "v1.0" and job.lock == Lock("resources/lock.yaml", pinned=False)
+    hub.fetch("injection", job.cache, revision=job.revision, lock=job.lock, source=injection_repo(tmp_path / "inj"))
     assert ("datasets", "deepset/prompt-injections", "v1.0") in offline
     entry = yaml.safe_load(Path("resources/lock.yaml").read_text())["datasets"]["deepset/prompt-injections"]
     assert (entry["revision"], entry["commit"]) == ("v1.0", COMMIT_A)
@@ -107,10 +108,10 @@ def test_config_revision_reaches_fetch_and_the_lock(offline, tmp_path: Path) -> 
 
 def _config(tasks: dict, lock: str | None = None) -> dict:
     from anyjev.config import validate_config
-    from anyjev.settings import SCHEMA_PATH
+
 
     return validate_config({"models": {"m": {"source": "hub", "repo": "org/model", "revision": "main"}}, "tasks": tasks,
-                            "lock": lock, "published": None, "server": {"python": sys.executable}}, SCHEMA_PATH)
+                            "lock": lock, "published": None, "server": {"python": sys.executable}})
 
 
 def write_lock(path: str, datasets_: dict | None = None, models_: dict | None = None) -> Lock:
@@ -164,18 +165,18 @@ def test_pinned_run_refuses_a_model_at_another_commit(offline, tmp_path: Path, m
     import huggingface_hub
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
-    job = {"name": "m", "source": "hub", "repo": "org/model", "revision": "main", "lock_file": "resources/lock.yaml", "pinned": False}
+    job = models.ModelJob(name="m", source="hub", repo="org/model", revision="main", lock=Lock("resources/lock.yaml", False))
     models.prepare_model(job, "resources/models/m")
     assert downloads == [COMMIT_A]
     assert yaml.safe_load(Path("resources/lock.yaml").read_text())["models"]["org/model"]["commit"] == COMMIT_A
     write_lock("config/x.lock.yaml", models_={"org/model": {"revision": "main", "commit": COMMIT_B}})
-    pinned = job | {"lock_file": "config/x.lock.yaml", "pinned": True}
+    pinned = dataclasses.replace(job, lock=Lock("config/x.lock.yaml", pinned=True))
     with pytest.raises(ConfigError, match=f"'org/model' is locked at commit {COMMIT_B}.*resources/models/m is at commit {COMMIT_A}"):
         models.prepare_model(pinned, "resources/models/m")
     models.prepare_model(pinned, "resources/models/m2")  # a fresh folder: downloaded at the locked commit
     assert downloads == [COMMIT_A, COMMIT_B]
     # a pinned run adds what its lock lacks, and never rewrites an entry it has
-    models.prepare_model(pinned | {"repo": "org/other"}, "resources/models/o")
+    models.prepare_model(dataclasses.replace(pinned, repo="org/other"), "resources/models/o")
     lock = yaml.safe_load(Path("config/x.lock.yaml").read_text())["models"]
     assert lock["org/model"]["commit"] == COMMIT_B and lock["org/other"]["commit"] == COMMIT_A
 

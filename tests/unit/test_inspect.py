@@ -8,25 +8,24 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
 
 from anyjev.cli import main
-from anyjev.data.tasks import Item, Task, load_task_file, write_task_file
+from anyjev.data.taskfile import load_task_file, write_task_file
+from anyjev.data.tasks import Item, Task
+from anyjev.decision.options import PromptOptions
 from anyjev.decision.prompts import encode, prompt_hash
 from anyjev.decision.questions import choice, score
 from anyjev.errors import TaskDataError
 from anyjev.numbers.logprobs import log_softmax
+from anyjev.run.identity import ScoringOptions
 from anyjev.run.inspect import export_scores_with_prompts, list_tasks, show_prompt, tasks_table
+from anyjev.run.prepared import prepare_items
 from anyjev.run.scoring import score_cell
 from anyjev.run.store import read_scores, write_scores
-from tests.conftest import QWEN3_TOKENIZER_DIR
-
-REPO = Path(__file__).resolve().parents[2]
-QWEN3 = QWEN3_TOKENIZER_DIR
 
 COLOUR = choice("Which colour is the object?", ["red", "green", "blue"])
 SEVERITY = score("How severe is it?", ["low", "medium", "high"])
@@ -58,7 +57,9 @@ def scored(smollm2_tokenizer, tmp_path_factory) -> dict:
     identity = {"task": "mini", "task_sha256": task.source["sha256"], "model": {"backend": "stub"},
                 "prompt_version": "test", "layouts": {"permute": True, "flip": True}}
     scores = root / "cells" / "m" / "mini" / "scores.jsonl"
-    score_cell(StubBackend(), smollm2_tokenizer, task.items, task.prior_groups(), str(scores), identity, chunk_items=2)
+    options = ScoringOptions()
+    prepared = prepare_items(smollm2_tokenizer, task.items, task.prior_groups(), options.prompt)
+    score_cell(StubBackend(), smollm2_tokenizer, prepared, str(scores), identity, options=options, chunk_items=2)
     return {"task_file": task_file, "scores": scores, "records": read_scores(scores)[1]}
 
 
@@ -69,7 +70,7 @@ def _ids(out: str) -> list[list[int]]:
 def test_show_prints_the_scored_token_ids(scored, smollm2_tokenizer) -> None:
     n_layouts = 0
     for rec in scored["records"]:
-        out = show_prompt(scored["task_file"], rec["id"], smollm2_tokenizer, "all", show_ids=True)
+        out = show_prompt(scored["task_file"], rec["id"], smollm2_tokenizer, PromptOptions(), "all", show_ids=True)
         shown = _ids(out)
         heads = re.findall(r"^# task mini item \S+ layout (\S+): .* (\d+) tokens, prompt_sha (\w+)$", out, re.M)
         assert [h[0] for h in heads] == list(rec["layouts"])
@@ -82,20 +83,22 @@ def test_show_prints_the_scored_token_ids(scored, smollm2_tokenizer) -> None:
 
 def test_show_text_encodes_to_the_scored_ids(scored, smollm2_tokenizer) -> None:
     rec = next(r for r in scored["records"] if r["id"] == "c3")
-    out = show_prompt(scored["task_file"], "c3", smollm2_tokenizer, "rev/r1")
+    out = show_prompt(scored["task_file"], "c3", smollm2_tokenizer, PromptOptions(), "rev/r1")
     text = out.split("----\n", 1)[1].rsplit("\n# ---- end of prompt text", 1)[0]
     assert "ünïcode — “quoted”" in text and "Options:" in text
     assert prompt_hash(encode(smollm2_tokenizer, text)) == rec["layouts"]["rev/r1"]["prompt_sha"]
 
 
 def test_cli_show(scored, smollm2_dir, capsys) -> None:
+    """`anyjev show` with the cell's scores file renders under the options the cell was scored with."""
     rec = scored["records"][0]
-    assert main(["show", str(scored["task_file"]), rec["id"], "--tokenizer", str(smollm2_dir), "--layout", "fwd/r1", "--ids"]) == 0
+    cell = ["--task-file", str(scored["task_file"]), "--scores", str(scored["scores"]), "--tokenizer", str(smollm2_dir)]
+    assert main(["show", *cell, "--item", rec["id"], "--layout", "fwd/r1", "--ids"]) == 0
     (ids,) = _ids(capsys.readouterr().out)
     assert prompt_hash(ids) == rec["layouts"]["fwd/r1"]["prompt_sha"]
-    assert main(["show", str(scored["task_file"]), "nope", "--tokenizer", str(smollm2_dir)]) == 2
+    assert main(["show", *cell, "--item", "nope"]) == 2
     assert "no such item id" in capsys.readouterr().err
-    assert main(["show", str(scored["task_file"]), "s1", "--tokenizer", str(smollm2_dir), "--layout", "rev/r0"]) == 2
+    assert main(["show", *cell, "--item", "s1", "--layout", "rev/r0"]) == 2
     assert "this item has: fwd/r0" in capsys.readouterr().err
 
 
@@ -123,13 +126,9 @@ def test_export_refuses_a_prompt_that_was_not_scored(scored, smollm2_tokenizer, 
     assert not (tmp_path / "scores_with_prompts.jsonl").exists()
 
 
-@pytest.mark.skipif(not QWEN3.is_dir(), reason=f"no Qwen3 tokenizer at {QWEN3}")
-def test_export_refuses_another_tokenizer(scored, tmp_path) -> None:
-    from transformers import AutoTokenizer
-
+def test_export_refuses_another_tokenizer(scored, tmp_path, qwen3_tokenizer) -> None:
     with pytest.raises(TaskDataError, match="not the prompt that was scored"):
-        export_scores_with_prompts(scored["scores"], scored["task_file"], AutoTokenizer.from_pretrained(QWEN3),
-                                   out=tmp_path / "x.jsonl")
+        export_scores_with_prompts(scored["scores"], scored["task_file"], qwen3_tokenizer, out=tmp_path / "x.jsonl")
 
 
 def test_ls_lists_prepared_and_configured_tasks(scored, tmp_path, capsys) -> None:

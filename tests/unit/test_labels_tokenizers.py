@@ -13,21 +13,17 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
-from pathlib import Path
 
 import pytest
 
 from anyjev.data.tasks import Item
 from anyjev.decision.labels import LabelChecker, check_in_context, label_strings
-from anyjev.decision.layouts import layouts_for
-from anyjev.decision.prompts import SYSTEM_PROMPT, encode, render_text
+from anyjev.decision.options import PromptOptions
+from anyjev.decision.prompts import SYSTEM_PROMPT, encode
 from anyjev.decision.questions import choice, noul, score
 from anyjev.errors import LabelTokenError
-from anyjev.run.scoring import prepare_item
-from tests.conftest import QWEN3_TOKENIZER_DIR
+from anyjev.run.prepared import prepare_item
 
-REPO = Path(__file__).resolve().parents[2]
 PLANETS = choice("Which planet is the largest?", ["Mars", "Jupiter", "Venus", "Earth"])
 SPAM = noul("Is this message spam?")
 SEVERITY5 = score("How severe is the incident?", ["negligible", "minor", "moderate", "major", "critical"])
@@ -40,22 +36,9 @@ def smol(smollm2_tokenizer):
     return smollm2_tokenizer
 
 
-@pytest.fixture(scope="module")
-def qwen3():
-    from transformers import AutoTokenizer
-
-    path = QWEN3_TOKENIZER_DIR
-    if not (path / "tokenizer.json").is_file():
-        msg = f"Qwen3 tokenizer not found in {path}: run scripts/fetch_tokenizers.sh"
-        if os.environ.get("ANYJEV_REQUIRE_VLLM") == "1":  # CI: every real asset must be there
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return AutoTokenizer.from_pretrained(path)
-
-
 def render(tok, question, state: str = "A science quiz.", group: str = "fwd", index: int = 0, labels=None) -> str:
-    layout = layouts_for(question)[group][index]
-    return render_text(tok, question, state, layout, labels or label_strings(question))
+    layout = PromptOptions().layouts(question)[group][index]
+    return PromptOptions().render(tok, question, state, layout, labels or label_strings(question))
 
 
 def item(question, state: str = "Some state text.", item_id: str = "it-1") -> Item:
@@ -83,7 +66,7 @@ def test_smollm2_letters_after_the_chat_prompt(smol) -> None:
 
 
 def test_smollm2_prepared_choice_item_has_the_same_ids_in_all_layouts(smol) -> None:
-    p = prepare_item(smol, LabelChecker(smol), item(PLANETS), "g")
+    p = prepare_item(smol, LabelChecker(smol), item(PLANETS), "g", PromptOptions())
     assert p.label_ids == [49, 50, 51, 52]
     assert p.label_kind == "default"
     assert [lay.name for lay, _ in p.layouts] == [f"fwd/r{s}" for s in range(4)] + [f"rev/r{s}" for s in range(4)]
@@ -118,7 +101,7 @@ def test_smollm2_score_digits(smol) -> None:
     ids = check_in_context(smol, text, ["1", "2", "3", "4", "5"])
     assert ids == [33, 34, 35, 36, 37]
     assert_single_in_context(smol, text, ["1", "2", "3", "4", "5"], ids)
-    p = prepare_item(smol, LabelChecker(smol), item(SEVERITY5), "g")
+    p = prepare_item(smol, LabelChecker(smol), item(SEVERITY5), "g", PromptOptions())
     assert (p.labels, p.label_ids, p.label_kind) == (["1", "2", "3", "4", "5"], [33, 34, 35, 36, 37], "digits")
     assert [lay.name for lay, _ in p.layouts] == ["fwd/r0"]
 
@@ -129,7 +112,7 @@ def test_smollm2_ten_levels_fall_back_to_letters_loudly(smol, caplog) -> None:
         check_in_context(smol, render(smol, SEVERITY10), [str(i) for i in range(1, 11)])
     assert "label '10' is 2 tokens after the prompt: ids [33, 32]" in str(info.value)
     with caplog.at_level(logging.WARNING, logger="anyjev.run.scoring"):
-        p = prepare_item(smol, LabelChecker(smol), item(SEVERITY10, item_id="sev-10"), "g")
+        p = prepare_item(smol, LabelChecker(smol), item(SEVERITY10, item_id="sev-10"), "g", PromptOptions())
     assert p.label_kind == "letters"
     assert p.labels == list("ABCDEFGHIJ")
     assert p.label_ids == list(range(49, 59))
@@ -182,7 +165,7 @@ def test_smollm2_without_chat_template_falls_back_and_still_checks(smol) -> None
     assert check_in_context(tok, text, ["A", "B", "C", "D"]) == [49, 50, 51, 52]
     with pytest.raises(LabelTokenError, match="'Jupiter' is 2 tokens"):
         check_in_context(tok, text, ["A", "Jupiter"])
-    p = prepare_item(tok, LabelChecker(tok), item(SPAM), "g")
+    p = prepare_item(tok, LabelChecker(tok), item(SPAM), "g", PromptOptions())
     assert p.label_ids == [10539, 5230]
     assert all(tok.decode(ids).endswith("\nAnswer:") for _, ids in p.layouts)
 
@@ -217,75 +200,75 @@ def test_label_checker_caches_results_and_errors(smol) -> None:
 # ------------------------------------------------------------------------------------------------ Qwen3
 
 
-def test_qwen3_tokenizer_is_the_real_one(qwen3) -> None:
-    assert len(qwen3) == 151669
-    assert qwen3.convert_tokens_to_ids(["<think>", "</think>"]) == [151667, 151668]
+def test_qwen3_tokenizer_is_the_real_one(qwen3_tokenizer) -> None:
+    assert len(qwen3_tokenizer) == 151669
+    assert qwen3_tokenizer.convert_tokens_to_ids(["<think>", "</think>"]) == [151667, 151668]
 
 
-def test_qwen3_prompt_has_the_empty_think_block(qwen3) -> None:
-    text = render(qwen3, PLANETS)
+def test_qwen3_prompt_has_the_empty_think_block(qwen3_tokenizer) -> None:
+    text = render(qwen3_tokenizer, PLANETS)
     assert text.endswith("Answer with the letter only.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n")
     assert text.count("<think>") == 1
     # the think block is there because render_text turns thinking off: the plain template leaves it out
-    plain = qwen3.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    plain = qwen3_tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
     assert plain.endswith("<|im_start|>assistant\n") and "<think>" not in plain
-    ids = encode(qwen3, text)
-    think, end_think = qwen3.convert_tokens_to_ids(["<think>", "</think>"])
-    assert ids[-4:] == [think, *encode(qwen3, "\n\n"), end_think, *encode(qwen3, "\n\n")]
-    assert len(encode(qwen3, "\n\n")) == 1
+    ids = encode(qwen3_tokenizer, text)
+    think, end_think = qwen3_tokenizer.convert_tokens_to_ids(["<think>", "</think>"])
+    assert ids[-4:] == [think, *encode(qwen3_tokenizer, "\n\n"), end_think, *encode(qwen3_tokenizer, "\n\n")]
+    assert len(encode(qwen3_tokenizer, "\n\n")) == 1
 
 
-def test_qwen3_letters(qwen3) -> None:
-    text = render(qwen3, PLANETS)
-    ids = check_in_context(qwen3, text, ["A", "B", "C", "D"])
+def test_qwen3_letters(qwen3_tokenizer) -> None:
+    text = render(qwen3_tokenizer, PLANETS)
+    ids = check_in_context(qwen3_tokenizer, text, ["A", "B", "C", "D"])
     assert ids == [32, 33, 34, 35]
     assert len(set(ids)) == 4
-    assert_single_in_context(qwen3, text, ["A", "B", "C", "D"], ids)
-    p = prepare_item(qwen3, LabelChecker(qwen3), item(PLANETS), "g")
+    assert_single_in_context(qwen3_tokenizer, text, ["A", "B", "C", "D"], ids)
+    p = prepare_item(qwen3_tokenizer, LabelChecker(qwen3_tokenizer), item(PLANETS), "g", PromptOptions())
     assert p.label_ids == [32, 33, 34, 35] and len(p.layouts) == 8
-    assert check_in_context(qwen3, text, [" A", " B"]) == [362, 425]
+    assert check_in_context(qwen3_tokenizer, text, [" A", " B"]) == [362, 425]
 
 
-def test_qwen3_all_26_letters_are_distinct_single_tokens(qwen3) -> None:
+def test_qwen3_all_26_letters_are_distinct_single_tokens(qwen3_tokenizer) -> None:
     q = choice("Pick one", [f"option {i}" for i in range(26)])
     labels = label_strings(q)
-    text = render(qwen3, q)
-    ids = check_in_context(qwen3, text, labels)
+    text = render(qwen3_tokenizer, q)
+    ids = check_in_context(qwen3_tokenizer, text, labels)
     assert len(set(ids)) == 26
-    assert_single_in_context(qwen3, text, labels, ids)
+    assert_single_in_context(qwen3_tokenizer, text, labels, ids)
 
 
-def test_qwen3_yes_no(qwen3) -> None:
+def test_qwen3_yes_no(qwen3_tokenizer) -> None:
     for group, index in (("fwd", 0), ("fwd", 1)):
-        text = render(qwen3, SPAM, group=group, index=index)
-        ids = check_in_context(qwen3, text, ["Yes", "No"])
+        text = render(qwen3_tokenizer, SPAM, group=group, index=index)
+        ids = check_in_context(qwen3_tokenizer, text, ["Yes", "No"])
         assert ids == [9454, 2753]
-        assert_single_in_context(qwen3, text, ["Yes", "No"], ids)
+        assert_single_in_context(qwen3_tokenizer, text, ["Yes", "No"], ids)
 
 
-def test_qwen3_score_digits_and_ten_level_fallback(qwen3) -> None:
-    text = render(qwen3, SEVERITY5)
-    ids = check_in_context(qwen3, text, ["1", "2", "3", "4", "5"])
+def test_qwen3_score_digits_and_ten_level_fallback(qwen3_tokenizer) -> None:
+    text = render(qwen3_tokenizer, SEVERITY5)
+    ids = check_in_context(qwen3_tokenizer, text, ["1", "2", "3", "4", "5"])
     assert ids == [16, 17, 18, 19, 20]
-    assert_single_in_context(qwen3, text, ["1", "2", "3", "4", "5"], ids)
+    assert_single_in_context(qwen3_tokenizer, text, ["1", "2", "3", "4", "5"], ids)
     # Qwen's pre-tokeniser splits every digit: "10" is "1" + "0", so 10 levels use letters
     with pytest.raises(LabelTokenError, match=r"label '10' is 2 tokens after the prompt: ids \[16, 15\]"):
-        check_in_context(qwen3, render(qwen3, SEVERITY10), [str(i) for i in range(1, 11)])
-    p = prepare_item(qwen3, LabelChecker(qwen3), item(SEVERITY10), "g")
+        check_in_context(qwen3_tokenizer, render(qwen3_tokenizer, SEVERITY10), [str(i) for i in range(1, 11)])
+    p = prepare_item(qwen3_tokenizer, LabelChecker(qwen3_tokenizer), item(SEVERITY10), "g", PromptOptions())
     assert p.label_kind == "letters" and p.labels == list("ABCDEFGHIJ")
     assert p.label_ids == list(range(32, 42))
-    assert "Answer with the letter only." in qwen3.decode(p.layouts[0][1])
+    assert "Answer with the letter only." in qwen3_tokenizer.decode(p.layouts[0][1])
 
 
-def test_qwen3_nfc_normalisation_makes_two_labels_collide(qwen3) -> None:
+def test_qwen3_nfc_normalisation_makes_two_labels_collide(qwen3_tokenizer) -> None:
     # Qwen's tokenizer NFC-normalises: precomposed "é" and "e" + combining acute are one token id.
     composed, decomposed = "\u00e9", "e\u0301"
     assert composed != decomposed
-    text = render(qwen3, PLANETS)
+    text = render(qwen3_tokenizer, PLANETS)
     with pytest.raises(LabelTokenError) as info:
-        check_in_context(qwen3, text, [composed, decomposed])
+        check_in_context(qwen3_tokenizer, text, [composed, decomposed])
     msg = str(info.value)
-    (tid,) = encode(qwen3, composed)
+    (tid,) = encode(qwen3_tokenizer, composed)
     assert f"label {decomposed!r} collides with label {composed!r} on token id {tid}" in msg
 
 
@@ -309,11 +292,11 @@ class DigitsSplitTokenizer:
 
 def test_prepare_item_falls_back_to_letters_when_no_digit_is_one_token() -> None:
     tok = DigitsSplitTokenizer()
-    p = prepare_item(tok, LabelChecker(tok), item(SEVERITY5), "g")
+    p = prepare_item(tok, LabelChecker(tok), item(SEVERITY5), "g", PromptOptions())
     assert p.label_kind == "letters"
     assert p.labels == ["A", "B", "C", "D", "E"]
     assert p.label_ids == [ord(c) for c in "ABCDE"]
     text = tok.decode(p.layouts[0][1])
     assert text.endswith("E. critical\nAnswer with the letter only.\nAnswer:")
     # a choice question has no fallback: digits are not involved, letters work
-    assert prepare_item(tok, LabelChecker(tok), item(PLANETS), "g").label_kind == "default"
+    assert prepare_item(tok, LabelChecker(tok), item(PLANETS), "g", PromptOptions()).label_kind == "default"

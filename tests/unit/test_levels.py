@@ -7,17 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from anyjev.numbers.levels import (
-    LEVELS,
-    apply_temperature,
-    batch_prior,
-    compute_levels,
-    fit_temperature,
-    log_softmax,
-    marginalise,
-    prior_correct,
-    to_option_space,
-)
+from anyjev.numbers.levels import LEVELS, compute_levels, log_softmax, marginalise, to_option_space
+from anyjev.numbers.priors import batch_prior, prior_correct
+from anyjev.numbers.temperature import apply_temperature, fit_temperature
 
 
 def cyclic_orders(k: int) -> np.ndarray:

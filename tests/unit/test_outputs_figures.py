@@ -17,8 +17,8 @@ import pytest
 
 from anyjev.outputs import plots
 from anyjev.outputs.tables import read_summary, summary_frame, vs_published_frame, vs_published_markdown
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 RULES = [REPO / "workflow" / "rules" / "plots.smk", REPO / "workflow" / "rules" / "tables.smk"]
 SUMMARY = REPO / "results" / "tables" / "summary.csv"
 CELLS = sorted((p.parent.parent.name, p.parent.name) for p in (REPO / "results" / "cells").glob("*/*/predictions.csv"))

@@ -27,8 +27,8 @@ from anyjev.outputs.tables import (
     summary_latex,
     summary_markdown,
 )
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SUMMARY = REPO / "results" / "tables" / "summary.csv"
 
 

@@ -8,7 +8,8 @@ import sys
 import tomllib
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO
+
 DISTRIBUTION = {"yaml": "pyyaml", "huggingface_hub": "huggingface-hub"}  # module -> distribution name
 
 

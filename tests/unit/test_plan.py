@@ -10,13 +10,26 @@ import yaml
 
 from anyjev import cli
 from anyjev.data.hub import BANKING77_REVISION, PROMPT_INJECTIONS_REVISION
-from anyjev.run.plan import plan_config
-from anyjev.settings import ScoringSettings
-from tests.conftest import QWEN3_TOKENIZER_DIR
+from anyjev.plan import plan_config
+from anyjev.run.prepared import prepare_items
+from anyjev.run.scoring import score_cell
+from anyjev.settings import Settings
+from tests.conftest import QWEN3_TOKENIZER_DIR, REPO
 from tests.unit.test_datasets_hub import BANKING_NAMES, write_cache
 
-REPO = Path(__file__).resolve().parents[2]
 QWEN3_TOKENIZER = QWEN3_TOKENIZER_DIR
+
+
+def plan_of(config) -> dict:
+    """`anyjev plan` of CONFIG, with the workflow's folders."""
+    return plan_config(config, models_dir="resources/models", hub_cache="resources/hub")
+
+
+def score_as_configured(config: Path, backend, tokenizer, task, out: str, chunk_items: int) -> dict:
+    """Score TASK as CONFIG's score job would: its scoring options, prompts prepared under them."""
+    options = Settings.load(config).scoring
+    return score_cell(backend, tokenizer, prepare_items(tokenizer, task.items, task.prior_groups(), options.prompt), out,
+                      {"t": 1}, options=options, chunk_items=chunk_items)
 
 
 def write_config(path: Path, models: dict, tasks: dict) -> Path:
@@ -39,7 +52,6 @@ def mixed_task_rows() -> list[dict]:
 def test_plan_counts_equal_a_real_scored_cell(smollm2_dir, tmp_path: Path, monkeypatch) -> None:
     from anyjev.backends.hf import HFBackend
     from anyjev.data.prepare import prepare_task
-    from anyjev.run import scoring
     from anyjev.run.cell import load_tokenizer
     from anyjev.settings import Settings
 
@@ -47,18 +59,18 @@ def test_plan_counts_equal_a_real_scored_cell(smollm2_dir, tmp_path: Path, monke
     Path("mix.jsonl").write_text("".join(json.dumps(r) + "\n" for r in mixed_task_rows()))
     config = write_config(tmp_path / "c.yaml", {"smol": {"source": "local", "path": str(smollm2_dir)}},
                           {"mix": {"source": "file", "path": "mix.jsonl", "n_test": 6, "n_calib": 3}})
-    plan = plan_config(config)
+    plan = plan_of(config)
     [cell] = plan["cells"]
     assert cell["estimate"] is None and cell["prompt_tokens"] is not None
 
-    task = prepare_task(Settings.load(config).prepare_job("mix"), "mix-split.jsonl")
+    task = prepare_task(Settings.load(config).prepare_job("mix", hub_cache="resources/hub"), "mix-split.jsonl")
     tokenizer = load_tokenizer(smollm2_dir)
     backend = HFBackend(str(smollm2_dir))
     sent: list[list[list[int]]] = []
     real = backend.label_logprobs
     backend.label_logprobs = lambda prompts, ids: (sent.append([list(p) for p in prompts]), real(prompts, ids))[1]
     # One item per chunk: each request holds exactly one item's distinct prompts, as the plan counts them.
-    counts = scoring.score_cell(backend, tokenizer, task.items, task.prior_groups(), "scores.jsonl", {"t": 1}, chunk_items=1)
+    counts = score_as_configured(config, backend, tokenizer, task, "scores.jsonl", chunk_items=1)
     records = [json.loads(line) for line in Path("scores.jsonl").read_text().splitlines()]
     records = [r for r in records if r.get("type") == "item"]
 
@@ -77,7 +89,7 @@ def test_hub_estimate_equals_the_built_task(tmp_path: Path, monkeypatch) -> None
     config = write_config(tmp_path / "c.yaml", {"m": {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": str(QWEN3_TOKENIZER)}},
                           {"banking20": {"source": "hub", "n_test": 4, "n_calib": 2, "allow_fewer": False},
                            "injection": {"source": "hub", "n_test": 3, "n_calib": 2, "allow_fewer": False}})
-    estimate = plan_config(config)
+    estimate = plan_of(config)
     assert all(c["estimate"] and "not fetched" in c["estimate"] for c in estimate["cells"])
     assert all(c["prompt_tokens"] is None and c["tokens_note"] == "task data not fetched" for c in estimate["cells"])
     write_cache(tmp_path / "resources" / "hub", "banking20",
@@ -87,7 +99,7 @@ def test_hub_estimate_equals_the_built_task(tmp_path: Path, monkeypatch) -> None
     write_cache(tmp_path / "resources" / "hub", "injection",
                 {"train": [{"text": f"msg {j}", "label": j % 2} for j in range(4)], "test": [{"text": "t", "label": 1}]},
                 revision=PROMPT_INJECTIONS_REVISION)
-    exact = plan_config(config)
+    exact = plan_of(config)
     for e, x in zip(estimate["cells"], exact["cells"], strict=True):
         assert x["estimate"] is None and x["prompt_tokens"] > 0, x
         for key in ("items", "n_test", "n_calib", "layouts", "layouts_per_item", "prompts"):
@@ -98,7 +110,7 @@ def test_hub_estimate_equals_the_built_task(tmp_path: Path, monkeypatch) -> None
 
 def test_plan_of_the_paper_config_offline(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)  # no resources/ here: no hub data, no prepared model
-    plan = plan_config(REPO / "config" / "paper.yaml")
+    plan = plan_of(REPO / "config" / "paper.yaml")
     assert len(plan["cells"]) == 9
     assert plan["total"] == {"items": 4500, "n_test": 2700, "n_calib": 1800, "layouts": 3 * (500 * 40 * 2 + 500 * 4),
                                   "prompts": 3 * (500 * 40 * 2 + 500 * 2), "prompt_tokens": 0, "cells_without_tokens": 9}
@@ -108,7 +120,7 @@ def test_plan_of_the_paper_config_offline(tmp_path: Path, monkeypatch, capsys) -
     assert plan["server_starts"]["slurm"] == plan["server_starts"]["local"]  # score_jobs auto: one job per model
     per_cell = tmp_path / "per-cell.yaml"  # the same grid cut into one job per cell: each job starts its server
     per_cell.write_text((REPO / "config" / "paper.yaml").read_text() + "\nscore_jobs: cell\n")
-    assert plan_config(per_cell)["server_starts"]["slurm"] == dict.fromkeys(
+    assert plan_of(per_cell)["server_starts"]["slurm"] == dict.fromkeys(
         ["Qwen3-8B", "Qwen2.5-7B-Instruct", "Qwen3-30B-A3B-Instruct-2507"], 3)
     assert cli.main(["plan", "--config", str(REPO / "config" / "paper.yaml")]) == 0
     out = capsys.readouterr().out
@@ -121,7 +133,7 @@ def test_plan_says_when_the_tokenizer_is_not_prepared(tmp_path: Path, monkeypatc
     Path("t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in mixed_task_rows()))
     config = write_config(tmp_path / "c.yaml", {"h": {"source": "hub", "repo": "org/m", "revision": "main"}},
                           {"t": {"source": "file", "path": "t.jsonl", "n_test": 5, "n_calib": 5}})
-    [cell] = plan_config(config)["cells"]
+    [cell] = plan_of(config)["cells"]
     assert cell["estimate"] is None and cell["items"] == 10 and cell["prompt_tokens"] is None
     assert cell["tokens_note"] == "tokenizer not prepared"
 
@@ -132,7 +144,7 @@ def _mixed_task_plan(tmp_path: Path, monkeypatch) -> tuple[dict, dict, dict]:
     Path("mix.jsonl").write_text("".join(json.dumps(r) + "\n" for r in mixed_task_rows()))
     models = {"m": {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": str(QWEN3_TOKENIZER)}}
     tasks = {"mix": {"source": "file", "path": "mix.jsonl", "n_test": 6, "n_calib": 3}}
-    return models, tasks, plan_config(write_config(tmp_path / "plain.yaml", models, tasks))["cells"][0]
+    return models, tasks, plan_of(write_config(tmp_path / "plain.yaml", models, tasks))["cells"][0]
 
 
 class _Recorder:
@@ -163,7 +175,6 @@ def test_plan_counts_the_cells_prompt_profile_and_answer_mass(tmp_path: Path, mo
     """Under paper.yaml's `published` prompts and with answer mass on, the plan counts what score_cell hands the
     backend (the published wording is 3 tokens longer per prompt on Qwen3; answer mass adds one prompt per item)."""
     from anyjev.data.prepare import prepare_task
-    from anyjev.run import scoring
     from anyjev.run.cell import load_tokenizer
     from anyjev.settings import Settings
 
@@ -171,13 +182,11 @@ def test_plan_counts_the_cells_prompt_profile_and_answer_mass(tmp_path: Path, mo
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({"models": models, "tasks": tasks, "published": None,
                                       "scoring": {"prompt_profile": "published", "answer_mass": True}}))
-    [cell] = plan_config(config)["cells"]
+    [cell] = plan_of(config)["cells"]
 
-    task = prepare_task(Settings.load(config).prepare_job("mix"), "mix-split.jsonl")
+    task = prepare_task(Settings.load(config).prepare_job("mix", hub_cache="resources/hub"), "mix-split.jsonl")
     backend = _Recorder()
-    counts = scoring.score_cell(backend, load_tokenizer(QWEN3_TOKENIZER), task.items, task.prior_groups(), "s.jsonl",
-                                {"t": 1}, chunk_items=1,
-                                options=ScoringSettings(prompt_profile="published", answer_mass=True))
+    counts = score_as_configured(config, backend, load_tokenizer(QWEN3_TOKENIZER), task, "s.jsonl", chunk_items=1)
     work = backend.sent[2:]  # the canary: one label prompt and its answer-mass prompt
     assert cell["prompts"] == counts["prompts"] == len(work) == plain["prompts"] + cell["items"]
     assert cell["prompt_tokens"] == counts["prompt_tokens"] == sum(map(len, work))
@@ -188,7 +197,6 @@ def test_plan_counts_the_content_free_probes_and_marks_adaptive_cells(tmp_path: 
     """With the content-free prior the plan adds the probes score_cell reads (one set per distinct question);
     under adaptive rotations it says its counts are an upper bound."""
     from anyjev.data.prepare import prepare_task
-    from anyjev.run import scoring
     from anyjev.run.cell import load_tokenizer
     from anyjev.settings import Settings
 
@@ -196,11 +204,10 @@ def test_plan_counts_the_content_free_probes_and_marks_adaptive_cells(tmp_path: 
     config = tmp_path / "cf.yaml"
     config.write_text(yaml.safe_dump({"models": models, "tasks": tasks, "published": None,
                                       "evaluation": {"prior_mode": "content_free"}}))
-    [cell] = plan_config(config)["cells"]
-    task = prepare_task(Settings.load(config).prepare_job("mix"), "mix-split.jsonl")
+    [cell] = plan_of(config)["cells"]
+    task = prepare_task(Settings.load(config).prepare_job("mix", hub_cache="resources/hub"), "mix-split.jsonl")
     backend = _Recorder()
-    counts = scoring.score_cell(backend, load_tokenizer(QWEN3_TOKENIZER), task.items, task.prior_groups(), "s.jsonl",
-                                {"t": 1}, chunk_items=2, content_free=True)
+    counts = score_as_configured(config, backend, load_tokenizer(QWEN3_TOKENIZER), task, "s.jsonl", chunk_items=2)
     work = backend.sent[1:]  # the canary
     assert cell["content_free_prompts"] > 0 and "at_most" not in cell
     assert cell["prompts"] == counts["prompts"] == len(work) == plain["prompts"] + cell["content_free_prompts"]
@@ -210,9 +217,9 @@ def test_plan_counts_the_content_free_probes_and_marks_adaptive_cells(tmp_path: 
     adaptive.write_text(yaml.safe_dump({"models": models, "tasks": tasks, "published": None,
                                         "scoring": {"rotations": "adaptive", "target_disagreement": 0.5,
                                                     "confidence": 0.5}}))  # 3 calibration items can certify that
-    [upper] = plan_config(adaptive)["cells"]
+    [upper] = plan_of(adaptive)["cells"]
     assert upper["prompts"] == plain["prompts"] and "adaptive" in upper["at_most"]
-    from anyjev.run.plan import plan_text
+    from anyjev.plan import plan_text
 
-    text = plan_text(plan_config(adaptive))
+    text = plan_text(plan_of(adaptive))
     assert f"<= {upper['prompts']:,}" in text and "<= at most: scoring.rotations is adaptive" in text

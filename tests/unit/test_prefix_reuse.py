@@ -13,10 +13,12 @@ import pytest
 from anyjev.data.synthetic import long_state_task
 from anyjev.data.tasks import Item
 from anyjev.decision.labels import LabelChecker
+from anyjev.decision.options import PromptOptions
 from anyjev.decision.questions import choice
 from anyjev.errors import BackendError
 from anyjev.numbers.logprobs import log_softmax
-from anyjev.run.scoring import prepare_item, score_prepared
+from anyjev.run.full import score_prepared
+from anyjev.run.prepared import prepare_item
 from anyjev.serving.metrics import parse_counters
 
 
@@ -39,9 +41,9 @@ def test_an_items_layouts_are_sent_adjacently_and_share_its_prefix(smollm2_token
     q4 = choice("Which shape is it?", ["round", "square", "flat", "long"])  # other label ids: another bucket
     items = [Item(f"i{n}", f"A long description of object number {n}. " * 8, q, 0)
              for n, q in enumerate([q3, q4, q3, q4, q3])]
-    prepared = [prepare_item(smollm2_tokenizer, checker, it, "g") for it in items]
+    prepared = [prepare_item(smollm2_tokenizer, checker, it, "g", PromptOptions()) for it in items]
     backend = Recorder()
-    score_prepared(backend, prepared)
+    score_prepared(backend, prepared, answer_mass=False)
     position = {ids: i for i, ids in enumerate(backend.sent)}
     assert len(position) == sum(len(p.layouts) for p in prepared), "every layout sent once"
     for p in prepared:

@@ -16,38 +16,22 @@ Differences by design, named here:
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from anyjev.numbers.evaluation import evaluate_records
+from anyjev.numbers.evaluation import EvaluationOptions
 from anyjev.numbers.logprobs import log_softmax
-from anyjev.settings import EvaluationSettings
-from tests.conftest import QWEN3_TOKENIZER_DIR
+from anyjev.run.evaluate import evaluate_records
+from tests.conftest import REPO
 from tests.published import require_published
 
-REPO = Path(__file__).resolve().parents[2]
 MMLU = REPO / "results" / "cells" / "smollm2-135m" / "mmlu" / "scores.jsonl"
 
 
 @pytest.fixture(scope="module")
 def published():
     return require_published()
-
-
-@pytest.fixture(scope="module")
-def qwen3():
-    from transformers import AutoTokenizer
-
-    path = QWEN3_TOKENIZER_DIR
-    if not (path / "tokenizer.json").is_file():
-        msg = f"Qwen3 tokenizer not found in {path}: run scripts/fetch_tokenizers.sh"
-        if os.environ.get("ANYJEV_REQUIRE_VLLM") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return AutoTokenizer.from_pretrained(path)
 
 
 class ReplayBackend:
@@ -90,26 +74,26 @@ def published_l0(published, tok, question, records: list[dict], per_call: int) -
 
 
 def ours_l0(records: list[dict], batch_size: int) -> np.ndarray:
-    ev = evaluate_records(records, EvaluationSettings(prior_mode="streaming", prior_batch_size=batch_size))
-    return np.exp(ev["_result"]["L0"]["fwd"])
+    ev = evaluate_records(records, EvaluationOptions(prior_mode="streaming", prior_batch_size=batch_size))
+    return np.exp(ev.point["L0"]["fwd"])
 
 
 @pytest.mark.parametrize("per_call", [1, 5])
-def test_l0_equals_published_on_stored_mmlu_logprobs(published, qwen3, per_call: int) -> None:
+def test_l0_equals_published_on_stored_mmlu_logprobs(published, qwen3_tokenizer, per_call: int) -> None:
     lines = [json.loads(x) for x in MMLU.read_text().splitlines()]
     records = [r for r in lines if r.get("type") == "item" and r["split"] == "test"]
     assert len(records) == 100 and {r["group"] for r in records} == {"mmlu"}  # prior_group "task"
     question = published.Question.choice("Which answer is correct?", ["first", "second", "third", "fourth"])
-    theirs = published_l0(published, qwen3, question, records, per_call)
+    theirs = published_l0(published, qwen3_tokenizer, question, records, per_call)
     ours = ours_l0(records, per_call)
     assert np.abs(ours - theirs).max() <= 1e-9
     # the prior acts (from the 8th item on), so this compares more than the rotation average; and the
     # whole-split prior (our default) is a different number
-    batch_ev = evaluate_records(records, EvaluationSettings(prior_mode="batch"))
-    assert np.abs(np.exp(batch_ev["_result"]["L0"]["fwd"]) - theirs).max() > 1e-3  # batch mode is not theirs
+    batch_ev = evaluate_records(records, EvaluationOptions(prior_mode="batch"))
+    assert np.abs(np.exp(batch_ev.point["L0"]["fwd"]) - theirs).max() > 1e-3  # batch mode is not theirs
 
 
-def test_l0_equals_published_on_noul_phrasings(published, qwen3) -> None:
+def test_l0_equals_published_on_noul_phrasings(published, qwen3_tokenizer) -> None:
     rng = np.random.default_rng(0)
     orders = {"fwd": [[0, 1], [1, 0]], "rev": [[1, 0], [0, 1]]}
     records = []
@@ -123,6 +107,6 @@ def test_l0_equals_published_on_noul_phrasings(published, qwen3) -> None:
         records.append({"id": f"n{i}", "split": "test", "gold": int(rng.integers(0, 2)), "group": "yn", "k": 2,
                         "layouts": layouts})
     question = published.Question.noul("Is this message urgent?")
-    theirs = published_l0(published, qwen3, question, records, per_call=1)
+    theirs = published_l0(published, qwen3_tokenizer, question, records, per_call=1)
     ours = ours_l0(records, 1)
     assert np.abs(ours - theirs).max() <= 1e-9

@@ -5,7 +5,7 @@ Reference side (the published library, nothing of ours): ``resolve_labels`` -> l
 the published ``Decider``'s own permutations (``Decider._perms(q, "L0")``: cyclic shifts for choice,
 ``[[0,1],[1,0]]`` for noul, identity for score); ``render_chat_parts(build_prompt(render_state(state), q, perm,
 DEFAULT_SYSTEM, labels))``; ``tokenizer.encode(prefix + suffix, add_special_tokens=False)`` as its HFBackend
-does. Our side: ``prepare_item(..., profile="published")``, i.e. exactly the ids scoring sends.
+does. Our side: ``prepare_item(..., PUBLISHED)``, i.e. exactly the ids scoring sends.
 
 Differences by design, asserted as such:
 - our ``rev`` layouts (reversed-order rotations, the order-flip probe) are not among the published Decider's
@@ -32,15 +32,16 @@ from anyjev.data import builtin
 from anyjev.data.tasks import Item
 from anyjev.decision import published
 from anyjev.decision.labels import LabelChecker
-from anyjev.decision.prompts import PROFILES, get_profile, prompt_ids, render_text
+from anyjev.decision.options import PromptOptions
+from anyjev.decision.prompts import PROFILES, encode
 from anyjev.decision.questions import choice, noul, score
 from anyjev.errors import ConfigError, LabelTokenError
-from anyjev.run.scoring import prepare_item, scoring_identity
-from anyjev.settings import ScoringSettings
-from tests.conftest import QWEN3_TOKENIZER_DIR
+from anyjev.run.identity import ScoringOptions, scoring_identity
+from anyjev.run.prepared import prepare_item
+from tests.conftest import REPO
 from tests.published import require_published
 
-REPO = Path(__file__).resolve().parents[2]
+PUBLISHED = PromptOptions(prompt_profile="published")
 
 
 @pytest.fixture(scope="module")
@@ -48,22 +49,9 @@ def pub():
     return require_published()
 
 
-@pytest.fixture(scope="module")
-def qwen3():
-    from transformers import AutoTokenizer
-
-    path = QWEN3_TOKENIZER_DIR
-    if not (path / "tokenizer.json").is_file():
-        msg = f"Qwen3 tokenizer not found in {path}: run scripts/fetch_tokenizers.sh"
-        if os.environ.get("ANYJEV_REQUIRE_VLLM") == "1" or os.environ.get("ANYJEV_REQUIRE_PUBLISHED") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
-    return AutoTokenizer.from_pretrained(path)
-
-
 @pytest.fixture(params=["smollm2", "qwen3"])
 def tokenizer(request):
-    return request.getfixturevalue("smollm2_tokenizer" if request.param == "smollm2" else "qwen3")
+    return request.getfixturevalue("smollm2_tokenizer" if request.param == "smollm2" else "qwen3_tokenizer")
 
 
 def _score_items() -> list[tuple[Item, object]]:
@@ -119,7 +107,7 @@ def test_published_prompt_ids_equal_the_published_library(pub, tokenizer) -> Non
     phrasings: set[tuple[int, ...]] = set()
     builder_only = 0
     for item, pq in _items():
-        prepared = prepare_item(tokenizer, checker, item, "g", profile="published")
+        prepared = prepare_item(tokenizer, checker, item, "g", PUBLISHED)
         their_labels, their_ids = pub.readout.resolve_labels(tokenizer, pq)
         assert prepared.labels == list(their_labels), item.id
         assert prepared.label_ids == list(their_ids), f"{item.id}: label ids {prepared.label_ids} vs published {their_ids}"
@@ -139,8 +127,8 @@ def test_published_prompt_ids_equal_the_published_library(pub, tokenizer) -> Non
                 theirs, _ = _published_ids(tokenizer, pq, item.state, published.perm_of(item.question, layout))
                 assert ours == theirs, f"{item.id} {name}"
                 builder_only += 1
-        assert prompt_ids(tokenizer, item.question, item.state, prepared.layouts[0][0], prepared.labels, "published") == \
-            prepared.layouts[0][1]
+        text = PUBLISHED.render(tokenizer, item.question, item.state, prepared.layouts[0][0], prepared.labels)
+        assert encode(tokenizer, text) == prepared.layouts[0][1]
     assert sum(counted.values()) >= 200, counted
     assert min(counted.values()) >= 18, counted
     assert phrasings == {(0, 1), (1, 0)}, "both Yes/No phrasings are covered"
@@ -151,40 +139,40 @@ def test_server_side_tokenisation_adds_nothing(pub, tokenizer) -> None:
     """The published VLLMBackend posts text (default special tokens); we post ids encoded without them.
     Equal here because neither tokenizer adds a BOS/EOS to a chat-templated text."""
     item, _ = _items()[0]
-    text = render_text(tokenizer, item.question, item.state, prepare_item(
-        tokenizer, LabelChecker(tokenizer), item, "g", profile="published").layouts[0][0], ["A", "B", "C", "D"], "published")
+    layout = prepare_item(tokenizer, LabelChecker(tokenizer), item, "g", PUBLISHED).layouts[0][0]
+    text = PUBLISHED.render(tokenizer, item.question, item.state, layout, ["A", "B", "C", "D"])
     assert tokenizer(text)["input_ids"] == tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def test_profiles_differ_and_anyjev_is_the_default(pub, tokenizer) -> None:
     item = Item("x", "A state.", choice("Which planet is the largest?", ["Mars", "Jupiter", "Venus"]), gold=1, split="test")
     checker = LabelChecker(tokenizer)
-    default = prepare_item(tokenizer, checker, item, "g")
-    mine = prepare_item(tokenizer, checker, item, "g", profile="anyjev")
-    theirs = prepare_item(tokenizer, checker, item, "g", profile="published")
+    default = prepare_item(tokenizer, checker, item, "g", PromptOptions())
+    mine = prepare_item(tokenizer, checker, item, "g", PromptOptions(prompt_profile="anyjev"))
+    theirs = prepare_item(tokenizer, checker, item, "g", PUBLISHED)
     assert [ids for _, ids in default.layouts] == [ids for _, ids in mine.layouts]
     assert all(a != b for (_, a), (_, b) in zip(mine.layouts, theirs.layouts, strict=True))
-    text = render_text(tokenizer, item.question, item.state, theirs.layouts[0][0], theirs.labels, "published")
+    text = PUBLISHED.render(tokenizer, item.question, item.state, theirs.layouts[0][0], theirs.labels)
     assert published.system_prompt() in text
 
 
 def test_profile_identity_names_profile_version_and_source(pub) -> None:
-    ident = scoring_identity(ScoringSettings(prompt_profile="published", answer_mass=True))
+    ident = scoring_identity(ScoringOptions(prompt=PUBLISHED, answer_mass=True))
     assert ident["prompt_profile"]["name"] == "published"
     assert ident["prompt_profile"]["version"] == "anyjev==0.3.0"
     assert len(ident["prompt_profile"]["readout_sha256"]) == 64
     assert ident["answer_mass"] is True
-    assert scoring_identity()["prompt_profile"] == {"name": "anyjev", "version": PROFILES["anyjev"].version}
-    assert scoring_identity()["prompt_version"] == "1.1", "the anyjev profile's prompt_version is unchanged"
+    assert scoring_identity(ScoringOptions())["prompt_profile"] == {"name": "anyjev", "version": PROFILES["anyjev"].version}
+    assert scoring_identity(ScoringOptions())["prompt_version"] == "1.1", "the anyjev profile's prompt_version is unchanged"
     with pytest.raises(ConfigError, match="prompt.profile.*'nope'.*anyjev, published"):
-        get_profile("nope")
+        PromptOptions(prompt_profile="nope")
 
 
 def test_published_label_disagreement_fails_the_item(pub, smollm2_tokenizer, monkeypatch) -> None:
     item = Item("x", "A state.", noul("Is it spam?"), gold=0, split="test")
     monkeypatch.setattr(published, "resolve_labels", lambda tok, q: (["Yes", "No"], [1, 2]))
     with pytest.raises(LabelTokenError, match=r"'x'.*published library resolves labels \['Yes', 'No'\] to ids \[1, 2\]"):
-        prepare_item(smollm2_tokenizer, LabelChecker(smollm2_tokenizer), item, "g", profile="published")
+        prepare_item(smollm2_tokenizer, LabelChecker(smollm2_tokenizer), item, "g", PUBLISHED)
 
 
 def test_missing_package_names_folder_and_setup_command(tmp_path) -> None:

@@ -7,12 +7,14 @@ import string
 import pytest
 
 from anyjev.decision.labels import label_strings
-from anyjev.decision.layouts import Layout, layouts_for, orders_array, rotations
-from anyjev.decision.prompts import SYSTEM_PROMPT, has_chat_template, render_text, user_message
+from anyjev.decision.layouts import Layout, orders_array, rotations
+from anyjev.decision.options import PromptOptions
+from anyjev.decision.prompts import SYSTEM_PROMPT, has_chat_template, user_message
 from anyjev.decision.questions import Question, choice, noul, score
 from anyjev.errors import QuestionError
 
 # ------------------------------------------------------------------------------------------ validation
+DEFAULT = PromptOptions()  # the schema's prompt options
 
 
 @pytest.mark.parametrize(
@@ -126,7 +128,7 @@ def names_orders(layouts: list[Layout]) -> list[tuple[str, tuple[int, ...], bool
 
 def test_choice_k4_rotations_and_reversed_rotations() -> None:
     q = choice("Pick", ["w", "x", "y", "z"])
-    out = layouts_for(q)
+    out = DEFAULT.layouts(q)
     assert list(out) == ["fwd", "rev"]
     # rotation s shows option (p + s) mod K at position p
     assert names_orders(out["fwd"]) == [
@@ -147,7 +149,7 @@ def test_choice_k4_rotations_and_reversed_rotations() -> None:
 @pytest.mark.parametrize("k", [2, 3, 5, 20, 26])
 def test_rotations_are_permutations_showing_each_option_once_per_position(k: int) -> None:
     q = choice("Pick", [f"o{i}" for i in range(k)])
-    for group, layouts in layouts_for(q).items():
+    for group, layouts in DEFAULT.layouts(q).items():
         orders = orders_array(layouts)
         assert orders.shape == (k, k)
         for row in orders:
@@ -159,25 +161,25 @@ def test_rotations_are_permutations_showing_each_option_once_per_position(k: int
 
 def test_choice_without_permute_or_flip() -> None:
     q = choice("Pick", ["a", "b", "c"])
-    assert names_orders(layouts_for(q, permute=False)["fwd"]) == [("fwd/r0", (0, 1, 2), False)]
-    assert names_orders(layouts_for(q, permute=False)["rev"]) == [("rev/r0", (2, 1, 0), False)]
-    assert list(layouts_for(q, flip=False)) == ["fwd"]
-    assert len(layouts_for(q, flip=False)["fwd"]) == 3
+    assert names_orders(PromptOptions(permute=False).layouts(q)["fwd"]) == [("fwd/r0", (0, 1, 2), False)]
+    assert names_orders(PromptOptions(permute=False).layouts(q)["rev"]) == [("rev/r0", (2, 1, 0), False)]
+    assert list(PromptOptions(flip=False).layouts(q)) == ["fwd"]
+    assert len(PromptOptions(flip=False).layouts(q)["fwd"]) == 3
 
 
 def test_noul_swaps_the_phrasing_not_the_options() -> None:
-    out = layouts_for(noul("Is it spam?"))
+    out = DEFAULT.layouts(noul("Is it spam?"))
     assert names_orders(out["fwd"]) == [("fwd/r0", (0, 1), False), ("fwd/r1", (0, 1), True)]
     assert names_orders(out["rev"]) == [("rev/r0", (0, 1), True), ("rev/r1", (0, 1), False)]
-    assert names_orders(layouts_for(noul("Is it spam?"), permute=False)["rev"]) == [("rev/r0", (0, 1), True)]
+    assert names_orders(PromptOptions(permute=False).layouts(noul("Is it spam?"))["rev"]) == [("rev/r0", (0, 1), True)]
 
 
 def test_score_has_one_forward_layout_and_no_reversed_probe() -> None:
     q = score("How severe?", ["low", "mid", "high", "critical"])
-    out = layouts_for(q)
+    out = DEFAULT.layouts(q)
     assert list(out) == ["fwd"]
     assert names_orders(out["fwd"]) == [("fwd/r0", (0, 1, 2, 3), False)]
-    assert layouts_for(q, permute=True, flip=True) == out
+    assert PromptOptions(permute=True, flip=True).layouts(q) == out
 
 
 def test_rotations_of_an_arbitrary_base() -> None:
@@ -189,32 +191,32 @@ def test_rotations_of_an_arbitrary_base() -> None:
 
 def test_choice_user_message_lists_options_in_layout_order() -> None:
     q = choice("Which planet is largest?", ["Mars", "Jupiter", "Venus", "Earth"])
-    lay = layouts_for(q)["fwd"][1]  # (1, 2, 3, 0)
+    lay = DEFAULT.layouts(q)["fwd"][1]  # (1, 2, 3, 0)
     msg = user_message(q, "A science quiz.", lay, label_strings(q))
     assert msg == (
         "State:\nA science quiz.\n\nQuestion: Which planet is largest?\nOptions:\n"
         "A. Jupiter\nB. Venus\nC. Earth\nD. Mars\nAnswer with the letter only."
     )
-    rev = user_message(q, "A science quiz.", layouts_for(q)["rev"][0], label_strings(q))
+    rev = user_message(q, "A science quiz.", DEFAULT.layouts(q)["rev"][0], label_strings(q))
     assert rev.splitlines()[5:9] == ["A. Earth", "B. Venus", "C. Jupiter", "D. Mars"]
 
 
 @pytest.mark.parametrize("state", ["", "   ", "\n\t"])
 def test_empty_state_is_shown_as_empty(state: str) -> None:
     q = choice("Pick", ["a", "b"])
-    msg = user_message(q, state, layouts_for(q)["fwd"][0], ["A", "B"])
+    msg = user_message(q, state, DEFAULT.layouts(q)["fwd"][0], ["A", "B"])
     assert msg.splitlines()[:3] == ["State:", "(empty)", ""]
 
 
 def test_multiline_state_is_kept_verbatim() -> None:
     q = noul("Is it spam?")
-    msg = user_message(q, "line one\nline two", layouts_for(q)["fwd"][0], ["Yes", "No"])
+    msg = user_message(q, "line one\nline two", DEFAULT.layouts(q)["fwd"][0], ["Yes", "No"])
     assert msg.startswith("State:\nline one\nline two\n\nQuestion: Is it spam?\n")
 
 
 def test_noul_user_message_phrasing() -> None:
     q = noul("Is it spam?")
-    out = layouts_for(q)
+    out = DEFAULT.layouts(q)
     plain = user_message(q, "Buy now!", out["fwd"][0], ["Yes", "No"])
     swapped = user_message(q, "Buy now!", out["fwd"][1], ["Yes", "No"])
     assert plain == "State:\nBuy now!\n\nQuestion: Is it spam?\nAnswer Yes or No."
@@ -226,14 +228,14 @@ def test_noul_user_message_phrasing() -> None:
 
 def test_score_user_message_digits_and_letters() -> None:
     q = score("How severe?", ["low", "mid", "high"])
-    lay = layouts_for(q)["fwd"][0]
+    lay = DEFAULT.layouts(q)["fwd"][0]
     digits = user_message(q, "x", lay, label_strings(q))
     assert digits.splitlines()[4:] == ["Levels (ordered from first to last):", "1. low", "2. mid", "3. high",
                                        "Answer with the number only."]
     letters = user_message(q, "x", lay, label_strings(q, "letters"))
     assert letters.splitlines()[5:] == ["A. low", "B. mid", "C. high", "Answer with the letter only."]
     scaled = score("How hot?", ["cold", "warm"], scale=(-5, 42.5))
-    assert "Levels (ordered, over the scale -5 to 42.5):" in user_message(scaled, "x", layouts_for(scaled)["fwd"][0], ["1", "2"])
+    assert "Levels (ordered, over the scale -5 to 42.5):" in user_message(scaled, "x", DEFAULT.layouts(scaled)["fwd"][0], ["1", "2"])
 
 
 def test_label_strings() -> None:
@@ -250,6 +252,6 @@ class NoTemplate:
 
 def test_render_without_chat_template() -> None:
     q = noul("Is it spam?")
-    text = render_text(NoTemplate(), q, "Buy now!", layouts_for(q)["fwd"][0], ["Yes", "No"])
+    text = DEFAULT.render(NoTemplate(), q, "Buy now!", DEFAULT.layouts(q)["fwd"][0], ["Yes", "No"])
     assert not has_chat_template(NoTemplate())
     assert text == f"{SYSTEM_PROMPT}\n\nState:\nBuy now!\n\nQuestion: Is it spam?\nAnswer Yes or No.\nAnswer:"

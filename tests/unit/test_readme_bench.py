@@ -5,9 +5,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO
 
 
 def test_readme_l0_cost_tables_are_generated_from_the_committed_json() -> None:

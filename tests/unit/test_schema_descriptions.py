@@ -4,12 +4,12 @@ see the descriptions): walk the schema and name each key that has none."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
-SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+from tests.conftest import REPO
+
+SCHEMA = REPO / "anyjev" / "config.schema.yaml"
 
 
 def keys(schema: dict, path: str = "") -> Iterator[tuple[str, dict]]:

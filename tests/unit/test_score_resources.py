@@ -8,7 +8,7 @@ import pytest
 
 from anyjev.config import validate_config
 from anyjev.errors import ConfigError
-from anyjev.settings import SCHEMA_PATH, Settings
+from anyjev.settings import Settings
 
 
 class Site(dict):
@@ -21,7 +21,7 @@ class Site(dict):
 def settings(**models) -> Settings:
     config = {"models": {n: {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": ".", **m} for n, m in models.items()},
               "tasks": {"t": {"source": "builtin", "builtin": "mmlu"}}, "published": None}
-    return Settings.from_config(validate_config(config, SCHEMA_PATH))
+    return Settings.from_config(validate_config(config))
 
 
 def test_no_model_sets_them_so_the_profile_decides() -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO
+
 SCRIPTS = REPO / "workflow" / "scripts"
 LEVELS = ["raw", "L0-perm", "L0-bc", "L0", "L1"]
 

@@ -7,21 +7,21 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from anyjev.data.tasks import Item
-from anyjev.decision.layouts import layouts_for
+from anyjev.decision.options import PromptOptions
 from anyjev.decision.prompts import prompt_hash
 from anyjev.decision.questions import choice, noul, score
 from anyjev.errors import LabelTokenError, TaskDataError
 from anyjev.numbers.logprobs import log_softmax
+from anyjev.run.identity import ScoringOptions
+from anyjev.run.prepared import prepare_items
 from anyjev.run.scoring import score_cell
 from anyjev.run.store import FORMAT, partial_path, read_scores
 
-REPO = Path(__file__).resolve().parents[2]
 IDENTITY = {"task": "mixed", "model": {"backend": "fake"}, "prompt_version": "test", "layouts": {"permute": True, "flip": True}}
 
 COLOUR = choice("Which colour is the object?", ["red", "green", "blue"])
@@ -110,8 +110,10 @@ def groups_of(items: list[Item]) -> list[str]:
     return [it.question.key() for it in items]
 
 
-def run(backend, tok, items, out, identity=IDENTITY, **kw) -> dict:
-    return score_cell(backend, tok, items, groups_of(items), str(out), identity, chunk_items=kw.pop("chunk_items", 2), **kw)
+def run(backend, tok, items, out, identity=IDENTITY, chunk_items: int = 2) -> dict:
+    options = ScoringOptions()
+    return score_cell(backend, tok, prepare_items(tok, items, groups_of(items), options.prompt), str(out), identity,
+                      options=options, chunk_items=chunk_items)
 
 
 def partial_records(out) -> tuple[dict, list[dict]]:
@@ -161,7 +163,7 @@ def test_final_file_in_task_order_with_all_layouts(reference, tmp_path) -> None:
     assert len(lines) == 1 + len(items)
     for it, rec in zip(items, records, strict=True):
         q = it.question
-        expected_layouts = {lay.name: lay for group in layouts_for(q).values() for lay in group}
+        expected_layouts = {lay.name: lay for group in PromptOptions().layouts(q).values() for lay in group}
         assert set(rec["layouts"]) == set(expected_layouts)
         assert len(rec["layouts"]) == {"choice": 6, "noul": 4, "score": 1}[q.kind]
         assert rec["label_ids"] == LABEL_IDS[q.kind]

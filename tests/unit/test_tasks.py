@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from anyjev.data.tasks import Item, Task, load_task_file, split_items, write_task_file
+from anyjev.data.split import split_items
+from anyjev.data.taskfile import load_task_file, write_task_file
+from anyjev.data.tasks import Item, Task
 from anyjev.decision.questions import choice, noul, score
 from anyjev.errors import TaskDataError
 from anyjev.files import file_sha256
@@ -303,12 +305,12 @@ def make_items(n: int) -> list[Item]:
 
 def test_split_deterministic_and_disjoint() -> None:
     items = make_items(600)
-    a, b = split_items(items, 300, 200, seed=0), split_items(items, 300, 200, seed=0)
+    a, b = split_items(items, 300, 200, seed=0, allow_fewer=False), split_items(items, 300, 200, seed=0, allow_fewer=False)
     assert a == b
     assert [it.split for it in a] == ["test"] * 300 + ["calib"] * 200
     test_ids, calib_ids = {it.id for it in a[:300]}, {it.id for it in a[300:]}
     assert len(test_ids) == 300 and len(calib_ids) == 200 and not test_ids & calib_ids
-    c = split_items(items, 300, 200, seed=1)
+    c = split_items(items, 300, 200, seed=1, allow_fewer=False)
     assert [it.id for it in c] != [it.id for it in a]
 
 
@@ -317,32 +319,32 @@ def test_split_documented_procedure() -> None:
 
     items = make_items(50)
     perm = np.random.default_rng(7).permutation(50)
-    out = split_items(items, 10, 5, seed=7)
+    out = split_items(items, 10, 5, seed=7, allow_fewer=False)
     assert [it.id for it in out] == [items[int(i)].id for i in perm[:15]]
 
 
 def test_split_too_few() -> None:
     items = make_items(100)
     with pytest.raises(TaskDataError, match="fewer than"):
-        split_items(items, 300, 200)
-    out = split_items(items, 300, 200, allow_fewer=True)
+        split_items(items, 300, 200, seed=0, allow_fewer=False)
+    out = split_items(items, 300, 200, allow_fewer=True, seed=0)
     assert Counter(it.split for it in out) == {"test": 60, "calib": 40}
     with pytest.raises(TaskDataError):
-        split_items(make_items(1), 300, 200, allow_fewer=True)
+        split_items(make_items(1), 300, 200, allow_fewer=True, seed=0)
 
 
 def test_split_given_in_file_is_kept() -> None:
     items = [Item(it.id, it.state, it.question, it.gold, "test" if j < 30 else "calib") for j, it in
              enumerate(make_items(50))]
-    out = split_items(items, 10, 5)
+    out = split_items(items, 10, 5, seed=0, allow_fewer=False)
     assert all(it.split == "test" for it in out[:10]) and all(it.split == "calib" for it in out[10:])
     assert {it.id for it in out[:10]} <= {f"i{j}" for j in range(30)}
     with pytest.raises(TaskDataError, match="only 20 items are marked 'calib'"):
-        split_items(items, 10, 25)
-    assert len(split_items(items, 10, 25, allow_fewer=True)) == 30
+        split_items(items, 10, 25, seed=0, allow_fewer=False)
+    assert len(split_items(items, 10, 25, allow_fewer=True, seed=0)) == 30
     mixed = items[:5] + make_items(50)[5:]
     with pytest.raises(TaskDataError, match="item i5"):
-        split_items(mixed, 10, 5)
+        split_items(mixed, 10, 5, seed=0, allow_fewer=False)
 
 
 # ----------------------------------------------------------------------------------------- built-in data

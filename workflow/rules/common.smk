@@ -1,16 +1,28 @@
-# Helpers shared by all rule files (the validated config as typed settings, the cells, and each job's settings).
-import dataclasses
-import json
+# Helpers shared by all rule files. The validated config as typed settings, the cells, and where a run keeps its
+# files. Paths live here and in the rules; the library takes them as arguments.
 import os
 import re
-import shlex
 import shutil
 import sys
 from pathlib import Path
 
 from anyjev.config import check_runnable, load_strict, validate_config
 from anyjev.errors import ConfigError
-from anyjev.settings import STATE_DIR, Settings
+from anyjev.run.allocation import failed_cells, score_jobs_mode
+from anyjev.settings import Settings
+
+MODELS_DIR = "resources/models"
+HUB_CACHE = "resources/hub"
+TASK_FILE = "resources/tasks/{task}.jsonl"
+# Where an unpinned run (lock: null) records the commits its hub datasets and models resolved to (anyjev.lock).
+LOCK_RECORD = "resources/lock.yaml"
+# The run's server leases (one server start per model and run: docs/servers.md).
+STATE_DIR = ".anyjev/servers"
+SERVER_LOG = "logs/servers/{model}.log"
+CELL_DIR = "results/cells/{model}/{task}"
+# Where one model's job (score_jobs: model) scores a cell before its score_cell job publishes it (docs/servers.md).
+STAGED_DIR = "results/cells/{model}/{task}/staged"
+ALLOCATION = "results/cells/{model}/allocation.json"
 
 
 def _load_settings():
@@ -21,7 +33,7 @@ def _load_settings():
         except ConfigError as exc:
             raise WorkflowError(f"invalid config {path}: {exc}")
     try:
-        validated = validate_config(config, workflow.source_path("../schemas/config.schema.yaml"))
+        validated = validate_config(config)
         check_runnable(validated)
         return validated, Settings.from_config(validated)
     except ConfigError as exc:
@@ -49,25 +61,9 @@ _check_rule_python()
 CELLS = SETTINGS.cells
 
 
-def _executor_name():
-    # Snakemake parses this file before it creates the executor, so `workflow` cannot tell yet whether jobs will
-    # go to a cluster. The parsed command line (with the profile's keys: --executor, or a profile's `executor:`)
-    # is on the call stack, in snakemake.cli.args_to_api (Snakemake 9; pinned). None when called otherwise (API).
-    frame = sys._getframe()
-    while frame is not None:
-        args = frame.f_locals.get("args") if frame.f_code.co_name == "args_to_api" else None
-        if args is not None and isinstance(getattr(args, "executor", None), str):
-            return args.executor
-        frame = frame.f_back
-    return None
-
-
-# One scoring job per cell, or per model (docs/servers.md); auto: per model when jobs go to a cluster. A cluster
-# job's own Snakemake (remote_exec) parses this file too and must define the rules its main process chose.
-SCORE_JOBS = SETTINGS.score_jobs
-if SCORE_JOBS == "auto":
-    cluster = workflow.remote_exec or _executor_name() not in (None, "local", "dryrun", "touch")
-    SCORE_JOBS = "model" if cluster else "cell"
+# One scoring job per model (the default: one server start, each cell published or failed alone) or per cell
+# (docs/servers.md). A cluster job's own Snakemake parses this file with the same config, so it defines the same rules.
+SCORE_JOBS = score_jobs_mode(SETTINGS.score_jobs)
 MODELS = sorted({m for m, _ in CELLS})
 TASKS = sorted({t for _, t in CELLS})
 # The run's owner: a managed vLLM server lives as long as this Snakemake process (docs/servers.md). Each
@@ -76,31 +72,42 @@ TASKS = sorted({t for _, t in CELLS})
 OWNER_PID = os.getpid()
 
 
-def as_json(obj):
-    """A job's settings as one shell argument (always passed quoted, with :q)."""
-    if dataclasses.is_dataclass(obj):
-        obj = dataclasses.asdict(obj)
-    return json.dumps(obj, sort_keys=True)
+def score_job(wildcards):
+    """One cell's score job (always passed quoted, with :q)."""
+    return SETTINGS.score_job(
+        wildcards.model, wildcards.task, models_dir=MODELS_DIR, state_dir=STATE_DIR, server_log=SERVER_LOG.format(model=wildcards.model)
+    ).to_json()
+
+
+def score_model_job(wildcards):
+    """One model's scoring job: every cell, its task file and its staging folder."""
+    m = wildcards.model
+    return SETTINGS.score_model_job(
+        m,
+        models_dir=MODELS_DIR,
+        state_dir=STATE_DIR,
+        server_log=SERVER_LOG.format(model=m),
+        task_file=TASK_FILE,
+        staged=STAGED_DIR.replace("{model}", m),
+    ).to_json()
 
 
 def model_marker(model):
     """The prepared model folder's marker file, when the workflow prepares the model (else nothing)."""
-    if SETTINGS.models[model].source in ("smollm2", "hub"):
-        return [f"resources/models/{model}/anyjev-model.json"]
-    return []
+    return [f"{MODELS_DIR}/{model}/anyjev-model.json"] if SETTINGS.models[model].prepared else []
 
 
 def task_inputs(wildcards):
-    t = SETTINGS.tasks[wildcards.task]
-    if t.source == "file":
-        return [t.path]
-    if t.source == "hub":
-        return [f"resources/hub/{t.dataset(wildcards.task)}/meta.json"]
+    job = SETTINGS.prepare_job(wildcards.task, hub_cache=HUB_CACHE)
+    if job.source == "file":
+        return [job.path]
+    if job.source == "hub":
+        return [f"{HUB_CACHE}/{job.dataset}/meta.json"]
     return []
 
 
 def cell_files(name):
-    return [f"results/cells/{m}/{t}/{name}" for m, t in CELLS]
+    return [f"{CELL_DIR.format(model=m, task=t)}/{name}" for m, t in CELLS]
 
 
 def published_overlap_rows():
@@ -144,10 +151,8 @@ def output_targets():
 def retry_failed_allocations():
     """After a run with failed cells (score_jobs: model): drop the outcome record of each model that has one, so
     the next run schedules the model's job again; it rescores only the cells that are not staged yet."""
-    from anyjev.run.allocation import allocation_path, failed_cells
-
     for model in MODELS:
-        path = allocation_path(model)
+        path = ALLOCATION.format(model=model)
         failed = failed_cells(path)
         if failed:
             os.remove(path)

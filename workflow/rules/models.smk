@@ -1,16 +1,16 @@
-# Model weights, prepared once into resources/models/{model}/ (a Hugging Face folder).
+# Model weights, prepared once into MODELS_DIR/{model}/ (a Hugging Face folder).
 
 
 rule prepare_model:
     output:
-        "resources/models/{model}/anyjev-model.json",
+        f"{MODELS_DIR}/{{model}}/anyjev-model.json",
     log:
         "logs/prepare_model/{model}.log",
     localrule: True
     conda:
         "../envs/client.yaml"
     params:
-        settings=lambda wc: as_json(SETTINGS.model_job(wc.model)),
-        out=lambda wc: f"resources/models/{wc.model}",
+        job=lambda wc: SETTINGS.model_job(wc.model, lock_record=LOCK_RECORD).to_json(),
+        out=lambda wc: f"{MODELS_DIR}/{wc.model}",
     shell:
-        "python -m anyjev prepare-model --settings {params.settings:q} --out {params.out:q} > {log:q} 2>&1"
+        "python -m anyjev prepare-model --job {params.job:q} --out {params.out:q} > {log:q} 2>&1"

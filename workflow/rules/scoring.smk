@@ -7,7 +7,7 @@ if SCORE_JOBS == "cell":
     # One job per cell; the cells of a model share one server start through the run's lease.
     rule score_cell:
         input:
-            task="resources/tasks/{task}.jsonl",
+            task=TASK_FILE,
             model=lambda wc: model_marker(wc.model),
         output:
             scores="results/cells/{model}/{task}/scores.jsonl",
@@ -23,10 +23,10 @@ if SCORE_JOBS == "cell":
             **SETTINGS.score_resources(workflow.resource_settings.default_resources),
             gpu=lambda wc: SETTINGS.models[wc.model].gpus,
         params:
-            settings=lambda wc: as_json(SETTINGS.score_job(wc.model, wc.task)),
+            job=score_job,
         shell:
             # $PPID: the Snakemake process running this job owns the server (it stops when that process exits).
-            "python -m anyjev score --settings {params.settings:q} --task {input.task:q} --out {output.scores:q} "
+            "python -m anyjev score --job {params.job:q} --task-file {input.task:q} --out {output.scores:q} "
             "--provenance {output.provenance:q} --owner-pid $PPID > {log:q} 2>&1"
 
 else:
@@ -35,10 +35,10 @@ else:
     # its staging folder, each cell's outcome recorded (anyjev/run/allocation.py).
     rule score_model:
         input:
-            tasks=lambda wc: [f"resources/tasks/{t}.jsonl" for t in SETTINGS.model_tasks(wc.model)],
+            tasks=lambda wc: [TASK_FILE.format(task=t) for t in SETTINGS.model_tasks(wc.model)],
             model=lambda wc: model_marker(wc.model),
         output:
-            "results/cells/{model}/allocation.json",
+            ALLOCATION,
         log:
             "logs/score_model/{model}.log",
         benchmark:
@@ -50,16 +50,14 @@ else:
             **SETTINGS.score_resources(workflow.resource_settings.default_resources),
             gpu=lambda wc: SETTINGS.models[wc.model].gpus,
         params:
-            settings=lambda wc: as_json(SETTINGS.score_model_job(wc.model)),
-            tasks=lambda wc: " ".join(f"--task {shlex.quote(f'{t}=resources/tasks/{t}.jsonl')}" for t in SETTINGS.model_tasks(wc.model)),
+            job=score_model_job,
         shell:
-            "python -m anyjev score-model --settings {params.settings:q} {params.tasks} --out {output:q} "
-            "--owner-pid $PPID > {log:q} 2>&1"
+            "python -m anyjev score-model --job {params.job:q} --out {output:q} " "--owner-pid $PPID > {log:q} 2>&1"
 
     # Per cell, in the main process: publish the staged scores, or fail with the cell's own error.
     rule score_cell:
         input:
-            "results/cells/{model}/allocation.json",
+            ALLOCATION,
         output:
             scores="results/cells/{model}/{task}/scores.jsonl",
             provenance="results/cells/{model}/{task}/provenance.json",
@@ -85,7 +83,7 @@ rule evaluate_cell:
     conda:
         "../envs/client.yaml"
     params:
-        settings=as_json(SETTINGS.evaluation),
+        job=SETTINGS.evaluate_job().to_json(),
     shell:
-        "python -m anyjev evaluate --settings {params.settings:q} --scores {input:q} --out {output.metrics:q} "
+        "python -m anyjev evaluate --job {params.job:q} --scores {input:q} --out {output.metrics:q} "
         "--predictions {output.predictions:q} > {log:q} 2>&1"

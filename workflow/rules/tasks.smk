@@ -4,30 +4,30 @@
 
 rule fetch_hub_task:
     output:
-        "resources/hub/{dataset}/meta.json",
+        f"{HUB_CACHE}/{{dataset}}/meta.json",
     log:
         "logs/fetch_hub_task/{dataset}.log",
     localrule: True
     conda:
         "../envs/client.yaml"
     params:
-        # The configured revision and the run's lock (resources/lock.yaml, or the config's `lock:`, which pins).
-        settings=lambda wc: as_json(SETTINGS.fetch_job(wc.dataset)),
+        # The configured revision and the run's lock (LOCK_RECORD, or the config's `lock:`, which pins).
+        job=lambda wc: SETTINGS.fetch_job(wc.dataset, hub_cache=HUB_CACHE, lock_record=LOCK_RECORD).to_json(),
     shell:
-        "python -m anyjev fetch-task --settings {params.settings:q} > {log:q} 2>&1"
+        "python -m anyjev fetch-task --job {params.job:q} > {log:q} 2>&1"
 
 
 rule prepare_task:
     input:
         task_inputs,
     output:
-        "resources/tasks/{task}.jsonl",
+        TASK_FILE,
     log:
         "logs/prepare_task/{task}.log",
     localrule: True
     conda:
         "../envs/client.yaml"
     params:
-        settings=lambda wc: as_json(SETTINGS.prepare_job(wc.task)),
+        job=lambda wc: SETTINGS.prepare_job(wc.task, hub_cache=HUB_CACHE).to_json(),
     shell:
-        "python -m anyjev prepare-task --settings {params.settings:q} --out {output:q} > {log:q} 2>&1"
+        "python -m anyjev prepare-task --job {params.job:q} --out {output:q} > {log:q} 2>&1"

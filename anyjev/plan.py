@@ -4,10 +4,10 @@ no server.
 
 Counts are exact when a task's data is here (a file task, a built-in one, a hub task whose cache is fetched): the
 task is built and split as the prepare step does, and each item's prompts are rendered by
-:func:`anyjev.run.scoring.prepare_item` with the model's tokenizer, the function scoring uses, so ``prompts`` is
-what ``score_cell`` counts (distinct token-id prompts per item). A hub task not fetched yet is an estimate: the
-configured ``n_test + n_calib`` items and the hub task's known question (K, kind) from
-:data:`anyjev.data.hub.HUB_TASKS`; its prompt tokens are unknown until the data is fetched.
+:func:`anyjev.run.prepared.prepare_item` with the model's tokenizer under the cell's prompt options, the function
+scoring uses, so ``prompts`` is what ``score_cell`` counts (distinct token-id prompts per item). A hub task not
+fetched yet is an estimate: the configured ``n_test + n_calib`` items and the hub task's known question (K, kind)
+from :data:`anyjev.data.hub.HUB_TASKS`; its prompt tokens are unknown until the data is fetched.
 """
 
 from __future__ import annotations
@@ -17,12 +17,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anyjev.data.tasks import Item, split_items
-from anyjev.decision.labels import label_strings
-from anyjev.decision.layouts import layouts_for
-from anyjev.decision.prompts import DEFAULT_PROFILE, user_message
+from anyjev.data.hub import HUB_TASKS
+from anyjev.data.prepare import build_task
+from anyjev.data.split import split_items
+from anyjev.data.tasks import Item
+from anyjev.decision.labels import LabelChecker, label_strings
+from anyjev.decision.options import PromptOptions
+from anyjev.decision.prompts import user_message
 from anyjev.decision.questions import choice, noul
 from anyjev.errors import LabelTokenError, TaskDataError
+from anyjev.run.allocation import score_jobs_mode
+from anyjev.run.cell import load_tokenizer
+from anyjev.run.prepared import prepare_item
+from anyjev.run.probes import CONTENT_FREE_PROBES, prepare_content_free
+from anyjev.run.requests import sent_counts
 from anyjev.settings import Settings
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -40,23 +48,18 @@ class TaskCounts:
 
 def _estimated_items(dataset: str, n: int) -> list[Item]:
     """N stand-in items with the hub task's known question (K options, distinct texts; empty states)."""
-    from anyjev.data.hub import HUB_TASKS
-
     spec = HUB_TASKS[dataset]
     q = noul("?") if spec.kind == "noul" else choice("?", [f"option {i}" for i in range(spec.k)])
     return [Item(id=f"estimate-{i}", state="", question=q, gold=0) for i in range(n)]
 
 
-def task_counts(settings: Settings, task: str) -> TaskCounts:
+def task_counts(settings: Settings, task: str, hub_cache: str) -> TaskCounts:
     """The task's split items, built as the prepare step builds them; an estimate for a hub task not fetched."""
-    from anyjev.data.hub import HUB_TASKS
-    from anyjev.data.prepare import build_task
-
-    job = settings.prepare_job(task)
+    job = settings.prepare_job(task, hub_cache=hub_cache)
     t = settings.tasks[task]
     reason = None
-    meta = Path(job["hub_cache"]) / t.dataset(task) / "meta.json"
-    if t.source == "hub" and t.dataset(task) in HUB_TASKS and not meta.is_file():
+    meta = Path(hub_cache) / job.dataset / "meta.json"
+    if t.source == "hub" and job.dataset in HUB_TASKS and not meta.is_file():
         reason = f"{meta} not fetched"
     else:
         try:
@@ -66,92 +69,82 @@ def task_counts(settings: Settings, task: str) -> TaskCounts:
                 raise
             reason = f"the cache cannot be built ({exc})"
     if reason is not None:
-        spec = HUB_TASKS[t.dataset(task)]
+        spec = HUB_TASKS[job.dataset]
         why = (f"{reason}: n_test + n_calib from the config, K = {spec.k} ({spec.kind}) from anyjev.data.hub.HUB_TASKS"
-               + ("" if not job["allow_fewer"] else "; fewer items if the dataset has fewer (allow_fewer)"))
-        return TaskCounts(_estimated_items(t.dataset(task), job["n_test"] + job["n_calib"]), job["n_test"], job["n_calib"], why)
-    items = split_items(built.items, job["n_test"], job["n_calib"], seed=job["split_seed"], allow_fewer=job["allow_fewer"],
-                        label=task)
+               + ("" if not job.allow_fewer else "; fewer items if the dataset has fewer (allow_fewer)"))
+        return TaskCounts(_estimated_items(job.dataset, job.n_test + job.n_calib), job.n_test, job.n_calib, why)
+    items = split_items(built.items, job.n_test, job.n_calib, seed=job.split_seed, allow_fewer=job.allow_fewer, label=task)
     n_test = sum(it.split == "test" for it in items)
     return TaskCounts(items, n_test, len(items) - n_test)
 
 
-def tokenizer_dir(settings: Settings, model: str) -> str | None:
-    """The model's tokenizer folder when it is here (prepared under resources/models/, local, or a url model's)."""
-    d = settings.model_dir(model)
+def tokenizer_dir(settings: Settings, model: str, models_dir: str) -> str | None:
+    """The model's tokenizer folder when it is here (prepared under MODELS_DIR, local, or a url model's)."""
+    d = settings.model_dir(model, models_dir)
     return d if any((Path(d) / f).is_file() for f in TOKENIZER_FILES) else None
 
 
-def item_counts(item: Item, tokenizer=None, checker=None, *, profile: str = DEFAULT_PROFILE,
-                answer_mass: bool = False, option_order: str = "as_given") -> tuple[int, int, int | None]:
-    """(layouts, prompts, prompt tokens) of one item: with a tokenizer, as scoring renders (in the cell's prompt
-    PROFILE and OPTION_ORDER) and counts them (:func:`anyjev.run.scoring.sent_counts`: distinct token-id prompts, plus one for the
+def item_counts(item: Item, options: PromptOptions, tokenizer=None, checker=None, *, answer_mass: bool
+                ) -> tuple[int, int, int | None]:
+    """(layouts, prompts, prompt tokens) of one item: with a tokenizer, as scoring renders (under the cell's prompt
+    OPTIONS) and counts them (:func:`anyjev.run.requests.sent_counts`: distinct token-id prompts, plus one for the
     answer mass); without, distinct user turns (one chat template renders distinct turns to distinct ids)."""
     if tokenizer is not None:
-        from anyjev.run.scoring import prepare_item, sent_counts
-
-        p = prepare_item(tokenizer, checker, item, "", profile=profile, option_order=option_order)
+        p = prepare_item(tokenizer, checker, item, "", options)
         prompts, tokens = sent_counts(p, answer_mass=answer_mass)
         return len(p.layouts), prompts, tokens
     labels = label_strings(item.question, "default")
-    layouts = [lay for group in layouts_for(item.question).values() for lay in group]
+    layouts = [lay for group in options.layouts(item.question).values() for lay in group]
     distinct = {user_message(item.question, item.state, lay, labels) for lay in layouts}
     return len(layouts), len(distinct) + int(answer_mass), None
 
 
-def content_free_counts(items: list[Item], tokenizer=None, checker=None, *, profile: str = DEFAULT_PROFILE,
-                        option_order: str = "as_given") -> tuple[int, int | None]:
+def content_free_counts(items: list[Item], options: PromptOptions, tokenizer=None, checker=None) -> tuple[int, int | None]:
     """(prompts, prompt tokens) of the content-free probes a cell reads besides its items: with a tokenizer,
-    exactly the probes :func:`anyjev.run.scoring.prepare_content_free` makes (one set per distinct question,
+    exactly the probes :func:`anyjev.run.probes.prepare_content_free` makes (one set per distinct question,
     shared where the prompts coincide); without, every distinct question's probes in each layout."""
-    from anyjev.run.scoring import CONTENT_FREE_PROBES, prepare_content_free, prepare_item, sent_counts
-
     if tokenizer is not None:
-        prepared = [prepare_item(tokenizer, checker, it, "", profile=profile, option_order=option_order) for it in items]
-        counts = [sent_counts(p) for _, p in prepare_content_free(tokenizer, checker, prepared, profile=profile,
-                                                                    option_order=option_order)]
+        prepared = [prepare_item(tokenizer, checker, it, "", options) for it in items]
+        counts = [sent_counts(p, answer_mass=False) for _, p in prepare_content_free(tokenizer, prepared, options)]
         return sum(c[0] for c in counts), sum(c[1] for c in counts)
     questions = {it.question.key(): it.question for it in items}
-    layouts = sum(len(group) for q in questions.values() for group in layouts_for(q).values())
+    layouts = sum(len(group) for q in questions.values() for group in options.layouts(q).values())
     return layouts * len(CONTENT_FREE_PROBES), None
 
 
-def plan_config(config_path: str | os.PathLike, *, workdir: str | os.PathLike = ".") -> dict[str, Any]:
-    """The plan of the run CONFIG_PATH describes (see the module docstring), as a JSON-able dict."""
+def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: str, workdir: str | os.PathLike = "."
+                ) -> dict[str, Any]:
+    """The plan of the run CONFIG_PATH describes (see the module docstring), as a JSON-able dict. MODELS_DIR and
+    HUB_CACHE are where the workflow keeps prepared models and fetched hub data."""
     settings = Settings.load(config_path, workdir=workdir)
-    tasks = {t: task_counts(settings, t) for t in dict.fromkeys(t for _, t in settings.cells)}
+    tasks = {t: task_counts(settings, t, hub_cache) for t in dict.fromkeys(t for _, t in settings.cells)}
     tokenizers: dict[str, Any] = {}
     cells = []
     for model, task in settings.cells:
         tc = tasks[task]
         cell: dict[str, Any] = {"model": model, "task": task, "items": len(tc.items), "n_test": tc.n_test,
                                 "n_calib": tc.n_calib, "estimate": tc.estimate}
-        tok_dir = tokenizer_dir(settings, model)
+        tok_dir = tokenizer_dir(settings, model, models_dir)
         tokenizer = checker = None
         missing = (["task data not fetched"] if tc.estimate is not None else []) + (["tokenizer not prepared"] if tok_dir is None else [])
         if missing:
             cell["tokens_note"] = ", ".join(missing)
         else:
-            from anyjev.decision.labels import LabelChecker
-            from anyjev.run.cell import load_tokenizer
-
             tokenizer = tokenizers.setdefault(model, load_tokenizer(tok_dir))
             checker = LabelChecker(tokenizer)
-        scoring = {"profile": settings.scoring.prompt_profile, "answer_mass": settings.scoring.answer_mass}
+        options, answer_mass = settings.scoring.prompt, settings.scoring.answer_mass
         try:
-            counts = [item_counts(it, tokenizer, checker, **scoring, option_order=settings.scoring.option_order)
-                      for it in tc.items]
+            counts = [item_counts(it, options, tokenizer, checker, answer_mass=answer_mass) for it in tc.items]
         except LabelTokenError as exc:
             cell["tokens_note"] = f"labels fail with this tokenizer: {exc}"
-            counts = [item_counts(it, **scoring) for it in tc.items]
+            counts = [item_counts(it, options, answer_mass=answer_mass) for it in tc.items]
         per_item = sorted({c[0] for c in counts})
         cell |= {"layouts_per_item": [per_item[0], per_item[-1]] if per_item else [0, 0],
                  "layouts": sum(c[0] for c in counts), "prompts": sum(c[1] for c in counts),
                  "prompt_tokens": sum(c[2] for c in counts) if counts and counts[0][2] is not None else None}
-        if settings.content_free:  # the probes for the content-free prior (prior_mode content_free or level L0-cf)
+        if settings.scoring.content_free:  # the probes for the content-free prior (prior_mode content_free or level L0-cf)
             cf_tok = tokenizer if "tokens_note" not in cell else None
-            cf_prompts, cf_tokens = content_free_counts(tc.items, cf_tok, checker, profile=scoring["profile"],
-                                                        option_order=settings.scoring.option_order)
+            cf_prompts, cf_tokens = content_free_counts(tc.items, options, cf_tok, checker)
             cell["content_free_prompts"] = cf_prompts
             cell["prompts"] += cf_prompts
             if cell["prompt_tokens"] is not None and cf_tokens is not None:
@@ -167,16 +160,18 @@ def plan_config(config_path: str | os.PathLike, *, workdir: str | os.PathLike = 
         "total": {key: sum(c[key] for c in cells) for key in ("items", "n_test", "n_calib", "layouts", "prompts")}
         | {"prompt_tokens": sum(c["prompt_tokens"] or 0 for c in cells),
            "cells_without_tokens": sum(c["prompt_tokens"] is None for c in cells)},
-        "score_jobs": settings.score_jobs,
+        "score_jobs": score_jobs_mode(settings.score_jobs),
         "server_starts": server_starts(settings, managed),
     }
 
 
 def server_starts(settings: Settings, managed: list[str]) -> dict[str, dict[str, int]]:
     """Server starts per managed model, for a local run and for ``--executor slurm`` (docs/servers.md): one per
-    model, except on a cluster under ``score_jobs: cell``, where each cell's job starts its own."""
+    model, except on a cluster under ``score_jobs: cell``, where each cell's job starts its own (locally the cells
+    of a model share one start through the run's lease)."""
     once = {m: 1 for m in managed}
-    return {"local": once, "slurm": {m: len(settings.model_tasks(m)) for m in managed} if settings.score_jobs == "cell" else once}
+    per_cell = score_jobs_mode(settings.score_jobs) == "cell"
+    return {"local": once, "slurm": {m: len(settings.model_tasks(m)) for m in managed} if per_cell else once}
 
 
 def _n(x: int) -> str:

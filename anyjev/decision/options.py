@@ -1,0 +1,66 @@
+"""Everything that shapes a prompt, in one object: every path that renders a prompt (scoring, the context check,
+``anyjev plan``, ``anyjev show``, ``anyjev export-prompts``) goes through the same :class:`PromptOptions`, so none of
+them can render a prompt other than the one that was scored."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from anyjev.decision.layouts import OPTION_ORDERS, Layout, layouts_for
+from anyjev.decision.prompts import PROFILES, PromptProfile, render_text
+from anyjev.decision.questions import Question
+from anyjev.errors import ConfigError
+from anyjev.schema import setting
+
+# A cell scored before profiles and option orders existed used this project's prompt and the given order.
+LEGACY_PROFILE = "anyjev"
+
+
+@dataclass(frozen=True)
+class PromptOptions:
+    """The wording (``prompt_profile``), the listing the rotations start from (``option_order``), and which layouts
+    an item is shown in: every cyclic rotation of its options (``permute``; L0's average) and the reversed listing
+    (``flip``; the order-flip probe). The first two are the config's ``scoring.*`` keys; the workflow always shows
+    every rotation of both listings."""
+
+    prompt_profile: str = setting("scoring", "prompt_profile")
+    option_order: str = setting("scoring", "option_order")
+    permute: bool = True
+    flip: bool = True
+
+    def __post_init__(self) -> None:
+        if self.prompt_profile not in PROFILES:
+            raise ConfigError("scoring.prompt_profile", f"unknown prompt profile {self.prompt_profile!r}; known: "
+                              f"{', '.join(PROFILES)}")
+        if self.option_order not in OPTION_ORDERS:
+            raise ConfigError("scoring.option_order", f"must be one of {', '.join(OPTION_ORDERS)}, got {self.option_order!r}")
+
+    @property
+    def profile(self) -> PromptProfile:
+        return PROFILES[self.prompt_profile]
+
+    def layouts(self, question: Question) -> dict[str, list[Layout]]:
+        """The layouts an item of QUESTION is shown in, by group (``fwd``, ``rev``)."""
+        return layouts_for(question, permute=self.permute, flip=self.flip, option_order=self.option_order)
+
+    def render(self, tokenizer, question: Question, state: str, layout: Layout, labels: Sequence[str]) -> str:
+        """The exact prompt text of one layout (chat template applied, generation prompt appended)."""
+        return render_text(tokenizer, question, state, layout, labels, self.profile)
+
+    def identity(self) -> dict[str, Any]:
+        """What a cell's identity records of how its prompts were made (so a checkpoint made otherwise is not
+        resumed, and ``anyjev export-prompts`` can rebuild them: :meth:`from_identity`)."""
+        out: dict[str, Any] = {"prompt_profile": self.profile.identity(), "layouts": {"permute": self.permute, "flip": self.flip}}
+        if self.option_order != "as_given":  # a default cell's identity is what it always was
+            out["option_order"] = self.option_order
+        return out
+
+    @classmethod
+    def from_identity(cls, identity: dict[str, Any]) -> PromptOptions:
+        """The options a scored cell's prompts were made with, read back from its identity."""
+        layouts = identity.get("layouts") or {}
+        return cls(prompt_profile=(identity.get("prompt_profile") or {}).get("name", LEGACY_PROFILE),
+                   option_order=identity.get("option_order", "as_given"),
+                   permute=layouts.get("permute", True), flip=layouts.get("flip", True))

@@ -1,0 +1,119 @@
+"""The job contract: what a workflow rule hands the library, as one typed object.
+
+Each step owns the type of its job (``PrepareJob`` in :mod:`anyjev.data.prepare`, ``ScoreJob`` in
+:mod:`anyjev.run.cell`, ...); :class:`anyjev.settings.Settings` builds every job once from the validated config; a
+rule passes it as one quoted JSON argument (``--job '{...}'``); the command line parses it back into the same type
+with :meth:`Job.from_json`, refusing a key it does not know or a key it misses (naming the key path), and hands the
+typed object on. A setting therefore has one name from the schema to the function that uses it, and cannot be
+dropped on the way: a field that is not in the type is an error, not a silently ignored key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+from anyjev.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def to_data(obj: Any) -> Any:
+    """A job (or any value inside one) as JSON-ready data: dataclasses as dicts, tuples as lists."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_data(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, list | tuple):
+        return [to_data(v) for v in obj]
+    if isinstance(obj, dict):
+        return {str(k): to_data(v) for k, v in obj.items()}
+    return obj
+
+
+def _convert(hint: Any, value: Any, where: str) -> Any:
+    """VALUE read back as the type HINT (nested dataclasses, optional values, tuples, dicts, plain scalars)."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None:
+            if type(None) in args:
+                return None
+            raise ConfigError(where, "is null, but a value is required")
+        present = [a for a in args if a is not type(None)]
+        if len(present) == 1:  # an optional value: its own error names the key that is wrong inside it
+            return _convert(present[0], value, where)
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(arg, value, where)
+            except ConfigError:
+                continue
+        raise ConfigError(where, f"{value!r:.80} is none of {', '.join(getattr(a, '__name__', str(a)) for a in args)}")
+    if dataclasses.is_dataclass(hint):
+        return from_data(hint, value, where)
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(where, f"expected a list, got {value!r:.80}")
+        args = typing.get_args(hint)
+        item = args[0] if args else Any
+        return tuple(_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is list:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(where, f"expected a list, got {value!r:.80}")
+        (item,) = typing.get_args(hint) or (Any,)
+        return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(where, f"expected a mapping, got {value!r:.80}")
+        _, item = typing.get_args(hint) or (str, Any)
+        return {k: _convert(item, v, f"{where}.{k}") for k, v in value.items()}
+    if hint is bool and not isinstance(value, bool):
+        raise ConfigError(where, f"expected true or false, got {value!r:.80}")
+    if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(where, f"expected an integer, got {value!r:.80}")
+    if hint is float and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise ConfigError(where, f"expected a number, got {value!r:.80}")
+    if hint is str and not isinstance(value, str):
+        raise ConfigError(where, f"expected a string, got {value!r:.80}")
+    return float(value) if hint is float else value
+
+
+def from_data(cls: type[T], data: Any, where: str = "job") -> T:
+    """Build the dataclass CLS from DATA (a JSON mapping), refusing unknown and missing keys, naming their path."""
+    if not isinstance(data, dict):
+        raise ConfigError(where, f"expected a mapping for {cls.__name__}, got {data!r:.80}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}", f"unknown key for {cls.__name__} (known: {', '.join(sorted(fields))})")
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for name, f in fields.items():
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"{where}.{name}", f"missing (every {cls.__name__} names it)")
+            continue
+        values[name] = _convert(hints[name], data[name], f"{where}.{name}")
+    return cls(**values)
+
+
+class Job:
+    """Mixin for the frozen dataclass a rule hands its job: one JSON argument there, the same type here."""
+
+    def to_json(self) -> str:
+        """The job as the one JSON argument a rule passes (sorted keys)."""
+        return json.dumps(to_data(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text_or_path: str) -> Self:
+        """The job from its JSON argument (or from a file holding it), as this type; ConfigError names a bad key."""
+        text = text_or_path if text_or_path.lstrip().startswith("{") else Path(text_or_path).read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError("--job", f"not JSON ({exc})") from None
+        return from_data(cls, data, "job")

@@ -1,0 +1,75 @@
+"""The evaluate job: a scored cell read back (:mod:`anyjev.run.records`), evaluated offline
+(:mod:`anyjev.numbers.evaluation`), and written as ``metrics.json`` and ``predictions.csv``; no server needed."""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from anyjev.decision.layouts import GROUPS
+from anyjev.files import write_json_atomic, write_text_atomic
+from anyjev.jobs import Job
+from anyjev.numbers.evaluation import Evaluation, EvaluationOptions, evaluate
+from anyjev.numbers.metrics import METRICS, TIE_TOL
+from anyjev.run.records import cell_groups
+from anyjev.run.store import read_cell
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvaluateJob(Job):
+    """What the evaluate step needs (built by ``Settings.evaluate_job``): the config's ``evaluation.*``."""
+
+    evaluation: EvaluationOptions = field(default_factory=EvaluationOptions)
+
+
+def evaluate_records(records: list[dict], options: EvaluationOptions | None = None, *, extras: dict[str, dict] | None = None,
+                     source: str = "<records>", level: float = 0.95) -> Evaluation:
+    """Levels and metrics of a cell's item records (and its other records: content-free probes add ``L0-cf``)."""
+    options = options or EvaluationOptions()
+    cell = cell_groups(records, extras, options.prior_mode, source)
+    return evaluate(cell.groups, options, ids=cell.ids, n_calib_items=cell.n_calib, answer_masses=cell.answer_mass,
+                    level=level, source=source)
+
+
+def write_predictions(path: str | os.PathLike, evaluation: Evaluation) -> None:
+    """One row per (test item, level, group): gold, predicted option, confidence, p(gold), tied top labels.
+
+    ``pred`` is the lowest-index top option; ``n_top`` > 1 says it is tied and the metrics count each tied
+    option with weight 1/n_top.
+    """
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow(["item_id", "level", "group", "gold", "pred", "conf", "p_gold", "n_top"])
+    gold = evaluation.gold
+    for level in evaluation.levels:
+        for group in GROUPS:
+            lp = evaluation.point[level].get(group)
+            if lp is None:
+                continue
+            p = np.exp(lp)
+            n_top = (lp >= lp.max(axis=1, keepdims=True) - TIE_TOL).sum(axis=1)
+            for i, item in enumerate(evaluation.ids):
+                pred = int(np.argmax(p[i]))
+                w.writerow([item, level, group, int(gold[i]), pred, repr(float(p[i, pred])),
+                            repr(float(p[i, gold[i]])), int(n_top[i])])
+    write_text_atomic(path, buf.getvalue())
+
+
+def evaluate_cell(job: EvaluateJob, scores: str, metrics_out: str, predictions_out: str | None = None) -> dict:
+    """Evaluate the scores file SCORES; write ``metrics.json`` (and the predictions CSV) atomically."""
+    identity, records, extras = read_cell(scores)
+    evaluation = evaluate_records(records, job.evaluation, source=scores, extras=extras)
+    out = evaluation.to_json() | {"identity": identity, "metric_names": list(METRICS)}
+    write_json_atomic(metrics_out, out)
+    acc = {lv: round(out["metrics"][lv]["acc"]["value"], 3) for lv in out["levels"]}
+    log.info("evaluated %s: n=%d K=%s acc %s", scores, out["n"], out["k"], acc)
+    if predictions_out:
+        write_predictions(predictions_out, evaluation)
+    return out

@@ -1,0 +1,55 @@
+"""What a cell reads (:class:`ScoringOptions`, the config's ``scoring.*``) and the identity it is recorded under: a
+checkpoint made under another identity (another prompt, another stopping rule, without answer mass) is never resumed,
+and a finished cell is not scored again under the same one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from anyjev.decision.options import PromptOptions
+from anyjev.decision.prompts import PROMPT_SYSTEM_VERSION
+from anyjev.errors import ConfigError
+from anyjev.run.adaptive import rule_identity
+from anyjev.run.probes import CONTENT_FREE_PROBES
+from anyjev.schema import setting
+
+# Bump when the prompt text or layout scheme changes: partial scores made under another version are not resumed.
+PROMPT_VERSION = "1"
+# The values of the config key scoring.rotations (the schema's enum; a test keeps them equal).
+ROTATIONS = ("full", "adaptive")
+
+
+@dataclass(frozen=True)
+class ScoringOptions:
+    """What every cell asks the model and records per item: how its prompts are made (``prompt``), whether each item
+    also reads its answer mass, full or adaptive rotations (with the stopping rule's target, confidence and round
+    size), and whether the content-free probes are read too (the evaluation's prior mode or levels need them)."""
+
+    prompt: PromptOptions = field(default_factory=PromptOptions)
+    answer_mass: bool = setting("scoring", "answer_mass")
+    rotations: str = setting("scoring", "rotations")
+    target_disagreement: float = setting("scoring", "target_disagreement")
+    confidence: float = setting("scoring", "confidence")
+    rotations_per_round: int = setting("scoring", "rotations_per_round")
+    content_free: bool = False
+
+    def __post_init__(self) -> None:
+        if self.rotations not in ROTATIONS:
+            raise ConfigError("scoring.rotations", f"must be one of {', '.join(ROTATIONS)}, got {self.rotations!r}")
+        if self.rotations == "adaptive":
+            rule_identity(self.target_disagreement, self.confidence, self.rotations_per_round)
+
+
+def scoring_identity(options: ScoringOptions) -> dict[str, Any]:
+    """The identity fragment for how prompts are made and what each record holds; merge it into the cell's identity.
+
+    Settings at their defaults add nothing (a default cell's identity is what it always was); adaptive rotations add
+    every setting the stopping rule depends on, so a changed target is never resumed."""
+    out: dict[str, Any] = {"prompt_version": f"{PROMPT_VERSION}.{PROMPT_SYSTEM_VERSION}", **options.prompt.identity(),
+                           "answer_mass": bool(options.answer_mass)}
+    if options.rotations == "adaptive":
+        out["rotations"] = rule_identity(options.target_disagreement, options.confidence, options.rotations_per_round)
+    if options.content_free:
+        out["content_free"] = list(CONTENT_FREE_PROBES)
+    return out

@@ -1,0 +1,68 @@
+"""Requests for a chunk of prepared items: each label set's prompts in one backend call (identical prompts sent
+once), the answer-mass prompts apart, and what an item costs (the prompts and prompt tokens it sends)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from anyjev.backends.base import Backend
+from anyjev.decision.layouts import Layout
+from anyjev.errors import BackendError, LabelTokenError
+from anyjev.run.prepared import PreparedItem
+
+
+def answer_masses(backend: Backend, chunk: Sequence[PreparedItem]) -> list[float]:
+    """Per item, the probability the model puts on its label tokens at all (full vocabulary), read from
+    the raw layout (fwd/r0): one more prompt per item, from the same backend."""
+    vocab = getattr(backend, "vocab_logprobs", None)
+    if vocab is None:
+        raise BackendError(f"backend {backend.name!r} cannot read full-vocabulary log-probs; answer_mass needs one that can")
+    out: list[float] = [math.nan] * len(chunk)
+    by_labels: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(chunk):
+        by_labels.setdefault(tuple(p.label_ids), []).append(i)
+    for key, members in by_labels.items():
+        values = vocab([chunk[i].layouts[0][1] for i in members], list(key))
+        for i, row in zip(members, values, strict=True):
+            out[i] = float(math.exp(float(np.logaddexp.reduce(row))))
+    return out
+
+
+def read_layouts(backend: Backend, requests: Sequence[tuple[Sequence[int], Sequence[tuple[Layout, list[int]]]]]
+                 ) -> tuple[list[dict[str, list[float]]], int]:
+    """Label log-probs of each request's layouts, as ``{layout name: lp}`` per request, and the number of
+    prompts sent: one backend call per label set, identical prompts sent once. A request is
+    ``(label ids, [(layout, prompt ids), ...])``."""
+    by_labels: dict[tuple[int, ...], list[list[int]]] = {}
+    index: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+    for label_ids, layouts in requests:
+        key = tuple(label_ids)
+        bucket = by_labels.setdefault(key, [])
+        for _, ids in layouts:
+            k = (key, tuple(ids))
+            if k not in index:
+                index[k] = len(bucket)
+                bucket.append(ids)
+    results = {key: backend.label_logprobs(prompts, list(key)) for key, prompts in by_labels.items()}
+    out = []
+    for label_ids, layouts in requests:
+        key = tuple(label_ids)
+        out.append({lay.name: results[key][index[(key, tuple(ids))]].tolist() for lay, ids in layouts})
+    return out, len(index)
+
+
+def sent_counts(p: PreparedItem, *, answer_mass: bool) -> tuple[int, int]:
+    """(prompts, prompt tokens) an item costs: its distinct token-id prompts (layouts that render the same ids
+    are sent once), plus its raw layout again for the answer mass. What a cell's counts and `anyjev plan` add up."""
+    distinct = {tuple(ids) for _, ids in p.layouts}
+    extra = len(p.layouts[0][1]) if answer_mass else 0
+    return len(distinct) + int(answer_mass), sum(map(len, distinct)) + extra
+
+
+def name_items(chunk: Sequence[PreparedItem], exc: LabelTokenError) -> LabelTokenError:
+    ids = ", ".join(repr(p.item.id) for p in chunk[:5])
+    return LabelTokenError(f"scoring items {ids}{'...' if len(chunk) > 5 else ''}: {exc}",
+                           missing_ids=exc.missing_ids, returned_ids=exc.returned_ids)

@@ -1,0 +1,24 @@
+"""What the benchmarks share: the default experiment's SmolLM2 CPU server (config/config.yaml holds its flags), run
+from this checkout's vLLM environment."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from anyjev.serving.spec import ServerSpec
+from anyjev.settings import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / "config" / "config.yaml"
+MODELS_DIR = REPO / "resources" / "models"
+SMOL_DIR = MODELS_DIR / "smollm2-135m"
+SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
+
+
+def smollm2_spec(name: str, **changes) -> ServerSpec:
+    """The default config's SmolLM2 server (pinned flags, fp32 head) under NAME (its served name too), with CHANGES
+    (any ServerSpec field: dtype, prefix_caching, server_env, model, ...)."""
+    base = Settings.load(CONFIG, workdir=REPO).server_spec("smollm2-135m", str(MODELS_DIR))
+    fields = {"name": name, "served_name": name, "model": str(SMOL_DIR), "python": str(SERVER_PYTHON)}
+    return dataclasses.replace(base, **(fields | changes))
