@@ -446,3 +446,80 @@ def evaluate_file(scores: str, metrics_out: str, predictions_out: str | None = N
     if predictions_out:
         write_predictions(predictions_out, evaluation)
     return out
+
+
+# ------------------------------------------------------------------------------------------- per item
+@dataclass
+class ItemLevels:
+    """The point levels of a cell's test items (cell order) with what made them, to look at single items.
+
+    * ``ids``, ``gold`` ``(N,)``, ``k`` ``(N,)``: the test items as :func:`evaluate_records` orders them;
+    * ``levels[level][group]``: option-space log-probs ``(N, Kmax)`` (``-inf`` on padded options), the arrays
+      :func:`evaluate_records` computes its metrics and :func:`write_predictions` its rows from;
+    * ``temperature[group]``: L1's fitted T (absent without calibration items);
+    * ``test_prior[group][i]``: the prior divided out of test item ``i`` for L0 (L0-bc: its row 0),
+      probabilities ``(S, K_i)`` in position space (rows: the group's layouts r0, r1, ...; columns: labels);
+    * ``l1_prior[group][i]``: the prior under which L1's temperature is applied to item ``i`` (the calibration
+      items' frozen prior of its prior group, or its content-free prior), same shape; absent without L1;
+    * ``prior_source``: ``items``, ``calibration`` or ``content_free`` (``/``-joined when K groups differ).
+    """
+
+    ids: list[str]
+    gold: np.ndarray
+    k: np.ndarray
+    levels: dict[str, dict[str, np.ndarray]]
+    temperature: dict[str, float]
+    test_prior: dict[str, list[np.ndarray]]
+    l1_prior: dict[str, list[np.ndarray]]
+    prior_source: str
+
+
+def item_levels(records: list[dict], settings: EvaluationSettings | None = None, *, source: str = "<records>",
+                extras: dict[str, dict] | None = None) -> ItemLevels:
+    """Every level of every test item at the point (no bootstrap), by the code :func:`evaluate_records` uses
+    for its point values, with the per-item priors and L1's temperature; ``evaluate_records`` with the same
+    SETTINGS gives the same levels (so the same ``predictions.csv``)."""
+    s = settings or EvaluationSettings()
+    if s.prior_mode not in PRIOR_MODES:
+        raise ValueError(f"prior_mode: must be one of {PRIOR_MODES}, got {s.prior_mode!r}")
+    test = [r for r in records if r.get("split") in (None, "test")]
+    calib = [r for r in records if r.get("split") == "calib"]
+    if not test:
+        raise TaskDataError(source, "items", "no test items to evaluate")
+    batch = (s.prior_batch_size or 1) if s.prior_mode == "streaming" else None
+    fit_settings = {"strength": s.prior_strength, "min_items": s.prior_min_items, "batch_size": batch}
+    cf: dict[str, list[dict]] = {}
+    for rec in sorted((extras or {}).values(), key=lambda r: r["id"]):
+        if rec.get("type") == "content_free":
+            for key in rec["questions"]:
+                cf.setdefault(key, []).append(rec)
+    groups = _k_groups(test, calib, source, cf, s.prior_mode)
+    with_l1 = all(g.inputs.n_calib > 0 for g in groups)
+    idx = _identity(groups, with_l1)
+    levels, gold, log_t = _replicates(groups, idx, with_l1, fit_settings)
+    order = _test_order(groups)
+    test_prior: dict[str, list[np.ndarray | None]] = {}
+    l1_prior: dict[str, list[np.ndarray | None]] = {}
+    for grp, (it, ic) in zip(groups, idx, strict=True):
+        res = levels_resampled(grp.inputs, it, ic, fit=False, prior_source=grp.prior_source, **fit_settings)
+        for g, prior in res.test_prior.items():
+            test_prior.setdefault(g, [None] * len(test))
+            frozen = None
+            if with_l1 and grp.prior_source == "content_free":
+                frozen = prior[0]
+            elif with_l1:
+                frozen = res.calib_prior[g][0][0][grp.inputs.test_gid]
+            for j, pos in enumerate(grp.test_pos):
+                test_prior[g][pos] = prior[0, j]
+                if frozen is not None:
+                    l1_prior.setdefault(g, [None] * len(test))[pos] = frozen[j]
+    return ItemLevels(
+        ids=[r["id"] for r in test],
+        gold=gold[0, order],
+        k=np.array([int(r["k"]) for r in test]),
+        levels={name: {g: v[0, order] for g, v in lv.items()} for name, lv in levels.items()},
+        temperature={g: math.exp(float(v[0])) for g, v in log_t.items()},
+        test_prior=test_prior,  # type: ignore[arg-type]
+        l1_prior=l1_prior,  # type: ignore[arg-type]
+        prior_source="/".join(sorted({g.prior_source for g in groups})),
+    )
