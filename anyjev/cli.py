@@ -134,6 +134,12 @@ def cmd_fetch_task(args: argparse.Namespace) -> None:
     print(fetch_job(load_job(args.settings)))
 
 
+def cmd_viewer(args: argparse.Namespace) -> None:
+    from anyjev.outputs.viewer import load_viewer_job, write_viewer
+
+    print(write_viewer(load_viewer_job(args.settings, args.config), args.out))
+
+
 def cmd_plan(args: argparse.Namespace) -> None:
     from anyjev.run.plan import plan_config, plan_text
 
@@ -225,6 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
                  "prompt tokens per cell and in total, and the server starts per model")
     s.add_argument("--config", default="config/config.yaml", help="config file (default config/config.yaml)")
     s.add_argument("--json", action="store_true", help="print the plan as JSON")
+    s = _command(sub, "viewer", cmd_viewer, "write the run's item-level viewer (results/viewer/index.html: opens from disk, "
+                 "offline) from the cells that finished; the others are shown as failed")
+    s.add_argument("--settings", help=f"{SETTINGS_HELP} (anyjev.outputs.viewer.viewer_job)")
+    s.add_argument("--config", default="config/config.yaml", help="without --settings: the run's config file "
+                   "(default config/config.yaml)")
+    s.add_argument("--out", default="results/viewer", help="output folder (default results/viewer; replaced)")
     return p
 
 
