@@ -130,6 +130,7 @@ def output_targets():
         "results/plots/flip_by_level.png",
         "results/plots/flip_by_level.pdf",
         *[f"results/plots/reliability/{m}/{t}.{ext}" for m, t in CELLS for ext in ("png", "pdf")],
+        "results/viewer/index.html",
     ]
     if SETTINGS.published:
         targets += ["results/tables/vs_published.csv", "results/tables/vs_published.md"]
