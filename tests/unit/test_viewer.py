@@ -1,0 +1,188 @@
+"""The viewer's generator (anyjev/outputs/viewer.py) and the finished/failed cells helper (anyjev/outputs/cells.py):
+the committed results/viewer is what the generator writes from the committed cells, per-item levels are the
+library's, a predictions file or a prompt that does not follow from the scores is refused, failed cells name
+their error and log. The page itself is tested in a real browser: tests/e2e/test_viewer_browser.py."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from anyjev.cli import main
+from anyjev.errors import TaskDataError
+from anyjev.numbers.evaluation import evaluate_records, item_levels
+from anyjev.outputs import cells as cellstate
+from anyjev.outputs.viewer import js_data, prompt_delta, undo_delta, write_viewer
+from anyjev.settings import EvaluationSettings
+from tests.unit.test_evaluation import levels_of, make_records
+from tests.viewer_helpers import FAILED_ERROR, MODEL, RESULTS, failed_run, reference_job, reference_tasks, run_data
+
+COMMITTED = RESULTS / "viewer"
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory) -> dict[str, str]:
+    return reference_tasks(tmp_path_factory.mktemp("tasks"))
+
+
+@pytest.fixture(scope="module")
+def generated(tasks, smollm2_tokenizer, tmp_path_factory) -> Path:
+    """The reference run's viewer, written now from the committed cells."""
+    out = tmp_path_factory.mktemp("viewer") / "viewer"
+    write_viewer(reference_job(tasks), out, tokenizers={MODEL: smollm2_tokenizer})
+    return out
+
+
+def files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != ".snakemake_timestamp"}
+
+
+# ------------------------------------------------------------------------------------------- committed
+def test_committed_viewer_is_what_the_generator_writes(generated) -> None:
+    """results/viewer cannot go stale: regenerate it with `python -m anyjev viewer` after the cells change."""
+    want, have = files(generated), files(COMMITTED)
+    assert sorted(have) == sorted(want)
+    stale = [name for name in want if want[name] != have[name]]
+    assert not stale, f"results/viewer differs from the generator's output in {stale}: run `python -m anyjev viewer`"
+
+
+def test_each_finished_cell_has_its_own_data_files_and_the_page_only_run_data(generated) -> None:
+    run = run_data(generated / "index.html")
+    assert [c["key"] for c in run["cells"]] == [f"{MODEL}/{t}" for t in ("mmlu", "socialiqa", "rotten_tomatoes")]
+    for cell in run["cells"]:
+        assert cell["status"] == "done"
+        for kind, path in cell["files"].items():
+            text = (generated / path).read_text()
+            assert text.startswith(f'anyjevViewer.load("{kind}","{cell["key"]}",')
+    page = (generated / "index.html").read_text()
+    assert "mmlu-0105" not in page  # item data is loaded with the cell, not with the page
+    assert "http://" not in page and "https://" not in page  # nothing to fetch from a network
+
+
+# ------------------------------------------------------------------------------------------- the levels
+@pytest.mark.parametrize("mode", ["batch", "streaming"])
+def test_item_levels_are_the_levels_evaluate_records_scores(mode) -> None:
+    rng = np.random.default_rng(3)
+    records = make_records(rng, 24, 16, 4) + [r | {"id": f"k3-{r['id']}"} for r in make_records(rng, 20, 12, 3)]
+    settings = EvaluationSettings(prior_mode=mode)
+    ours = item_levels(records, settings)
+    theirs = evaluate_records(records, settings)
+    assert ours.ids == theirs["_ids"]
+    assert np.array_equal(ours.gold, theirs["_gold"])
+    for level, groups in theirs["_result"].levels.items():
+        for g, lp in groups.items():
+            np.testing.assert_array_equal(ours.levels[level][g], lp[0])
+    assert ours.temperature == theirs["_result"].temperature
+    assert [p.shape for p in ours.test_prior["fwd"][:2]] == [(4, 4), (4, 4)]
+    assert ours.test_prior["fwd"][-1].shape == (3, 3)
+
+
+def test_item_levels_priors_are_compute_levels_priors() -> None:
+    records = make_records(np.random.default_rng(5), 30, 20, 4)
+    ours = item_levels(records)
+    ref = levels_of(records, None)
+    for g in ("fwd", "rev"):
+        np.testing.assert_allclose(np.array(ours.test_prior[g]), ref.test_prior[g], rtol=0, atol=1e-15)
+        for prior in ours.l1_prior[g]:
+            np.testing.assert_allclose(prior, ref.calib_prior[g]["task"], rtol=0, atol=1e-15)
+        assert ours.temperature[g] == pytest.approx(ref.temperature[g], rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------------- refusals
+def one_cell(tmp_path: Path, tasks: dict[str, str], task: str = "rotten_tomatoes") -> dict:
+    shutil.copytree(RESULTS / "cells" / MODEL / task, tmp_path / "results" / "cells" / MODEL / task)
+    return reference_job(tasks, tmp_path / "results", tmp_path / "logs", [(MODEL, task)])
+
+
+def test_a_predictions_file_that_does_not_follow_from_the_scores_is_refused(tmp_path, tasks, smollm2_tokenizer) -> None:
+    job = one_cell(tmp_path, tasks)
+    path = tmp_path / "results" / "cells" / MODEL / "rotten_tomatoes" / "predictions.csv"
+    rows = list(csv.DictReader(path.open()))
+    rows[7]["pred"] = str(1 - int(rows[7]["pred"]))
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    with pytest.raises(TaskDataError, match=rf"predictions.csv.*line 9.*{rows[7]['item_id']}.*not made from these scores"):
+        write_viewer(job, tmp_path / "viewer", tokenizers={MODEL: smollm2_tokenizer})
+    assert not (tmp_path / "viewer").exists()
+
+
+def test_a_prompt_that_is_not_the_scored_one_is_refused(tmp_path, tasks, smollm2_tokenizer) -> None:
+    job = one_cell(tmp_path, tasks)
+    lines = Path(tasks["rotten_tomatoes"]).read_text().splitlines()
+    item = json.loads(lines[1])
+    lines[1] = json.dumps(item | {"state": item["state"] + " (edited)"})
+    edited = tmp_path / "rotten_tomatoes.jsonl"
+    edited.write_text("\n".join(lines) + "\n")
+    job["tasks"] = {"rotten_tomatoes": str(edited)}
+    with pytest.raises(TaskDataError, match=rf"item '{item['id']}'.*stored prompt hash .* not the prompt that was scored"):
+        write_viewer(job, tmp_path / "viewer", tokenizers={MODEL: smollm2_tokenizer})
+
+
+# ------------------------------------------------------------------------------------------- failed cells
+def test_a_failed_cell_is_shown_with_its_error_line_and_log(tmp_path, tasks, smollm2_tokenizer) -> None:
+    job = failed_run(tmp_path, tasks)
+    index = write_viewer(job, tmp_path / "viewer", tokenizers={MODEL: smollm2_tokenizer})
+    cells = {c["key"]: c for c in run_data(index)["cells"]}
+    assert [k for k, c in cells.items() if c["status"] == "done"] == [f"{MODEL}/socialiqa", f"{MODEL}/rotten_tomatoes"]
+    assert cells[f"{MODEL}/mmlu"] == {"model": MODEL, "task": "mmlu", "key": f"{MODEL}/mmlu", "status": "failed",
+                                      "error": FAILED_ERROR, "log": str(tmp_path / "logs" / "score" / MODEL / "mmlu.log")}
+    assert cells["never-ran/mmlu"]["status"] == "failed" and "has not run" in cells["never-ran/mmlu"]["error"]
+    assert not (tmp_path / "viewer" / "cells" / MODEL / "mmlu.js").exists()
+
+
+def test_which_cells_a_rule_waits_for(tmp_path) -> None:
+    results, logs = tmp_path / "results", tmp_path / "logs"
+    cells = [("m", "done"), ("m", "score-failed"), ("m", "eval-failed"), ("m", "new")]
+    (results / "cells" / "m" / "done").mkdir(parents=True)
+    (results / "cells" / "m" / "done" / "metrics.json").write_text("{}")
+    (results / "cells" / "m" / "eval-failed").mkdir(parents=True)
+    (results / "cells" / "m" / "eval-failed" / "scores.jsonl").write_text("")
+    for step, task in (("score", "score-failed"), ("evaluate", "eval-failed"), ("score", "eval-failed"), ("score", "done")):
+        (logs / step / "m").mkdir(parents=True, exist_ok=True)
+        (logs / step / "m" / f"{task}.log").write_text("Traceback (most recent call last):\n  ...\nValueError: bad\n")
+    assert cellstate.cells_to_wait_for(cells, results, logs) == [("m", "done"), ("m", "new")]
+    assert cellstate.failure("m", "eval-failed", results, logs) == {"error": "ValueError: bad",
+                                                                    "log": str(logs / "evaluate" / "m" / "eval-failed.log")}
+    assert cellstate.cell_paths([("m", "done")], ["metrics.json"], str(results)) == [str(results / "cells/m/done/metrics.json")]
+
+
+@pytest.mark.parametrize(("log", "line"), [
+    ("INFO start\nanyjev evaluate: TaskDataError: x:item 'a': bad\n  more\n", "anyjev evaluate: TaskDataError: x:item 'a': bad"),
+    ("Traceback (most recent call last):\n  File x\nKeyError: 'k'\nduring handling\nRuntimeError: boom\n", "RuntimeError: boom"),
+    ("INFO a\nKilled\n", "Killed"),
+    ("", None),
+    ("anyjev score: ServerError: " + "x" * 400, "anyjev score: ServerError: " + "x" * 270 + "..."),
+])
+def test_the_first_line_of_the_error_a_log_ends_with(log, line) -> None:
+    assert cellstate.error_line(log) == line
+
+
+# ------------------------------------------------------------------------------------------- encoding
+@pytest.mark.parametrize("text", ["Options:\nA. red\nB. blue\nAnswer.", "Options:\nA. blue 🙂\nB. red\nAnswer.",
+                                  "abc", "", "Options:\nA. 🙂🙂\nB. ü\n"])
+def test_a_prompt_is_stored_exactly_as_its_difference_from_the_first_layout(text) -> None:
+    base = "Options:\nA. red 🙂\nB. blue\nAnswer."
+    delta = prompt_delta(base, text)
+    assert undo_delta(base, delta) == text
+    assert len(delta[1]) <= len(text)
+
+
+def test_data_files_cannot_break_out_of_their_call() -> None:
+    text = js_data("cell", 'm/"t"', {"state": "</script><script>alert(1)</script>\u2028"})
+    assert text.startswith('anyjevViewer.load("cell","m/\\"t\\"",{') and text.endswith(");\n")
+    assert json.loads(text[text.index("{"): -3]) == {"state": "</script><script>alert(1)</script>\u2028"}
+
+
+def test_cli_writes_the_viewer_from_the_workflow_settings(tmp_path, tasks, smollm2_dir) -> None:
+    job = one_cell(tmp_path, tasks)
+    assert main(["viewer", "--settings", json.dumps(job), "--out", str(tmp_path / "viewer")]) == 0
+    assert [c["status"] for c in run_data(tmp_path / "viewer" / "index.html")["cells"]] == ["done"]
+    assert (tmp_path / "viewer" / "cells" / MODEL / "rotten_tomatoes.items.js").is_file()
