@@ -107,29 +107,26 @@ def _num(v: object) -> float | None:
     return None if math.isnan(f) else f
 
 
-def utf16_len(text: str) -> int:
-    """Length in UTF-16 code units: how JavaScript indexes a string."""
-    return len(text.encode("utf-16-le")) // 2
+class Lines:
+    """Prompt texts stored as lists of indices into one table of distinct lines: a cell's prompts share most of
+    their lines (the system turn, the question, every option line of every rotation when items share a question),
+    so a cell of 300 items x 40 layouts stores each once. ``"\\n".join`` of the lines gives the text back exactly."""
 
+    def __init__(self) -> None:
+        self.rows: list[str] = []
+        self.index: dict[str, int] = {}
 
-def prompt_delta(base: str, text: str) -> list:
-    """TEXT as ``[prefix, middle, suffix]`` against BASE: the first ``prefix`` and the last ``suffix`` UTF-16
-    units of BASE around ``middle`` (a layout's prompt differs from fwd/r0's only in its options)."""
-    pre = 0
-    limit = min(len(base), len(text))
-    while pre < limit and base[pre] == text[pre]:
-        pre += 1
-    suf = 0
-    while suf < limit - pre and base[-1 - suf] == text[-1 - suf]:
-        suf += 1
-    return [utf16_len(base[:pre]), text[pre: len(text) - suf], utf16_len(base[len(base) - suf:])]
+    def add(self, text: str) -> list[int]:
+        ids = []
+        for line in text.split("\n"):
+            if line not in self.index:
+                self.index[line] = len(self.rows)
+                self.rows.append(line)
+            ids.append(self.index[line])
+        return ids
 
-
-def undo_delta(base: str, delta: list) -> str:
-    """The text :func:`prompt_delta` encoded (for tests; the page does the same in JavaScript)."""
-    units = base.encode("utf-16-le")
-    pre, mid, suf = delta
-    return units[: 2 * pre].decode("utf-16-le") + mid + units[len(units) - 2 * suf:].decode("utf-16-le")
+    def text(self, ids: list[int]) -> str:
+        return "\n".join(self.rows[i] for i in ids)
 
 
 def js_data(kind: str, key: str, data: dict) -> str:
@@ -309,8 +306,14 @@ def checked_prompts(cell: CellFiles, task: Task, tokenizer) -> dict[str, dict]:
                 raise TaskDataError(str(scores), f"item {rec['id']!r}", f"layout {name}: stored prompt hash {lay['prompt_sha']} "
                                     f"but the prompt rebuilt from the task file with this tokenizer hashes to {got}: not the "
                                     f"prompt that was scored; refusing to show it")
-        out[rec["id"]] = {name: rendered[name] for name in rec["layouts"]}
+        out[rec["id"]] = {name: rendered[name] for name in sorted(rec["layouts"], key=_layout_key)}
     return out
+
+
+def _layout_key(name: str) -> tuple[int, int]:
+    """fwd before rev, then by rotation (fwd/r2 before fwd/r10)."""
+    group, _, rot = name.partition("/r")
+    return (GROUPS.index(group) if group in GROUPS else len(GROUPS), int(rot) if rot.isdigit() else 0)
 
 
 def _layout_names(rec: dict, group: str) -> list[str]:
@@ -322,9 +325,9 @@ def _layout_names(rec: dict, group: str) -> list[str]:
     return names
 
 
-def _matrix(rec: dict, group: str, names: list[str]) -> dict:
-    """Label probabilities by layout in option space (rows: layouts, columns: options; None: not read), each
-    layout's order (position -> option) and phrasing."""
+def _matrix(rec: dict, group: str, names: list[str]) -> tuple[list, dict]:
+    """Label probabilities by layout in option space (rows: layouts, columns: options; None: not read), and the
+    layouts' shape: names, orders (position -> option) and phrasing."""
     k = int(rec["k"])
     r0 = rec["layouts"][f"{group}/r0"]["order"]
     rows, orders, swapped = [], [], []
@@ -338,20 +341,24 @@ def _matrix(rec: dict, group: str, names: list[str]) -> dict:
             continue
         opt = to_option_space(np.array([[lay["lp"]]]), np.array([[order]]))[0, 0]
         rows.append([_sig(p) for p in np.exp(opt[:k]).tolist()])
-    return {"layouts": names, "rows": rows, "order": orders, "swapped": swapped}
+    return rows, {"layouts": names, "order": orders, "swapped": swapped}
+
+
+def _prior(prior: np.ndarray | None, k: int) -> list | None:
+    return None if prior is None else [[_sig(p) for p in row[:k]] for row in np.asarray(prior).tolist()]
 
 
 class _Table:
-    """Identical prior matrices stored once (a batch prior is the same for every item of a prior group)."""
+    """Identical values stored once: a batch prior is the same for every item of a prior group, and items of one
+    question share their layouts' shape."""
 
     def __init__(self) -> None:
         self.rows: list = []
         self.index: dict[str, int] = {}
 
-    def add(self, prior: np.ndarray | None, k: int) -> int | None:
-        if prior is None:
+    def add(self, value: object) -> int | None:
+        if value is None:
             return None
-        value = [[_sig(p) for p in row[:k]] for row in np.asarray(prior).tolist()]
         key = json.dumps(value)
         if key not in self.index:
             self.index[key] = len(self.rows)
@@ -363,7 +370,8 @@ def items_page(cell: CellFiles, levels: ItemLevels, task: Task, prompts: dict[st
     """The item pages' data: texts, probabilities by layout, level distributions, priors, T and prompts."""
     by_task = {it.id: it for it in task.items}
     by_id = {r["id"]: r for r in cell.test}
-    priors = _Table()
+    priors, shapes = _Table(), _Table()
+    lines = Lines()
     items = {}
     for i, item_id in enumerate(levels.ids):
         rec, it = by_id[item_id], by_task[item_id]
@@ -373,24 +381,21 @@ def items_page(cell: CellFiles, levels: ItemLevels, task: Task, prompts: dict[st
             names = _layout_names(rec, g)
             if not names:
                 continue
-            groups[g] = _matrix(rec, g, names) | {
-                "prior": priors.add(levels.test_prior[g][i], k),
-                "l1prior": priors.add(levels.l1_prior[g][i], k) if g in levels.l1_prior else None,
-            }
+            rows, shape = _matrix(rec, g, names)
+            groups[g] = {"rows": rows, "shape": shapes.add(shape), "prior": priors.add(_prior(levels.test_prior[g][i], k)),
+                         "l1prior": priors.add(_prior(levels.l1_prior[g][i], k)) if g in levels.l1_prior else None}
         dist = {name: {g: _probs(v[i], k) for g, v in lv.items()} for name, lv in levels.levels.items()}
-        rendered = prompts[item_id]
-        base = rendered["fwd/r0"].text if "fwd/r0" in rendered else next(iter(rendered.values())).text
-        texts = []
-        for name, r in rendered.items():
-            texts.append({"layout": name, "n": r.n_tokens, "sha": r.prompt_sha, "t": prompt_delta(base, r.text)})
+        texts = [{"layout": name, "n": r.n_tokens, "sha": r.prompt_sha, "l": lines.add(r.text)}
+                 for name, r in prompts[item_id].items()]
         items[item_id] = {"state": it.state, "question": it.question.text, "kind": it.question.kind,
                           "options": list(it.question.options), "labels": rec["labels"], "group": rec["group"],
-                          "split": rec.get("split"), "groups": groups, "dist": dist, "base": base, "prompts": texts}
+                          "split": rec.get("split"), "groups": groups, "dist": dist, "prompts": texts}
         if rec.get("adaptive"):
             items[item_id]["adaptive"] = rec["adaptive"]
     settings = evaluation_settings(cell.metrics)
     return {"key": cell.key, "strength": settings.prior_strength, "prior_mode": settings.prior_mode,
-            "prior_source": levels.prior_source, "T": levels.temperature, "priors": priors.rows, "items": items}
+            "prior_source": levels.prior_source, "T": levels.temperature, "priors": priors.rows, "shapes": shapes.rows,
+            "lines": lines.rows, "items": items}
 
 
 # -------------------------------------------------------------------------------------------------- run

@@ -313,7 +313,8 @@ def test_an_item_page_shows_its_scores_priors_levels_and_prompts(view, task, tas
         it = items[rec["id"]]
         assert page.inner_text(".state") == (it.state or "(empty)")
         assert page.eval_on_selector_all("ol.options li", "ls => ls.map(l => l.textContent)") == [
-            opt[j] + o + ("gold" if j == rec["gold"] else "") for j, o in enumerate(it.question.options)]
+            (opt[j] if opt[j] != o else "") + o + ("gold" if j == rec["gold"] else "") for j, o in enumerate(it.question.options)]
+        noul = it.question.kind == "noul"  # Yes/No: the label is the option, a phrasing does not move it
         for g in ("fwd", "rev"):
             rows = view.all(f"table.matrix[data-group={g}] tr[data-layout]", CELLS_JS)
             layouts = sorted((n for n in rec["layouts"] if n.startswith(g)), key=lambda n: int(n.split("/r")[1]))
@@ -323,7 +324,7 @@ def test_an_item_page_shows_its_scores_priors_levels_and_prompts(view, task, tas
                 probs = np.exp(np.array(lay["lp"]))
                 want = [probs[lay["order"].index(j)] for j in range(len(opt))]
                 assert all(abs(float(s) - w) <= 5e-4 + 1e-5 for s, w in zip(row["v"], want, strict=True)), (row, want)
-                assert row["pos"] == [rec["labels"][lay["order"].index(j)] for j in range(len(opt))]
+                assert row["pos"] == ([None] * len(opt) if noul else [rec["labels"][lay["order"].index(j)] for j in range(len(opt))])
                 assert row["top"] == int(np.argmax(want))
             # the prior L0 divided out: the batch prior of the test items (the library's primitive, per rotation)
             lp = np.array([[r["layouts"][n]["lp"] for n in layouts] for r in files["test"]])

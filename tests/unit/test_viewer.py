@@ -17,7 +17,7 @@ from anyjev.cli import main
 from anyjev.errors import TaskDataError
 from anyjev.numbers.evaluation import evaluate_records, item_levels
 from anyjev.outputs import cells as cellstate
-from anyjev.outputs.viewer import js_data, prompt_delta, undo_delta, write_viewer
+from anyjev.outputs.viewer import Lines, js_data, write_viewer
 from anyjev.settings import EvaluationSettings
 from tests.unit.test_evaluation import levels_of, make_records
 from tests.viewer_helpers import FAILED_ERROR, MODEL, RESULTS, failed_run, reference_job, reference_tasks, run_data
@@ -166,13 +166,12 @@ def test_the_first_line_of_the_error_a_log_ends_with(log, line) -> None:
 
 
 # ------------------------------------------------------------------------------------------- encoding
-@pytest.mark.parametrize("text", ["Options:\nA. red\nB. blue\nAnswer.", "Options:\nA. blue 🙂\nB. red\nAnswer.",
-                                  "abc", "", "Options:\nA. 🙂🙂\nB. ü\n"])
-def test_a_prompt_is_stored_exactly_as_its_difference_from_the_first_layout(text) -> None:
-    base = "Options:\nA. red 🙂\nB. blue\nAnswer."
-    delta = prompt_delta(base, text)
-    assert undo_delta(base, delta) == text
-    assert len(delta[1]) <= len(text)
+def test_prompts_are_stored_exactly_as_lines_shared_by_the_cell() -> None:
+    texts = ["Options:\nA. red 🙂\nB. blue\nAnswer.", "Options:\nA. blue\nB. red 🙂\nAnswer.", "", "\n\nx\r\n", "Answer.\n"]
+    lines = Lines()
+    ids = [lines.add(t) for t in texts]
+    assert [lines.text(i) for i in ids] == texts
+    assert len(lines.rows) == len({line for t in texts for line in t.split("\n")})
 
 
 def test_data_files_cannot_break_out_of_their_call() -> None:

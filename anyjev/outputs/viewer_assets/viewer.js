@@ -341,10 +341,8 @@
   }
 
   // -------------------------------------------------------------------------------------------- item
-  function textOf(items, it, p) {
-    const base = it.base;
-    const t = p.t;
-    return base.slice(0, t[0]) + t[1] + base.slice(base.length - t[2]);
+  function textOf(items, p) {
+    return p.l.map((i) => items.lines[i]).join("\n");
   }
 
   function heatRow(head, values, max, opts) {
@@ -359,15 +357,15 @@
   }
 
   function groupSection(items, it, cellItem, g, names, T, levels) {
-    const m = it.groups[g];
+    const m = Object.assign({}, items.shapes[it.groups[g].shape], it.groups[g]);
     const k = names.length;
     const inv = m.order.map((ord) => { const r = []; ord.forEach((opt, p) => { r[opt] = p; }); return r; });
     const marg = levels.filter((lv) => lv === "L0-perm" || lv === "L0" || lv === "L1").filter((lv) => it.dist[lv] && it.dist[lv][g]);
     const all = [].concat(...m.rows.filter(Boolean), ...marg.map((lv) => it.dist[lv][g]));
     const max = Math.max(...all);
-    const head = `<tr><th>${g === "fwd" ? "layout" : "layout"}</th>${names.map((n, j) => `<th class="opt${j === cellItem.gold ? " gold" : ""}">${esc(n)}</th>`).join("")}</tr>`;
+    const head = `<tr><th>layout</th>${names.map((n, j) => `<th class="opt${j === cellItem.gold ? " gold" : ""}">${esc(n)}</th>`).join("")}</tr>`;
     const rows = m.rows.map((r, s) => heatRow(`${esc(m.layouts[s])}${m.swapped[s] ? ' <span class="muted small">(No/Yes)</span>' : ""}`, r, max, {
-      k, pos: inv[s].map((p) => it.labels[p]), top: r ? r.indexOf(Math.max(...r)) : -1, attr: ` data-layout="${esc(m.layouts[s])}"`,
+      k, pos: it.kind === "noul" ? null : inv[s].map((p) => it.labels[p]), top: r ? r.indexOf(Math.max(...r)) : -1, attr: ` data-layout="${esc(m.layouts[s])}"`,
       title: (j) => `${m.layouts[s]}: option ${names[j]} shown as label ${it.labels[inv[s][j]]}`,
     })).join("");
     const mrows = marg.map((lv, i) => heatRow(`${esc(lv)}${lv === "L1" && T[g] ? ` <span class="muted small">T = ${fmtT(T[g])}</span>` : ""}`,
@@ -381,10 +379,12 @@
         pr.map((row, s) => heatRow(esc(m.layouts[s]), row, pmax, { k, title: (j) => `${m.layouts[s]}: label ${it.labels[j]}` })).join("") + "</tbody></table></div></div>";
     };
     const same = m.prior === m.l1prior;
-    return `<section class="group" data-group="${g}"><h3>${g === "fwd" ? "Forward listing (fwd)" : "Reversed listing (rev)"}: label probabilities by rotation</h3>` +
-      `<p class="muted small">Rows: the layouts the item was shown in (rotation r<i>s</i> shows option (p + s) mod K at position p${g === "rev" ? ", starting from the reversed list" : ""}); ` +
-      `columns: the options; each value is the probability of the option's label in that prompt (renormalised over the labels), with the label it was shown as. ` +
-      `Below: L0-perm (geometric mean over the rows), L0 (each row divided by the prior${items.strength !== 1 ? "^" + items.strength : ""}, then the mean) and L1 (L0 under the frozen calibration prior, divided by T).</p>` +
+    const rowsAre = it.kind === "noul"
+      ? `Rows: the question's two phrasings ("No/Yes": it asks "No or Yes"); columns: the answers; each value is the probability of that answer (renormalised over the two).`
+      : `Rows: the rotations (r<i>s</i> shows option (p + s) mod K at position p${g === "rev" ? ", starting from the reversed list" : ""}); ` +
+        `columns: the options; each value is the probability of the option's label in that prompt (renormalised over the labels), with the label it was shown as.`;
+    return `<section class="group" data-group="${g}"><h3>${g === "fwd" ? "Forward listing (fwd)" : "Reversed listing (rev)"}: label probabilities by ${it.kind === "noul" ? "phrasing" : "rotation"}</h3>` +
+      `<p class="muted small">${rowsAre} Below: L0-perm (geometric mean over the rows), L0 (each row divided by the prior${items.strength !== 1 ? "^" + items.strength : ""}, then the mean) and L1 (L0 under the frozen calibration prior, divided by T).</p>` +
       scaleLegend(max, "probability") + `<div class="scroll"><table class="heat matrix" data-group="${g}"><thead>${head}</thead><tbody>${rows}${mrows}</tbody></table></div>` +
       '<div class="priors">' + priorTable(m.prior, `Prior divided out for L0 (position space: columns are labels; ${esc(items.prior_mode)} prior from the ${items.prior_source === "items" ? "test items" : esc(items.prior_source)})`) +
       (same ? "" : priorTable(m.l1prior, "Prior under L1 (the calibration items' frozen prior)")) + "</div></section>";
@@ -409,7 +409,7 @@
         (at > 0 ? `<a id="prev" href="${itemHash(key, list[at - 1].id, query)}">← previous</a>` : "") +
         (at >= 0 && at < list.length - 1 ? `<a id="next" href="${itemHash(key, list[at + 1].id, query)}">next →</a>` : "") + "</span>";
       const names = ci.o;
-      const options = it.options.map((o, j) => `<li data-option="${j}"><span class="lab">${esc(names[j])}</span>${esc(o)}` +
+      const options = it.options.map((o, j) => `<li data-option="${j}">${names[j] === o ? "" : `<span class="lab">${esc(names[j])}</span>`}${esc(o)}` +
         `${j === ci.gold ? '<span class="badge gold">gold</span>' : ""}</li>`).join("");
       const levels = cell.levels;
       const groups = cell.groups;
@@ -428,9 +428,9 @@
         names.map((n, j) => `<th class="opt${j === ci.gold ? " gold" : ""}">${esc(n)}</th>`).join("") +
         `<th>decision</th><th class="num">confidence</th><th></th></tr></thead><tbody>${decRows.join("")}</tbody></table></div>`;
       const prompts = it.prompts.map((p) => {
-        const text = textOf(items, it, p);
+        const text = textOf(items, p);
         return `<details class="prompt" data-layout="${esc(p.layout)}"><summary><b>${esc(p.layout)}</b> · <span class="ntok">${p.n}</span> tokens · ` +
-          `prompt_sha <code>${esc(p.sha)}</code></summary><pre class="ptext">${esc(text)}</pre></details>`;
+          `prompt_sha <code>${esc(p.sha)}</code></summary><pre class="ptext">\n${esc(text)}</pre></details>`;
       }).join("");
       const T = items.T || {};
       app.innerHTML = `<div class="facts"><h1 style="margin:0">${esc(id)}</h1>${pager}</div>` +
@@ -441,7 +441,7 @@
         `<h3>Question</h3><div>${esc(it.question)}</div><ol class="options">${options}</ol>` +
         `<h2>How each level decides</h2><p class="muted small">Each level's probabilities over the options, its decision ` +
         `(the top option, outlined) and confidence; ✓/✗ against gold (forward listing).</p>${scaleLegend(dmax, "probability")}${decisions}` +
-        `<div class="groups">${groups.filter((g) => it.groups[g]).map((g) => groupSection(items, it, ci, g, names, T, levels)).join("")}</div>` +
+        `<div class="groups${ci.k > 6 ? " stack" : ""}">${groups.filter((g) => it.groups[g]).map((g) => groupSection(items, it, ci, g, names, T, levels)).join("")}</div>` +
         `<h2>Prompts</h2><p class="muted small">The exact text of every layout (ending where the label token is read) and its token count, ` +
         `rebuilt with the scoring code and checked against the prompt hash stored in scores.jsonl (as <code>anyjev export-prompts</code> does).</p>${prompts}`;
       done("item");
