@@ -177,6 +177,7 @@ def measure(browser, index: Path, cell: str, item: str, reps: int) -> dict:
         got = {"run_render_ms": first["render"], "run_fcp_ms": first["fcp"],
                "cell_load_ms": page.evaluate(TIMED_HASH, f"#/cell/{cell}"),
                "filter_ms": page.evaluate(TIMED_INPUT, ["input[name=wrong]", "toggle"]),
+               "rows_after_filter": int(page.inner_text("#count").split()[0]),
                "sort_ms": page.evaluate(TIMED_INPUT, ["#items th[data-sort=L0]", "click"]),
                "item_load_ms": page.evaluate(TIMED_HASH, f"#/item/{cell}/{item}"),
                "next_item_ms": page.evaluate(TIMED_HASH, page.get_attribute("#next", "href"))}
@@ -221,9 +222,15 @@ def run_benchmark(args) -> dict:
     started = dt.datetime.now(dt.UTC)
     info = machine()
     tokenizer = load_tokenizer(REPO / "resources" / "models" / "smollm2-135m")
-    root = Path(tempfile.mkdtemp(prefix="bench-viewer-"))
+    root = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="bench-viewer-"))
+    saved = root / "built.json"
     try:
-        built = build_run(root, tokenizer, args.n_test, args.n_calib)
+        if saved.is_file():  # a run built by an earlier call with the same --workdir (building is not what is measured)
+            built = json.loads(saved.read_text())
+            print(f"[bench_viewer] reusing the run built in {root}", flush=True)
+        else:
+            built = build_run(root, tokenizer, args.n_test, args.n_calib)
+            saved.write_text(json.dumps(built))
         job = built["job"]
         t0 = time.perf_counter()
         index = write_viewer(job, root / "results" / "viewer", tokenizers=dict.fromkeys(MODELS, tokenizer))
@@ -231,6 +238,7 @@ def run_benchmark(args) -> dict:
         print(f"[bench_viewer] viewer of {len(job['cells'])} cells written in {generate_s:.1f} s", flush=True)
         ref = REPO / "results" / "viewer" / "index.html"
         browser_rows = {}
+        load_before = round(os.getloadavg()[0], 2)
         with sync_playwright() as p:
             browser = launch(p)
             chromium = browser.version
@@ -240,10 +248,12 @@ def run_benchmark(args) -> dict:
                 print(f"[bench_viewer] {cell}: {browser_rows[cell]}", flush=True)
             browser_rows["reference: smollm2-135m/mmlu"] = measure(browser, ref, "smollm2-135m/mmlu", "mmlu-0105", args.reps)
             browser.close()
+        load_after = round(os.getloadavg()[0], 2)
         report = {
             "date": started.isoformat(timespec="seconds"),
             "command": "python bench/bench_viewer.py " + " ".join(sys.argv[1:]),
-            "machine": info | {"chromium": chromium, "playwright": version("playwright")},
+            "machine": info | {"chromium": chromium, "playwright": version("playwright"),
+                               "load_1min_browser": [load_before, load_after]},
             "grid": {"models": list(MODELS), "tasks": list(TASKS), "n_test": args.n_test, "n_calib": args.n_calib,
                      "layouts": {"banking20": 40, "newsgroups": 40, "injection": 4},
                      "k": {"banking20": 20, "newsgroups": 20, "injection": 2}},
@@ -255,7 +265,8 @@ def run_benchmark(args) -> dict:
             "browser": browser_rows,
         }
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if not args.workdir:
+            shutil.rmtree(root, ignore_errors=True)
     return report
 
 
@@ -264,8 +275,10 @@ def markdown(report: dict) -> str:
     """docs/viewer.md's figures, from the JSON."""
     m, g = report["machine"], report["grid"]
     cells = [c for c in report["browser"] if not c.startswith("reference")]
-    lines = [f"Measured {report['date'][:10]} on {m['cpu']} ({m['cores']} cores, {m['memory_gb']} GB, load {m['load_1min_at_start']} "
-             f"at the start), Chromium {m['chromium']} headless, Playwright {m['playwright']}; "
+    load = m.get("load_1min_browser", [m["load_1min_at_start"]] * 2)
+    lines = [f"Measured {report['date'][:10]} on {m['cpu']} ({m['cores']} cores, {m['memory_gb']} GB; a machine shared with other "
+             f"work: load {load[0]} to {load[1]} while the browser measured), Chromium {m['chromium']} headless (software "
+             f"rendering), Playwright {m['playwright']}; "
              f"{len(g['models'])} x {len(g['tasks'])} cells, {g['n_test']} test items each, medians of {report['reps']} "
              f"fresh browser contexts (`{report['command']}`).", "",
              "| page (opened from disk) | " + " | ".join(c.split("/")[1] for c in cells) + " | reference mmlu |",
@@ -273,7 +286,9 @@ def markdown(report: dict) -> str:
     rows = (("run page: first render (ms after navigation start)", "run_render_ms"),
             ("run page: first contentful paint (ms)", "run_fcp_ms"),
             ("open a cell: load its data, render 300 rows (ms)", "cell_load_ms"),
-            ("filter \"wrong at L0\" (ms)", "filter_ms"), ("sort by L0 confidence (ms)", "sort_ms"),
+            ("filter \"wrong at L0\": rows kept", "rows_after_filter"),
+            ("filter \"wrong at L0\" (ms, re-rendering the rows kept)", "filter_ms"),
+            ("sort them by L0 confidence (ms)", "sort_ms"),
             ("open an item: load the cell's item data, render (ms)", "item_load_ms"),
             ("next item, data loaded (ms)", "next_item_ms"), ("JS heap after these (MB)", "heap_mb"))
     keys = [*cells, next(c for c in report["browser"] if c.startswith("reference"))]
@@ -324,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-test", type=int, default=300)
     ap.add_argument("--n-calib", type=int, default=200)
     ap.add_argument("--reps", type=int, default=7, help="fresh browser contexts per measure (medians)")
+    ap.add_argument("--workdir", help="build the run here and keep it; a later call with it measures again without rebuilding")
     ap.add_argument("--report", metavar="JSON", help="only print docs/viewer.md's block of an earlier run")
     ap.add_argument("--screenshots", metavar="DIR", help="only write the screenshots of results/viewer into DIR")
     args = ap.parse_args(argv)

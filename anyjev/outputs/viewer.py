@@ -1,7 +1,7 @@
 """A static, offline item-level viewer of a run: ``results/viewer/index.html`` opens from disk (``file://``),
 fetches nothing from a network and needs no server (docs/viewer.md).
 
-Three pages, one HTML file (hash routes) and one data file per cell:
+Three pages (hash routes of one HTML file) and two data files per cell:
 
 * ``index.html``: the page, its CSS and JavaScript (``viewer_assets/``, this project's own) and the run-level
   data inline: every configured cell with its summary-table numbers per level (from ``metrics.json``, through
@@ -35,7 +35,7 @@ import numpy as np
 
 from anyjev.data.tasks import Task, load_task_file
 from anyjev.decision.layouts import GROUPS
-from anyjev.errors import TaskDataError
+from anyjev.errors import ConfigError, TaskDataError
 from anyjev.files import write_text_atomic
 from anyjev.numbers.evaluation import ItemLevels, item_levels
 from anyjev.numbers.levels import to_option_space
@@ -43,7 +43,7 @@ from anyjev.numbers.metrics import tie_weights
 from anyjev.outputs import cells as cellstate
 from anyjev.outputs.tables import METRIC_TITLES, TABLE_METRICS, arrow, interval_note, summary_frame
 from anyjev.run.store import read_cell
-from anyjev.settings import EvaluationSettings
+from anyjev.settings import EvaluationSettings, Settings
 
 VIEWER_FORMAT = "anyjev.viewer/1"
 ASSETS = Path(__file__).with_name("viewer_assets")
@@ -66,13 +66,14 @@ class ViewerJob:
     @classmethod
     def from_dict(cls, data: dict) -> ViewerJob:
         fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - fields)
-        if unknown:
-            raise ValueError(f"viewer job: unknown keys {unknown} (allowed: {sorted(fields)})")
+        unknown, missing = sorted(set(data) - fields), sorted(f for f in ("cells", "levels", "tokenizers", "tasks") if f not in data)
+        if unknown or missing:
+            raise ConfigError("--settings", f"the viewer job has unknown keys {unknown} or lacks {missing} "
+                              f"(anyjev.outputs.viewer.viewer_job makes it)")
         return cls(**(data | {"cells": [tuple(c) for c in data["cells"]]}))
 
 
-def viewer_job(settings, results: str = "results", logs: str = "logs") -> dict:
+def viewer_job(settings: Settings, results: str = "results", logs: str = "logs") -> dict:
     """The viewer job of a run (``anyjev.settings.Settings``), as the workflow hands it over (JSON-ready)."""
     models = sorted({m for m, _ in settings.cells})
     tasks = sorted({t for _, t in settings.cells})
@@ -83,7 +84,7 @@ def viewer_job(settings, results: str = "results", logs: str = "logs") -> dict:
 
 def load_viewer_job(settings: str | None, config: str | os.PathLike = "config/config.yaml") -> ViewerJob:
     """The job from the workflow's ``--settings`` JSON (or a file holding it), else from a config file."""
-    from anyjev.settings import Settings, load_job
+    from anyjev.settings import load_job
 
     return ViewerJob.from_dict(load_job(settings) if settings else viewer_job(Settings.load(config)))
 

@@ -116,7 +116,8 @@ def f3(v: float) -> str:
 
 SUMMARY_JS = """rows => rows.map(r => ({cell: r.dataset.cell, level: r.dataset.level, m: Object.fromEntries(
   [...r.querySelectorAll('td[data-metric]')].map(td => [td.dataset.metric, [
-    (td.querySelector('.v') || td).textContent, td.querySelector('.ci') ? td.querySelector('.ci').textContent : null]]))}))"""
+    (td.querySelector('.v') || td).textContent, td.querySelector('.ci') ? td.querySelector('.ci').textContent : null]])),
+  t: [...r.querySelectorAll('td[data-metric=T] .t')].map(s => s.textContent)}))"""
 CARD_JS = """rows => rows.map(r => ({cell: r.closest('.card').dataset.cell, level: r.dataset.level, m: Object.fromEntries(
   [...r.querySelectorAll('td[data-metric]')].map(td => [td.dataset.metric, td.textContent]))}))"""
 ROWS_JS = """rows => rows.filter(r => r.dataset.id).map(r => ({id: r.dataset.id, gold: r.querySelector('.gold').textContent,
@@ -145,8 +146,7 @@ def check_run_numbers(v: View, results: Path, cells: list[str]) -> None:
             assert row["m"][metric] == [f3(lv[metric]["value"]), f"[{f3(lv[metric]['lo'])}, {f3(lv[metric]['hi'])}]"], (row, metric)
         assert row["m"]["tie_rate"][0] == f"{lv['tie_rate']['value']:.2f}"
         if row["level"] == "L1":
-            want = ", ".join(f"{g} {t['T']:.3g}" + (" (at bound)" if t["at_bound"] else "") for g, t in m["temperature"].items())
-            assert row["m"]["T"][0] == want
+            assert row["t"] == [f"{g} {t['T']:.3g}" + (" (at bound)" if t["at_bound"] else "") for g, t in m["temperature"].items()]
         if row["level"] == m["levels"][0]:
             mass = m["answer_mass"]
             assert row["m"]["answer_mass"] == [f3(mass["value"]), f"[{f3(mass['lo'])}, {f3(mass['hi'])}]"]

@@ -185,3 +185,35 @@ def test_cli_writes_the_viewer_from_the_workflow_settings(tmp_path, tasks, smoll
     assert main(["viewer", "--settings", json.dumps(job), "--out", str(tmp_path / "viewer")]) == 0
     assert [c["status"] for c in run_data(tmp_path / "viewer" / "index.html")["cells"]] == ["done"]
     assert (tmp_path / "viewer" / "cells" / MODEL / "rotten_tomatoes.items.js").is_file()
+
+
+def test_the_docs_figures_are_generated_from_the_committed_benchmark() -> None:
+    import importlib.util
+    import sys
+
+    repo = RESULTS.parent
+    spec = importlib.util.spec_from_file_location("bench_viewer", repo / "bench" / "bench_viewer.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    report = json.loads((repo / "results" / "bench" / "viewer.json").read_text())
+    docs = (repo / "docs" / "viewer.md").read_text()
+    block = docs[docs.index("<!-- viewer-bench:start"): docs.index("<!-- viewer-bench:end -->")]
+    assert bench.markdown(report).strip() in block, "docs/viewer.md's figures differ from `bench_viewer.py --report`"
+    assert report["grid"]["n_test"] == 300 and len(report["grid"]["models"]) * len(report["grid"]["tasks"]) == 9
+    assert all(row["console_errors"] == 0 and row["requests_off_disk"] == 0 for row in report["browser"].values())
+
+
+def test_an_adaptive_item_shows_the_rotations_it_did_not_read_as_not_read() -> None:
+    from anyjev.outputs.viewer import _layout_names, _matrix
+
+    lp = [-0.5, -1.5, -2.0, -2.5]
+    rec = {"k": 4, "adaptive": {"read": {"fwd": 2}}, "layouts": {
+        "fwd/r0": {"lp": lp, "order": [0, 1, 2, 3], "swapped": False},
+        "fwd/r2": {"lp": lp, "order": [2, 3, 0, 1], "swapped": False}}}
+    names = _layout_names(rec, "fwd")
+    assert names == ["fwd/r0", "fwd/r1", "fwd/r2", "fwd/r3"]
+    rows, shape = _matrix(rec, "fwd", names)
+    assert rows[1] is None and rows[3] is None
+    assert shape["order"] == [[0, 1, 2, 3], [1, 2, 3, 0], [2, 3, 0, 1], [3, 0, 1, 2]]
+    np.testing.assert_allclose(rows[2], np.exp([lp[2], lp[3], lp[0], lp[1]]), rtol=1e-4)  # option j was at position order.index(j)

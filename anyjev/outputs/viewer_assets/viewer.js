@@ -137,7 +137,8 @@
       '<th class="num">ties</th><th class="num">T (L1)</th><th class="num">answer mass</th></tr>';
     const body = doneCells.map((c) => c.levels.map((lv, i) => {
       const m = c.metrics[lv];
-      const t = lv === "L1" ? esc(tText(c)) : "";
+      const t = lv !== "L1" ? "" : Object.keys(c.temperature || {}).map((g) => `<span class="t" data-group="${g}">${g} ` +
+        `${fmtT(c.temperature[g].T)}${c.temperature[g].at_bound ? " (at bound)" : ""}</span>`).join("");
       return `<tr data-cell="${esc(c.key)}" data-level="${esc(lv)}"${i === 0 ? ' class="first"' : ""}>` +
         `<td>${i === 0 ? `<a href="${cellHash(c.key)}">${esc(c.model)}</a>` : ""}</td><td>${i === 0 ? esc(c.task) : ""}</td>` +
         `<td>${esc(lv)}</td><td class="num">${c.n}</td><td>${esc(c.k)}</td>` +
@@ -438,7 +439,7 @@
         `<span>answer mass: <b class="itemmass">${ci.m === null ? "–" : fmt(ci.m)}</b></span><span>prior group <code>${esc(it.group)}</code></span>` +
         `<span>T (L1): ${Object.keys(T).map((g) => `${g} <b class="temp" data-group="${g}">${fmtT(T[g])}</b>`).join(", ") || "–"}</span></div>` +
         `<h3>State</h3><div class="state">${it.state === "" ? '<span class="muted">(empty)</span>' : esc(it.state)}</div>` +
-        `<h3>Question</h3><div>${esc(it.question)}</div><ol class="options">${options}</ol>` +
+        `<h3>Question</h3><div>${esc(it.question)}</div><ol class="options${it.options.length > 8 ? " many" : ""}">${options}</ol>` +
         `<h2>How each level decides</h2><p class="muted small">Each level's probabilities over the options, its decision ` +
         `(the top option, outlined) and confidence; ✓/✗ against gold (forward listing).</p>${scaleLegend(dmax, "probability")}${decisions}` +
         `<div class="groups${ci.k > 6 ? " stack" : ""}">${groups.filter((g) => it.groups[g]).map((g) => groupSection(items, it, ci, g, names, T, levels)).join("")}</div>` +
