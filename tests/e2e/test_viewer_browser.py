@@ -31,7 +31,7 @@ REFERENCE = RESULTS / "viewer" / "index.html"
 def require_browser() -> None:
     problems = []
     if not CHROMIUM.is_file():
-        problems.append(f"{CHROMIUM} is missing (Debian: apt-get install chromium chromium-driver)")
+        problems.append(f"{CHROMIUM} is missing (Debian: apt-get install chromium)")
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
