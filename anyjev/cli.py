@@ -28,7 +28,9 @@ log = logging.getLogger("anyjev")
 EXIT_CODES = ((LabelTokenError, 3), (ServerError, 4), (BackendError, 5), (ConfigError, 2), (TaskDataError, 2))
 # Where the workflow keeps its files (workflow/rules/common.smk); the people's commands look there by default.
 WORKFLOW_PATHS = {"models_dir": "resources/models", "hub_cache": "resources/hub", "tasks_dir": "resources/tasks",
-                  "state_dir": ".anyjev/servers", "config": "config/config.yaml"}
+                  "task_file": "resources/tasks/{task}.jsonl", "state_dir": ".anyjev/servers", "config": "config/config.yaml",
+                  "cell_dir": "results/cells/{model}/{task}", "score_log": "logs/score/{model}/{task}.log",
+                  "evaluate_log": "logs/evaluate/{model}/{task}.log", "viewer": "results/viewer"}
 
 
 # -------------------------------------------------------------------------------------------- job commands
@@ -143,6 +145,20 @@ def cmd_ls(args: argparse.Namespace) -> None:
     sys.stdout.write(ls_text(load_strict(args.config), args.tasks_dir))
 
 
+def cmd_viewer(args: argparse.Namespace) -> None:
+    from anyjev.outputs.cells import CellLayout
+    from anyjev.outputs.viewer import ViewerJob, write_viewer
+    from anyjev.settings import Settings
+
+    if args.job:
+        job = ViewerJob.from_json(args.job)
+    else:  # a person regenerating a run's viewer: the workflow's layout
+        layout = CellLayout(WORKFLOW_PATHS["cell_dir"], WORKFLOW_PATHS["score_log"], WORKFLOW_PATHS["evaluate_log"])
+        job = Settings.load(args.config).viewer_job(models_dir=WORKFLOW_PATHS["models_dir"],
+                                                    task_file=WORKFLOW_PATHS["task_file"], layout=layout)
+    log.info("wrote %s", write_viewer(job, args.out))
+
+
 def cmd_plan(args: argparse.Namespace) -> None:
     from anyjev.plan import plan_config, plan_text
 
@@ -231,6 +247,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--models-dir", default=WORKFLOW_PATHS["models_dir"],
                    help=f"prepared models, for their tokenizers (default {WORKFLOW_PATHS['models_dir']})")
     s.add_argument("--hub-cache", default=WORKFLOW_PATHS["hub_cache"], help=f"fetched hub data (default {WORKFLOW_PATHS['hub_cache']})")
+    s = _command(sub, "viewer", cmd_viewer, "write the run's item-level viewer (an index.html that opens from disk, "
+                 "offline) from the cells that finished; the others are shown as failed")
+    s.add_argument("--job", help="the ViewerJob as JSON, as the workflow writes it (else from --config and the workflow's "
+                   "folders)")
+    _config_flag(s)
+    s.add_argument("--out", default=WORKFLOW_PATHS["viewer"], help=f"output folder, replaced (default {WORKFLOW_PATHS['viewer']})")
     return p
 
 

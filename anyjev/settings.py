@@ -22,6 +22,8 @@ from anyjev.errors import ConfigError
 from anyjev.jobs import from_data
 from anyjev.lock import Lock
 from anyjev.numbers.evaluation import EvaluationOptions
+from anyjev.outputs.cells import CellLayout
+from anyjev.outputs.viewer import ViewerJob
 from anyjev.run.allocation import ModelCell, ScoreModelJob
 from anyjev.run.cell import ExternalServer, ManagedServer, ScoreJob
 from anyjev.run.evaluate import EvaluateJob
@@ -195,6 +197,13 @@ class Settings:
     def fetch_job(self, dataset: str, *, hub_cache: str, lock_record: str) -> FetchJob:
         """What the fetch step of a hub dataset needs: its revision from the config, the cache and the lock."""
         return FetchJob(dataset=dataset, revision=self.hub_datasets()[dataset], cache=hub_cache, lock=self.run_lock(lock_record))
+
+    def viewer_job(self, *, models_dir: str, task_file: str, layout: CellLayout) -> ViewerJob:
+        """What the viewer needs: the cells and levels, each model's tokenizer, each task's file (TASK_FILE: the rule's
+        pattern with ``{task}``), and where the cells and their logs are (LAYOUT, the rule's)."""
+        return ViewerJob(cells=list(self.cells), levels=list(self.levels),
+                         tokenizers={m: self.model_dir(m, models_dir) for m in dict.fromkeys(m for m, _ in self.cells)},
+                         tasks={t: task_file.format(task=t) for t in dict.fromkeys(t for _, t in self.cells)}, layout=layout)
 
     def evaluate_job(self) -> EvaluateJob:
         """What the evaluate step needs."""

@@ -23,7 +23,7 @@ import numpy as np
 from anyjev.decision.layouts import GROUPS
 from anyjev.errors import ConfigError
 from anyjev.numbers.bootstrap import KGroup, cell_order, identity_index, jackknife, metric_replicates, replicates, resample_index
-from anyjev.numbers.levels import ALL_LEVELS
+from anyjev.numbers.levels import ALL_LEVELS, levels_resampled
 from anyjev.numbers.metrics import METRICS, MIN_BOOT, TIE_TOL, interval, jackknife_acceleration, metrics_batch
 from anyjev.numbers.temperature import at_bound
 from anyjev.schema import setting
@@ -184,3 +184,59 @@ def answer_mass_summary(values: Sequence[float | None], *, n_boot: int, seed: in
     jack = (arr.sum() - arr) / (n - 1) if n > 1 else arr
     lo, hi, wide = interval(float(arr.mean()), boot, accel=jackknife_acceleration([jack]), level=level, method="bca")
     return {"value": float(arr.mean()), "lo": lo, "hi": hi, "widened": wide}
+
+
+@dataclass
+class ItemLevels:
+    """The point levels of a cell's test items (cell order) with what made them, to look at single items.
+
+    * ``ids``, ``gold`` ``(N,)``, ``k`` ``(N,)``: the test items as :func:`evaluate` orders them;
+    * ``levels[level][group]``: option-space log-probs ``(N, Kmax)`` (``-inf`` on padded options), the arrays
+      :func:`evaluate` computes its point metrics from;
+    * ``temperature[group]``: L1's fitted T (absent without calibration items);
+    * ``test_prior[group][i]``: the prior divided out of test item ``i`` for L0 (L0-bc: its row 0), probabilities
+      ``(S, K_i)`` in position space (rows: the group's layouts r0, r1, ...; columns: labels);
+    * ``l1_prior[group][i]``: the prior under which L1's temperature is applied to item ``i`` (the calibration
+      items' frozen prior of its prior group, or its content-free prior), same shape; absent without L1;
+    * ``prior_source``: ``items``, ``calibration`` or ``content_free`` (``/``-joined when K groups differ).
+    """
+
+    ids: list[str]
+    gold: np.ndarray
+    k: np.ndarray
+    levels: dict[str, dict[str, np.ndarray]]
+    temperature: dict[str, float]
+    test_prior: dict[str, list[np.ndarray]]
+    l1_prior: dict[str, list[np.ndarray]]
+    prior_source: str
+
+
+def item_levels(groups: list[KGroup], options: EvaluationOptions, ids: Sequence[str]) -> ItemLevels:
+    """Every level of every test item at the point (no bootstrap), by the code :func:`evaluate` uses for its point
+    values, with the per-item priors and L1's temperature."""
+    settings = options.level_settings()
+    with_l1 = all(g.inputs.n_calib > 0 for g in groups)
+    idx = identity_index(groups, with_l1)
+    levels, gold, log_t = replicates(groups, idx, with_l1, settings)
+    order = cell_order(groups)
+    n = len(ids)
+    test_prior: dict[str, list] = {}
+    l1_prior: dict[str, list] = {}
+    for grp, (it, ic) in zip(groups, idx, strict=True):
+        res = levels_resampled(grp.inputs, it, ic, fit=False, prior_source=grp.prior_source, **settings)
+        for g, prior in res.test_prior.items():
+            test_prior.setdefault(g, [None] * n)
+            frozen = None
+            if with_l1 and grp.prior_source == "content_free":
+                frozen = prior[0]
+            elif with_l1:
+                frozen = res.calib_prior[g][0][0][grp.inputs.test_gid]
+            for j, pos in enumerate(grp.test_pos):
+                test_prior[g][pos] = prior[0, j]
+                if frozen is not None:
+                    l1_prior.setdefault(g, [None] * n)[pos] = frozen[j]
+    return ItemLevels(ids=list(ids), gold=gold[0, order], k=np.array([g.k for g in groups for _ in g.test_pos])[order],
+                      levels={name: {g: v[0, order] for g, v in lv.items()} for name, lv in levels.items()},
+                      temperature={g: math.exp(float(v[0])) for g, v in log_t.items()},
+                      test_prior=test_prior, l1_prior=l1_prior,
+                      prior_source="/".join(sorted({g.prior_source for g in groups})))

@@ -14,7 +14,8 @@ import numpy as np
 from anyjev.decision.layouts import GROUPS
 from anyjev.files import write_json_atomic, write_text_atomic
 from anyjev.jobs import Job
-from anyjev.numbers.evaluation import Evaluation, EvaluationOptions, evaluate
+from anyjev.numbers.evaluation import Evaluation, EvaluationOptions, ItemLevels, evaluate
+from anyjev.numbers.evaluation import item_levels as point_item_levels
 from anyjev.numbers.metrics import METRICS, TIE_TOL
 from anyjev.run.records import cell_groups
 from anyjev.run.store import read_cell
@@ -36,6 +37,15 @@ def evaluate_records(records: list[dict], options: EvaluationOptions | None = No
     cell = cell_groups(records, extras, options.prior_mode, source)
     return evaluate(cell.groups, options, ids=cell.ids, n_calib_items=cell.n_calib, answer_masses=cell.answer_mass,
                     level=level, source=source)
+
+
+def item_levels(records: list[dict], options: EvaluationOptions | None = None, *, extras: dict[str, dict] | None = None,
+                source: str = "<records>") -> ItemLevels:
+    """Every level of every test item of a cell's records at the point, with the priors and T that made them; the
+    same levels :func:`evaluate_records` computes its metrics and ``predictions.csv`` from."""
+    options = options or EvaluationOptions()
+    cell = cell_groups(records, extras, options.prior_mode, source)
+    return point_item_levels(cell.groups, options, cell.ids)
 
 
 def write_predictions(path: str | os.PathLike, evaluation: Evaluation) -> None:

@@ -34,11 +34,11 @@ MEM_MB = {"Qwen3-8B": 64000, "Qwen2.5-7B-Instruct": 64000, "Qwen3-30B-A3B-Instru
 RUNTIME = {"Qwen3-8B": 240, "Qwen2.5-7B-Instruct": 240, "Qwen3-30B-A3B-Instruct-2507": 360}
 JOB_COUNTS = {"fetch_hub_task": 3, "prepare_model": 3, "prepare_task": 3, "score_model": 3, "score_cell": 9,
               "evaluate_cell": 9, "reliability_plot": 9, "summary_table": 1, "provenance_table": 1, "summary_plots": 1,
-              "vs_published": 1, "vs_published_plot": 1, "all": 1}
+              "vs_published": 1, "vs_published_plot": 1, "viewer": 1, "all": 1}
 # Every rule but score_model (one job per model: docs/servers.md) runs in the main Snakemake process, never as a
 # SLURM job (`all` has no action).
 LOCAL_RULES = {"prepare_model", "fetch_hub_task", "prepare_task", "score_cell", "evaluate_cell", "summary_table",
-               "summary_plots", "reliability_plot", "vs_published", "vs_published_plot", "provenance_table", "all"}
+               "summary_plots", "reliability_plot", "vs_published", "vs_published_plot", "provenance_table", "viewer", "all"}
 
 # Loads the workflow through Snakemake's API (no DAG, no jobs) and prints, per rule, whether Snakemake keeps it
 # local: the rule is marked `localrule: True` (workflow._localrules) or has no action (`rule all`). That is

@@ -242,6 +242,8 @@ def test_the_cli_looks_where_the_workflow_writes() -> None:
     assert cli.WORKFLOW_PATHS["hub_cache"] == constants["HUB_CACHE"]
     assert cli.WORKFLOW_PATHS["state_dir"] == constants["STATE_DIR"]
     assert cli.WORKFLOW_PATHS["tasks_dir"] == constants["TASK_FILE"].rsplit("/", 1)[0]
+    for key in ("task_file", "cell_dir", "score_log", "evaluate_log", "viewer"):
+        assert cli.WORKFLOW_PATHS[key] == constants[key.upper()], key
 
 
 def test_one_meaning_per_flag_name() -> None:

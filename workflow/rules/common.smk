@@ -8,6 +8,7 @@ from pathlib import Path
 
 from anyjev.config import check_runnable, load_strict, validate_config
 from anyjev.errors import ConfigError
+from anyjev.outputs.cells import CellLayout
 from anyjev.run.allocation import failed_cells, score_jobs_mode
 from anyjev.settings import Settings
 
@@ -19,10 +20,15 @@ LOCK_RECORD = "resources/lock.yaml"
 # The run's server leases (one server start per model and run: docs/servers.md).
 STATE_DIR = ".anyjev/servers"
 SERVER_LOG = "logs/servers/{model}.log"
+SCORE_LOG = "logs/score/{model}/{task}.log"
+EVALUATE_LOG = "logs/evaluate/{model}/{task}.log"
 CELL_DIR = "results/cells/{model}/{task}"
+VIEWER = "results/viewer"
 # Where one model's job (score_jobs: model) scores a cell before its score_cell job publishes it (docs/servers.md).
 STAGED_DIR = "results/cells/{model}/{task}/staged"
 ALLOCATION = "results/cells/{model}/allocation.json"
+# Where a cell's files and the logs of its steps are: what tells a finished cell from a failed one.
+CELL_LAYOUT = CellLayout(CELL_DIR, SCORE_LOG, EVALUATE_LOG)
 
 
 def _load_settings():
@@ -92,6 +98,11 @@ def score_model_job(wildcards):
     ).to_json()
 
 
+def viewer_job():
+    """The item-level viewer's job: every cell, its task file and tokenizer, and where its files and logs are."""
+    return SETTINGS.viewer_job(models_dir=MODELS_DIR, task_file=TASK_FILE, layout=CELL_LAYOUT)
+
+
 def model_marker(model):
     """The prepared model folder's marker file, when the workflow prepares the model (else nothing)."""
     return [f"{MODELS_DIR}/{model}/anyjev-model.json"] if SETTINGS.models[model].prepared else []
@@ -137,6 +148,7 @@ def output_targets():
         "results/plots/flip_by_level.png",
         "results/plots/flip_by_level.pdf",
         *[f"results/plots/reliability/{m}/{t}.{ext}" for m, t in CELLS for ext in ("png", "pdf")],
+        f"{VIEWER}/index.html",
     ]
     if SETTINGS.published:
         targets += ["results/tables/vs_published.csv", "results/tables/vs_published.md"]

@@ -13,7 +13,7 @@ if SCORE_JOBS == "cell":
             scores="results/cells/{model}/{task}/scores.jsonl",
             provenance="results/cells/{model}/{task}/provenance.json",
         log:
-            "logs/score/{model}/{task}.log",
+            SCORE_LOG,
         benchmark:
             "benchmarks/score/{model}/{task}.tsv"
         conda:
@@ -62,7 +62,7 @@ else:
             scores="results/cells/{model}/{task}/scores.jsonl",
             provenance="results/cells/{model}/{task}/provenance.json",
         log:
-            "logs/score/{model}/{task}.log",
+            SCORE_LOG,
         localrule: True
         conda:
             "../envs/client.yaml"
@@ -78,7 +78,7 @@ rule evaluate_cell:
         metrics="results/cells/{model}/{task}/metrics.json",
         predictions="results/cells/{model}/{task}/predictions.csv",
     log:
-        "logs/evaluate/{model}/{task}.log",
+        EVALUATE_LOG,
     localrule: True
     conda:
         "../envs/client.yaml"

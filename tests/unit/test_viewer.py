@@ -1,0 +1,221 @@
+"""The viewer's generator (anyjev/outputs/viewer.py) and the finished/failed cells helper (anyjev/outputs/cells.py):
+the committed results/viewer is what the generator writes from the committed cells, per-item levels are the
+library's, a predictions file or a prompt that does not follow from the scores is refused, failed cells name
+their error and log. The page itself is tested in a real browser: tests/e2e/test_viewer_browser.py."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from anyjev.cli import main
+from anyjev.errors import TaskDataError
+from anyjev.numbers.evaluation import EvaluationOptions
+from anyjev.outputs import cells as cellstate
+from anyjev.outputs.viewer import Lines, js_data, write_viewer
+from anyjev.run.evaluate import evaluate_records, item_levels
+from tests.unit.test_evaluation import levels_of, make_records
+from tests.viewer_helpers import FAILED_ERROR, MODEL, RESULTS, failed_run, layout, reference_job, reference_tasks, run_data
+
+COMMITTED = RESULTS / "viewer"
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory) -> dict[str, str]:
+    return reference_tasks(tmp_path_factory.mktemp("tasks"))
+
+
+@pytest.fixture(scope="module")
+def generated(tasks, smollm2_tokenizer, tmp_path_factory) -> Path:
+    """The reference run's viewer, written now from the committed cells."""
+    out = tmp_path_factory.mktemp("viewer") / "viewer"
+    write_viewer(reference_job(tasks), out, tokenizers={MODEL: smollm2_tokenizer})
+    return out
+
+
+def files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != ".snakemake_timestamp"}
+
+
+# ------------------------------------------------------------------------------------------- committed
+def test_committed_viewer_is_what_the_generator_writes(generated) -> None:
+    """results/viewer cannot go stale: regenerate it with `python -m anyjev viewer` after the cells change."""
+    want, have = files(generated), files(COMMITTED)
+    assert sorted(have) == sorted(want)
+    stale = [name for name in want if want[name] != have[name]]
+    assert not stale, f"results/viewer differs from the generator's output in {stale}: run `python -m anyjev viewer`"
+
+
+def test_each_finished_cell_has_its_own_data_files_and_the_page_only_run_data(generated) -> None:
+    run = run_data(generated / "index.html")
+    assert [c["key"] for c in run["cells"]] == [f"{MODEL}/{t}" for t in ("mmlu", "socialiqa", "rotten_tomatoes")]
+    for cell in run["cells"]:
+        assert cell["status"] == "done"
+        for kind, path in cell["files"].items():
+            text = (generated / path).read_text()
+            assert text.startswith(f'anyjevViewer.load("{kind}","{cell["key"]}",')
+    page = (generated / "index.html").read_text()
+    assert "mmlu-0105" not in page  # item data is loaded with the cell, not with the page
+    assert "http://" not in page and "https://" not in page  # nothing to fetch from a network
+
+
+# ------------------------------------------------------------------------------------------- the levels
+@pytest.mark.parametrize("mode", ["batch", "streaming"])
+def test_item_levels_are_the_levels_evaluate_records_scores(mode) -> None:
+    rng = np.random.default_rng(3)
+    records = make_records(rng, 24, 16, 4) + [r | {"id": f"k3-{r['id']}"} for r in make_records(rng, 20, 12, 3)]
+    settings = EvaluationOptions(prior_mode=mode)
+    ours = item_levels(records, settings)
+    theirs = evaluate_records(records, settings)
+    assert ours.ids == theirs.ids
+    assert np.array_equal(ours.gold, theirs.gold)
+    for level, groups in theirs.point.levels.items():
+        for g, lp in groups.items():
+            np.testing.assert_array_equal(ours.levels[level][g], lp[0])
+    assert ours.temperature == theirs.point.temperature
+    assert [p.shape for p in ours.test_prior["fwd"][:2]] == [(4, 4), (4, 4)]
+    assert ours.test_prior["fwd"][-1].shape == (3, 3)
+
+
+def test_item_levels_priors_are_compute_levels_priors() -> None:
+    records = make_records(np.random.default_rng(5), 30, 20, 4)
+    ours = item_levels(records)
+    ref = levels_of(records, None)
+    for g in ("fwd", "rev"):
+        np.testing.assert_allclose(np.array(ours.test_prior[g]), ref.test_prior[g], rtol=0, atol=1e-15)
+        for prior in ours.l1_prior[g]:
+            np.testing.assert_allclose(prior, ref.calib_prior[g]["task"], rtol=0, atol=1e-15)
+        assert ours.temperature[g] == pytest.approx(ref.temperature[g], rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------------- refusals
+def one_cell(tmp_path: Path, tasks: dict[str, str], task: str = "rotten_tomatoes") -> dict:
+    shutil.copytree(RESULTS / "cells" / MODEL / task, tmp_path / "results" / "cells" / MODEL / task)
+    return reference_job(tasks, tmp_path / "results", tmp_path / "logs", [(MODEL, task)])
+
+
+def test_a_predictions_file_that_does_not_follow_from_the_scores_is_refused(tmp_path, tasks, smollm2_tokenizer) -> None:
+    job = one_cell(tmp_path, tasks)
+    path = tmp_path / "results" / "cells" / MODEL / "rotten_tomatoes" / "predictions.csv"
+    rows = list(csv.DictReader(path.open()))
+    rows[7]["pred"] = str(1 - int(rows[7]["pred"]))
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    with pytest.raises(TaskDataError, match=rf"predictions.csv.*line 9.*{rows[7]['item_id']}.*not made from these scores"):
+        write_viewer(job, tmp_path / "viewer", tokenizers={MODEL: smollm2_tokenizer})
+    assert not (tmp_path / "viewer").exists()
+
+
+def test_a_prompt_that_is_not_the_scored_one_is_refused(tmp_path, tasks, smollm2_tokenizer) -> None:
+    job = one_cell(tmp_path, tasks)
+    lines = Path(tasks["rotten_tomatoes"]).read_text().splitlines()
+    item = json.loads(lines[1])
+    lines[1] = json.dumps(item | {"state": item["state"] + " (edited)"})
+    edited = tmp_path / "rotten_tomatoes.jsonl"
+    edited.write_text("\n".join(lines) + "\n")
+    job = dataclasses.replace(job, tasks={"rotten_tomatoes": str(edited)})
+    with pytest.raises(TaskDataError, match=rf"item '{item['id']}'.*stored prompt hash .* not the prompt that was scored"):
+        write_viewer(job, tmp_path / "viewer", tokenizers={MODEL: smollm2_tokenizer})
+
+
+# ------------------------------------------------------------------------------------------- failed cells
+def test_a_failed_cell_is_shown_with_its_error_line_and_log(tmp_path, tasks, smollm2_tokenizer) -> None:
+    job = failed_run(tmp_path, tasks)
+    index = write_viewer(job, tmp_path / "viewer", tokenizers={MODEL: smollm2_tokenizer})
+    cells = {c["key"]: c for c in run_data(index)["cells"]}
+    assert [k for k, c in cells.items() if c["status"] == "done"] == [f"{MODEL}/socialiqa", f"{MODEL}/rotten_tomatoes"]
+    assert cells[f"{MODEL}/mmlu"] == {"model": MODEL, "task": "mmlu", "key": f"{MODEL}/mmlu", "status": "failed",
+                                      "error": FAILED_ERROR, "log": str(tmp_path / "logs" / "score" / MODEL / "mmlu.log")}
+    assert cells["never-ran/mmlu"]["status"] == "failed" and "has not run" in cells["never-ran/mmlu"]["error"]
+    assert not (tmp_path / "viewer" / "cells" / MODEL / "mmlu.js").exists()
+
+
+def test_which_cells_a_rule_waits_for(tmp_path) -> None:
+    results, logs = tmp_path / "results", tmp_path / "logs"
+    cells = [("m", "done"), ("m", "score-failed"), ("m", "eval-failed"), ("m", "new")]
+    (results / "cells" / "m" / "done").mkdir(parents=True)
+    (results / "cells" / "m" / "done" / "metrics.json").write_text("{}")
+    (results / "cells" / "m" / "eval-failed").mkdir(parents=True)
+    (results / "cells" / "m" / "eval-failed" / "scores.jsonl").write_text("")
+    for step, task in (("score", "score-failed"), ("evaluate", "eval-failed"), ("score", "eval-failed"), ("score", "done")):
+        (logs / step / "m").mkdir(parents=True, exist_ok=True)
+        (logs / step / "m" / f"{task}.log").write_text("Traceback (most recent call last):\n  ...\nValueError: bad\n")
+    cells_of = layout(results, logs)
+    assert [c for c in cells if not cells_of.failed(*c)] == [("m", "done"), ("m", "new")]
+    assert cells_of.finished(cells) == [("m", "done")]
+    assert cells_of.failure("m", "eval-failed") == {"error": "ValueError: bad", "log": str(logs / "evaluate" / "m" / "eval-failed.log")}
+    assert cells_of.paths([("m", "done")], ["metrics.json"]) == [str(results / "cells/m/done/metrics.json")]
+
+
+@pytest.mark.parametrize(("log", "line"), [
+    ("INFO start\nanyjev evaluate: TaskDataError: x:item 'a': bad\n  more\n", "anyjev evaluate: TaskDataError: x:item 'a': bad"),
+    ("Traceback (most recent call last):\n  File x\nKeyError: 'k'\nduring handling\nRuntimeError: boom\n", "RuntimeError: boom"),
+    ("INFO a\nKilled\n", "Killed"),
+    ("", None),
+    ("anyjev score: ServerError: " + "x" * 400, "anyjev score: ServerError: " + "x" * 270 + "..."),
+])
+def test_the_first_line_of_the_error_a_log_ends_with(log, line) -> None:
+    assert cellstate.error_line(log) == line
+
+
+# ------------------------------------------------------------------------------------------- encoding
+def test_prompts_are_stored_exactly_as_lines_shared_by_the_cell() -> None:
+    texts = ["Options:\nA. red 🙂\nB. blue\nAnswer.", "Options:\nA. blue\nB. red 🙂\nAnswer.", "", "\n\nx\r\n", "Answer.\n"]
+    lines = Lines()
+    ids = [lines.add(t) for t in texts]
+    assert [lines.text(i) for i in ids] == texts
+    assert len(lines.rows) == len({line for t in texts for line in t.split("\n")})
+
+
+def test_data_files_cannot_break_out_of_their_call() -> None:
+    text = js_data("cell", 'm/"t"', {"state": "</script><script>alert(1)</script>\u2028"})
+    assert text.startswith('anyjevViewer.load("cell","m/\\"t\\"",{') and text.endswith(");\n")
+    assert json.loads(text[text.index("{"): -3]) == {"state": "</script><script>alert(1)</script>\u2028"}
+
+
+def test_cli_writes_the_viewer_from_the_workflow_settings(tmp_path, tasks, smollm2_dir) -> None:
+    job = one_cell(tmp_path, tasks)
+    assert main(["viewer", "--job", job.to_json(), "--out", str(tmp_path / "viewer")]) == 0
+    assert [c["status"] for c in run_data(tmp_path / "viewer" / "index.html")["cells"]] == ["done"]
+    assert (tmp_path / "viewer" / "cells" / MODEL / "rotten_tomatoes.items.js").is_file()
+
+
+def test_the_docs_figures_are_generated_from_the_committed_benchmark() -> None:
+    import importlib.util
+    import sys
+
+    repo = RESULTS.parent
+    spec = importlib.util.spec_from_file_location("bench_viewer", repo / "bench" / "bench_viewer.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench
+    spec.loader.exec_module(bench)
+    report = json.loads((repo / "results" / "bench" / "viewer.json").read_text())
+    docs = (repo / "docs" / "viewer.md").read_text()
+    block = docs[docs.index("<!-- viewer-bench:start"): docs.index("<!-- viewer-bench:end -->")]
+    assert bench.markdown(report).strip() in block, "docs/viewer.md's figures differ from `bench_viewer.py --report`"
+    assert report["grid"]["n_test"] == 300 and len(report["grid"]["models"]) * len(report["grid"]["tasks"]) == 9
+    assert all(row["console_errors"] == 0 and row["requests_off_disk"] == 0 for row in report["browser"].values())
+
+
+def test_an_adaptive_item_shows_the_rotations_it_did_not_read_as_not_read() -> None:
+    from anyjev.outputs.viewer import _layout_names, _matrix
+
+    lp = [-0.5, -1.5, -2.0, -2.5]
+    rec = {"k": 4, "adaptive": {"read": {"fwd": 2}}, "layouts": {
+        "fwd/r0": {"lp": lp, "order": [0, 1, 2, 3], "swapped": False},
+        "fwd/r2": {"lp": lp, "order": [2, 3, 0, 1], "swapped": False}}}
+    names = _layout_names(rec, "fwd")
+    assert names == ["fwd/r0", "fwd/r1", "fwd/r2", "fwd/r3"]
+    rows, shape = _matrix(rec, "fwd", names)
+    assert rows[1] is None and rows[3] is None
+    assert shape["order"] == [[0, 1, 2, 3], [1, 2, 3, 0], [2, 3, 0, 1], [3, 0, 1, 2]]
+    np.testing.assert_allclose(rows[2], np.exp([lp[2], lp[3], lp[0], lp[1]]), rtol=1e-4)  # option j was at position order.index(j)
