@@ -198,6 +198,21 @@ def plot_reliability(preds: pd.DataFrame, levels: Sequence[str], png: str | os.P
         return save_figure(fig, png, pdf)
 
 
+def plot_failed_cell(title: str, error: str, log: str, png: str | os.PathLike, pdf: str | os.PathLike | None = None
+                     ) -> tuple[Path, Path]:
+    """The place of a failed cell's figure: its name, the first line of its error and its log, so that a report or a
+    paper draft of a partly failed run says what is missing and why."""
+    import textwrap
+
+    with plt.rc_context(STYLE):
+        fig, ax = plt.subplots(figsize=(4.6, 1.6), layout="constrained")
+        ax.axis("off")
+        ax.text(0.0, 1.0, f"{title}: this cell failed", fontsize=8, weight="bold", va="top", transform=ax.transAxes)
+        ax.text(0.0, 0.78, "\n".join(textwrap.wrap(error, 90)[:5]) + f"\n\nlog: {log}", fontsize=6, va="top",
+                family="monospace", transform=ax.transAxes)
+        return save_figure(fig, png, pdf)
+
+
 # -------------------------------------------------------------------------------------------------- flip
 def plot_flip(summary: pd.DataFrame, png: str | os.PathLike, pdf: str | os.PathLike | None = None) -> tuple[Path, Path]:
     """Order-flip rate per cell for raw and every other level (horizontal dot plot): each point with its

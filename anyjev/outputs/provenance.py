@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from anyjev.files import write_text_atomic
-from anyjev.outputs.tables import cell_of, scalar
+from anyjev.outputs.tables import Failures, cell_of, scalar
 
 Section = tuple[str, list[str], list[list[str]]]  # title, table header, rows (or a preformatted block)
 
@@ -146,11 +146,16 @@ def sections_html(sections: Sequence[Section]) -> str:
 
 
 def write_provenance(config: dict, provenance_files: Sequence[str], metrics_files: Sequence[str], md_out: str,
-                     html_out: str | None = None) -> list[Section]:
-    """results/tables/provenance.md (and .html for the report) from the cells' files, paired in order."""
+                     html_out: str | None = None, failed: Failures | None = None) -> list[Section]:
+    """results/tables/provenance.md (and .html for the report) from the cells' files, paired in order; the FAILED
+    cells get a section of their own."""
     if len(provenance_files) != len(metrics_files):
         raise ValueError(f"{len(provenance_files)} provenance files but {len(metrics_files)} metrics files")
     sections = provenance_sections(config, list(zip(provenance_files, metrics_files, strict=True)))
+    if failed:
+        sections.insert(1, (f"Failed cells ({len(failed)}): not in the tables until a run completes them",
+                            ["model", "task", "error (first line)", "log"],
+                            [[m, t, f["error"], f["log"]] for (m, t), f in failed.items()]))
     write_text_atomic(md_out, sections_markdown(sections))
     if html_out:
         write_text_atomic(html_out, sections_html(sections))

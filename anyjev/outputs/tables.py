@@ -14,7 +14,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -124,7 +124,24 @@ def _markdown(df: pd.DataFrame, keys: Sequence[str], metrics: Sequence[str]) -> 
     return lines
 
 
-def summary_markdown(df: pd.DataFrame, settings: dict | None = None) -> str:
+# A cell that failed, as every cross-cell output lists it: (model, task) -> {"error": first line, "log": path}.
+Failures = Mapping[tuple[str, str], Mapping[str, str]]
+
+
+def failed_markdown(failed: Failures) -> str:
+    """The failed cells, for a table's reader: the cell, the first line of its error, its log."""
+    if not failed:
+        return ""
+    rows = "".join(f"| {m} | {t} | {_md_escape(f['error'])} | `{f['log']}` |\n" for (m, t), f in failed.items())
+    return (f"\n**{len(failed)} cell(s) failed** and are not in the table above (a later run that completes them makes it "
+            "whole):\n\n| model | task | error | log |\n|---|---|---|---|\n" + rows)
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def summary_markdown(df: pd.DataFrame, settings: dict | None = None, failed: Failures | None = None) -> str:
     lines = _markdown(df, ["model", "task", "level", "n", "K"], TABLE_METRICS)
     note = (f"\nValues with their {interval_note(settings)}. ↑: higher is better, ↓: lower is better. "
             "flip: share of items whose answer changes when the option order is reversed (Yes/No: the phrasing "
@@ -139,7 +156,7 @@ def summary_markdown(df: pd.DataFrame, settings: dict | None = None) -> str:
                  "| model | task | answer mass |\n|---|---|---|\n")
         note += "".join(f"| {r['model']} | {r['task']} | {_fmt(r['answer_mass'], r['answer_mass_lo'], r['answer_mass_hi'])} |\n"
                         for _, r in cells.iterrows())
-    return "\n".join(lines) + "\n" + note
+    return "\n".join(lines) + "\n" + note + failed_markdown(failed or {})
 
 
 def _temperature_text(r: pd.Series, group: str) -> str:
@@ -212,7 +229,7 @@ def _tex_value(v: float, lo: float, hi: float) -> str:
     return f"{v:.3f} {{\\scriptsize [{lo:.3f}, {hi:.3f}]}}"
 
 
-def summary_latex(df: pd.DataFrame, settings: dict | None = None) -> str:
+def summary_latex(df: pd.DataFrame, settings: dict | None = None, failed: Failures | None = None) -> str:
     """A plain ``tabular`` (no packages beyond LaTeX itself) with the same rows as summary.md, for
     ``\\input`` in a paper; wrap it in ``\\resizebox`` or a ``table*`` where it is too wide."""
     keys = ["model", "task", "level", "n", "K"]
@@ -229,17 +246,22 @@ def summary_latex(df: pd.DataFrame, settings: dict | None = None) -> str:
         vals = [tex_escape(r[k]) for k in keys] + [_tex_value(r[m], r[f"{m}_lo"], r[f"{m}_hi"]) for m in TABLE_METRICS]
         lines.append(" & ".join(vals) + " \\\\")
     lines += ["\\hline", "\\end{tabular}"]
+    if failed:
+        cells = ", ".join(f"{tex_escape(m)}/{tex_escape(t)}" for m, t in failed)
+        lines.append(f"% {len(failed)} cell(s) failed and are not in this table: {cells}")
     return "\n".join(lines) + "\n"
 
 
 def write_summary(metrics_files: Sequence[str], levels: Sequence[str], csv_out: str, md_out: str,
-                  tex_out: str | None = None) -> pd.DataFrame:
+                  tex_out: str | None = None, failed: Failures | None = None) -> pd.DataFrame:
+    """The summary table of the cells whose METRICS_FILES are given (CSV, Markdown, LaTeX); the FAILED cells are
+    listed beside it (a run whose cells all finished has none)."""
     df = summary_frame(metrics_files, levels)
     settings = json.loads(Path(metrics_files[0]).read_text()).get("settings") if metrics_files else None
     write_text_atomic(csv_out, df.to_csv(index=False, float_format="%.6f"))
-    write_text_atomic(md_out, summary_markdown(df, settings))
+    write_text_atomic(md_out, summary_markdown(df, settings, failed))
     if tex_out:
-        write_text_atomic(tex_out, summary_latex(df, settings))
+        write_text_atomic(tex_out, summary_latex(df, settings, failed))
     return df
 
 

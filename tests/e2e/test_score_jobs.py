@@ -5,6 +5,8 @@ the Yes/No task's answers (what a server in raw_logprobs mode does), so no vLLM 
 scores both cells; the Yes/No cell fails its own score_cell job naming the missing label id, while the other cell is
 published and evaluated (--keep-going); the run's end drops the model's outcome record so that the next run
 retries, and that rerun sends requests for the failed cell only (the finished cell is skipped) and completes.
+The partly failed run still leaves its tables, figures, comparison with published numbers, provenance report,
+viewer and Snakemake report, over the cell that finished, with the failed cell listed; after the fix they are whole.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
 from tests.conftest import QWEN3_TOKENIZER_DIR
 from tests.e2e.workflow_helpers import REPO, job_blocks, run_snakemake
 from tests.stub_http import Reply, StubCompletions
+from tests.viewer_helpers import run_data
 
 QWEN3 = QWEN3_TOKENIZER_DIR
 MODEL = "stub-url"
@@ -53,8 +57,10 @@ def stub():
 def test_one_job_per_model_fails_one_cell_alone_and_retries_it(tmp_path, stub, qwen3_tokenizer):
     work = tmp_path / "w"
     tasks = _write_tasks(work)
+    (work / "published.csv").write_text("model,task,level,metric,value,source\n"
+                                        f"{MODEL},capitals,raw,acc,0.5,test\n{MODEL},yesno,raw,acc,0.5,test\n")
     config = {"models": {MODEL: {"source": "url", "url": stub.url, "tokenizer": str(QWEN3)}}, "tasks": tasks,
-              "levels": ["raw", "L0"], "score_jobs": "model", "published": None,
+              "levels": ["raw", "L0"], "score_jobs": "model", "published": "published.csv",
               "client": {"chunk_items": 2}}
     (work / "config").mkdir()
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
@@ -81,6 +87,26 @@ def test_one_job_per_model_fails_one_cell_alone_and_retries_it(tmp_path, stub, q
     staged = work / f"results/cells/{MODEL}/capitals/staged/scores.jsonl"
     published = (work / f"results/cells/{MODEL}/capitals/scores.jsonl").read_bytes()
     assert staged.read_bytes() == published
+    # Something to look at: every cross-cell output, over the cell that finished, the failed one listed.
+    error = next(line for line in cell_log.splitlines() if line.startswith("anyjev publish-cell:"))
+    summary = pd.read_csv(work / "results/tables/summary.csv")
+    assert set(zip(summary["task"], summary["level"], strict=True)) == {("capitals", "raw"), ("capitals", "L0")}
+    for table in ("summary.md", "provenance.md"):
+        text = (work / "results/tables" / table).read_text()
+        assert "yesno" in text and f"logs/score/{MODEL}/yesno.log" in text and error[:80] in text.replace("\\|", "|"), table
+    assert "failed" in (work / "results/tables/summary.tex").read_text()
+    vs = pd.read_csv(work / "results/tables/vs_published.csv")
+    assert list(zip(vs["task"], vs["level"], strict=True)) == [("capitals", "raw")]
+    for fig in ("metrics_by_level", "flip_by_level", "vs_published", f"reliability/{MODEL}/capitals",
+                f"reliability/{MODEL}/yesno"):
+        assert (work / f"results/plots/{fig}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", fig
+    run = run_data(work / "results/viewer/index.html")
+    assert {c["task"]: c["status"] for c in run["cells"]} == {"capitals": "done", "yesno": "failed"}
+    [shown] = [c["error"] for c in run["cells"] if c["task"] == "yesno"]
+    assert shown == error or (shown.endswith("...") and error.startswith(shown[:-3])), (shown, error)
+    assert "2 cell(s) failed" not in out and "1 cell(s) failed; results/tables/" in out
+    report = run_snakemake(work, "--report", "report.html", timeout=600)
+    assert report.returncode == 0 and (work / "report.html").stat().st_size > 10_000, report.stderr[-3000:]
 
     # The server is fixed: the rerun scores the failed cell only and completes the run.
     stub.default = Reply()
@@ -94,7 +120,10 @@ def test_one_job_per_model_fails_one_cell_alone_and_retries_it(tmp_path, stub, q
     assert {t: c["status"] for t, c in record["cells"].items()} == {"capitals": "ok", "yesno": "ok"}
     assert record["cells"]["capitals"]["counts"]["prompts"] == 0
     assert (work / f"results/cells/{MODEL}/capitals/scores.jsonl").read_bytes() == published
-    assert (work / "results/tables/summary.csv").is_file()
+    summary = pd.read_csv(work / "results/tables/summary.csv")
+    assert set(summary["task"]) == {"capitals", "yesno"}, "the tables are whole after the fix"
+    assert "failed" not in (work / "results/tables/summary.md").read_text()
+    assert {c["status"] for c in run_data(work / "results/viewer/index.html")["cells"]} == {"done"}
 
 
 def test_the_cut_is_the_configs_whatever_the_executor(tmp_path, qwen3_tokenizer):

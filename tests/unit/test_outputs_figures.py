@@ -18,6 +18,7 @@ import pytest
 from anyjev.outputs import plots
 from anyjev.outputs.tables import read_summary, summary_frame, vs_published_frame, vs_published_markdown
 from tests.conftest import REPO
+from tests.workflow_paths import evaluate, workflow_constants
 
 RULES = [REPO / "workflow" / "rules" / "plots.smk", REPO / "workflow" / "rules" / "tables.smk"]
 SUMMARY = REPO / "results" / "tables" / "summary.csv"
@@ -27,13 +28,16 @@ CELLS = sorted((p.parent.parent.name, p.parent.name) for p in (REPO / "results" 
 def report_figures() -> list[tuple[str, str]]:
     """(png, pdf) output patterns of every rule output marked report(...) that is a PNG; the PDF must be
     declared by the same rule with the same stem."""
+    constants = workflow_constants()
     out = []
     for rules in RULES:
         text = rules.read_text()
         for block in re.split(r"\nrule ", text)[1:]:
-            for png in re.findall(r'report\(\s*"([^"]+\.png)"', block):
+            pngs = [evaluate(lit, constants) for lit in re.findall(r'report\(\s*(f?"[^"]+\.png")', block)]
+            outputs = {evaluate(lit, constants) for lit in re.findall(r'(f?"[^"]+\.pdf")', block)}
+            for png in pngs:
                 pdf = png[:-4] + ".pdf"
-                assert f'"{pdf}"' in block, f"{rules.name}: {png} is in the report but its PDF {pdf} is not an output"
+                assert pdf in outputs, f"{rules.name}: {png} is in the report but its PDF {pdf} is not an output"
                 out.append((png, pdf))
     return out
 

@@ -41,6 +41,7 @@ from anyjev.serving.models import ModelJob
 from anyjev.serving.spec import ServerSpec
 from anyjev.settings import Settings
 from tests.conftest import REPO
+from tests.workflow_paths import workflow_constants
 
 PATHS = {"models_dir": "resources/models", "server_log": "logs/servers/m.log", "state_dir": ".anyjev/servers"}
 JOB_TYPES = (PrepareJob, FetchJob, ModelJob, ScoreJob, ScoreModelJob, EvaluateJob)
@@ -236,8 +237,7 @@ def test_the_cli_has_no_defaults_of_its_own_for_config_settings() -> None:
 
 def test_the_cli_looks_where_the_workflow_writes() -> None:
     """The people's commands default to the workflow's folders (workflow/rules/common.smk, where paths live)."""
-    common = (REPO / "workflow" / "rules" / "common.smk").read_text()
-    constants = dict(re.findall(r'^([A-Z_]+) = "([^"]+)"$', common, re.M))
+    constants = workflow_constants()
     assert cli.WORKFLOW_PATHS["models_dir"] == constants["MODELS_DIR"]
     assert cli.WORKFLOW_PATHS["hub_cache"] == constants["HUB_CACHE"]
     assert cli.WORKFLOW_PATHS["state_dir"] == constants["STATE_DIR"]

@@ -9,6 +9,7 @@ from pathlib import Path
 from anyjev.config import check_runnable, load_strict, validate_config
 from anyjev.errors import ConfigError
 from anyjev.outputs.cells import CellLayout
+from anyjev.outputs.run import Figure, RunOutputs, write_run_outputs
 from anyjev.run.allocation import failed_cells, score_jobs_mode
 from anyjev.settings import Settings
 
@@ -22,11 +23,15 @@ STATE_DIR = ".anyjev/servers"
 SERVER_LOG = "logs/servers/{model}.log"
 SCORE_LOG = "logs/score/{model}/{task}.log"
 EVALUATE_LOG = "logs/evaluate/{model}/{task}.log"
-CELL_DIR = "results/cells/{model}/{task}"
-VIEWER = "results/viewer"
+RESULTS = "results"
+CELL_DIR = f"{RESULTS}/cells/{{model}}/{{task}}"
+TABLES = f"{RESULTS}/tables"
+PLOTS = f"{RESULTS}/plots"
+RELIABILITY = f"{PLOTS}/reliability/{{model}}/{{task}}"
+VIEWER = f"{RESULTS}/viewer"
 # Where one model's job (score_jobs: model) scores a cell before its score_cell job publishes it (docs/servers.md).
-STAGED_DIR = "results/cells/{model}/{task}/staged"
-ALLOCATION = "results/cells/{model}/allocation.json"
+STAGED_DIR = f"{CELL_DIR}/staged"
+ALLOCATION = f"{RESULTS}/cells/{{model}}/allocation.json"
 # Where a cell's files and the logs of its steps are: what tells a finished cell from a failed one.
 CELL_LAYOUT = CellLayout(CELL_DIR, SCORE_LOG, EVALUATE_LOG)
 
@@ -137,27 +142,57 @@ def output_targets():
     """Every table, figure and note of a run (for the `all` rule): the comparison with published numbers
     when a published table is configured, and its figure only when some of it overlaps this run.
     """
-    targets = [
-        "results/tables/summary.csv",
-        "results/tables/summary.md",
-        "results/tables/summary.tex",
-        "results/tables/provenance.md",
-        "results/tables/provenance.html",
-        "results/plots/metrics_by_level.png",
-        "results/plots/metrics_by_level.pdf",
-        "results/plots/flip_by_level.png",
-        "results/plots/flip_by_level.pdf",
-        *[f"results/plots/reliability/{m}/{t}.{ext}" for m, t in CELLS for ext in ("png", "pdf")],
-        f"{VIEWER}/index.html",
-    ]
+    job = run_outputs()
+    # Every cell's metrics too: after a run with failed cells, the tables written from the cells that finished
+    # exist, and Snakemake does not rerun a job whose outputs exist because one of its inputs is missing.
+    targets = [*cell_files("metrics.json"), *job.summary.values(), *job.provenance.values(), f"{job.viewer_out}/index.html"]
+    for fig in (job.metrics_by_level, job.flip_by_level, *[job.reliability.of(m, t) for m, t in CELLS]):
+        targets += [fig.png, fig.pdf]
     if SETTINGS.published:
-        targets += ["results/tables/vs_published.csv", "results/tables/vs_published.md"]
+        targets += list(job.vs_published.values())
         if published_overlap_rows():
-            targets += [
-                "results/plots/vs_published.png",
-                "results/plots/vs_published.pdf",
-            ]
+            targets += [job.vs_published_plot.png, job.vs_published_plot.pdf]
     return targets
+
+
+def run_outputs():
+    """Every cross-cell output of the run, where the rules write it: what a run with failed cells writes at its end
+    from the cells that finished (anyjev/outputs/run.py)."""
+    return RunOutputs(
+        cells=list(CELLS),
+        levels=list(SETTINGS.levels),
+        layout=CELL_LAYOUT,
+        config=CONFIG_AS_RUN,
+        published=SETTINGS.published,
+        summary={ext: f"{TABLES}/summary.{ext}" for ext in ("csv", "md", "tex")},
+        provenance={ext: f"{TABLES}/provenance.{ext}" for ext in ("md", "html")},
+        metrics_by_level=figure(f"{PLOTS}/metrics_by_level"),
+        flip_by_level=figure(f"{PLOTS}/flip_by_level"),
+        reliability=figure(RELIABILITY),
+        vs_published={ext: f"{TABLES}/vs_published.{ext}" for ext in ("csv", "md")},
+        vs_published_plot=figure(f"{PLOTS}/vs_published"),
+        viewer=viewer_job(),
+        viewer_out=VIEWER,
+    )
+
+
+def figure(stem):
+    return Figure(f"{stem}.png", f"{stem}.pdf")
+
+
+def write_partial_outputs():
+    """At the end of a run with failed cells: the tables, figures, comparison, provenance report and viewer of the
+    cells that finished, each failed cell listed with its error line and log. Never raises: the run's own error is
+    what matters."""
+    try:
+        failed = write_run_outputs(run_outputs())
+    except Exception as exc:  # noqa: BLE001 - a partial output that cannot be written must not hide the run's error
+        print(f"anyjev: could not write the outputs of the cells that finished ({type(exc).__name__}: {exc})")
+        return
+    if failed:
+        print(f"anyjev: {len(failed)} cell(s) failed; {TABLES}/, {PLOTS}/ and {VIEWER}/ show the cells that finished:")
+        for (m, t), why in failed.items():
+            print(f"  {m}/{t}: {why['error']} (log: {why['log']})")
 
 
 def retry_failed_allocations():

@@ -5,17 +5,17 @@
 
 rule reliability_plot:
     input:
-        predictions="results/cells/{model}/{task}/predictions.csv",
-        metrics="results/cells/{model}/{task}/metrics.json",
+        predictions=f"{CELL_DIR}/predictions.csv",
+        metrics=f"{CELL_DIR}/metrics.json",
     output:
         png=report(
-            "results/plots/reliability/{model}/{task}.png",
+            f"{RELIABILITY}.png",
             caption="../report/reliability.rst",
             category="Plots",
             subcategory="Reliability",
             labels={"model": "{model}", "task": "{task}"},
         ),
-        pdf="results/plots/reliability/{model}/{task}.pdf",
+        pdf=f"{RELIABILITY}.pdf",
     log:
         "logs/plots/reliability/{model}/{task}.log",
     localrule: True
@@ -29,20 +29,20 @@ rule reliability_plot:
 
 rule summary_plots:
     input:
-        "results/tables/summary.csv",
+        f"{TABLES}/summary.csv",
     output:
         by_level=report(
-            "results/plots/metrics_by_level.png",
+            f"{PLOTS}/metrics_by_level.png",
             caption="../report/metrics_by_level.rst",
             category="Plots",
         ),
-        by_level_pdf="results/plots/metrics_by_level.pdf",
+        by_level_pdf=f"{PLOTS}/metrics_by_level.pdf",
         flip=report(
-            "results/plots/flip_by_level.png",
+            f"{PLOTS}/flip_by_level.png",
             caption="../report/flip.rst",
             category="Plots",
         ),
-        flip_pdf="results/plots/flip_by_level.pdf",
+        flip_pdf=f"{PLOTS}/flip_by_level.pdf",
     log:
         "logs/plots/summary.log",
     localrule: True
@@ -54,14 +54,14 @@ rule summary_plots:
 
 rule vs_published_plot:
     input:
-        "results/tables/vs_published.csv",
+        f"{TABLES}/vs_published.csv",
     output:
         png=report(
-            "results/plots/vs_published.png",
+            f"{PLOTS}/vs_published.png",
             caption="../report/vs_published_plot.rst",
             category="Plots",
         ),
-        pdf="results/plots/vs_published.pdf",
+        pdf=f"{PLOTS}/vs_published.pdf",
     log:
         "logs/plots/vs_published.log",
     localrule: True

@@ -10,8 +10,8 @@ if SCORE_JOBS == "cell":
             task=TASK_FILE,
             model=lambda wc: model_marker(wc.model),
         output:
-            scores="results/cells/{model}/{task}/scores.jsonl",
-            provenance="results/cells/{model}/{task}/provenance.json",
+            scores=f"{CELL_DIR}/scores.jsonl",
+            provenance=f"{CELL_DIR}/provenance.json",
         log:
             SCORE_LOG,
         benchmark:
@@ -59,8 +59,8 @@ else:
         input:
             ALLOCATION,
         output:
-            scores="results/cells/{model}/{task}/scores.jsonl",
-            provenance="results/cells/{model}/{task}/provenance.json",
+            scores=f"{CELL_DIR}/scores.jsonl",
+            provenance=f"{CELL_DIR}/provenance.json",
         log:
             SCORE_LOG,
         localrule: True
@@ -73,10 +73,10 @@ else:
 
 rule evaluate_cell:
     input:
-        "results/cells/{model}/{task}/scores.jsonl",
+        f"{CELL_DIR}/scores.jsonl",
     output:
-        metrics="results/cells/{model}/{task}/metrics.json",
-        predictions="results/cells/{model}/{task}/predictions.csv",
+        metrics=f"{CELL_DIR}/metrics.json",
+        predictions=f"{CELL_DIR}/predictions.csv",
     log:
         EVALUATE_LOG,
     localrule: True

@@ -7,12 +7,12 @@ rule summary_table:
         cell_files("metrics.json"),
     output:
         csv=report(
-            "results/tables/summary.csv",
+            f"{TABLES}/summary.csv",
             caption="../report/summary.rst",
             category="Tables",
         ),
-        md="results/tables/summary.md",
-        tex="results/tables/summary.tex",
+        md=f"{TABLES}/summary.md",
+        tex=f"{TABLES}/summary.tex",
     log:
         "logs/tables/summary.log",
     localrule: True
@@ -29,9 +29,9 @@ rule provenance_table:
         provenance=cell_files("provenance.json"),
         metrics=cell_files("metrics.json"),
     output:
-        md="results/tables/provenance.md",
+        md=f"{TABLES}/provenance.md",
         html=report(
-            "results/tables/provenance.html",
+            f"{TABLES}/provenance.html",
             caption="../report/provenance.rst",
             category="Provenance",
         ),
@@ -48,15 +48,15 @@ rule provenance_table:
 
 rule vs_published:
     input:
-        summary="results/tables/summary.csv",
+        summary=f"{TABLES}/summary.csv",
         published=SETTINGS.published or [],
     output:
         csv=report(
-            "results/tables/vs_published.csv",
+            f"{TABLES}/vs_published.csv",
             caption="../report/vs_published.rst",
             category="Tables",
         ),
-        md="results/tables/vs_published.md",
+        md=f"{TABLES}/vs_published.md",
     log:
         "logs/tables/vs_published.log",
     localrule: True
