@@ -9,31 +9,14 @@ import os
 from pathlib import Path
 
 import yaml
-from jsonschema import Draft202012Validator, validators
 
 from anyjev.data import builtin, hub
 from anyjev.data.taskfile import jsonl_rows
 from anyjev.errors import ConfigError, ConfigSyntaxError
 from anyjev.numbers.certificate import min_certification_items
-from anyjev.schema import schema
+from anyjev.schema import schema, validate
 from anyjev.serving.argv import check_extra_flags
 from anyjev.serving.spec import check_server_python
-
-
-def _with_defaults(cls):
-    validate_properties = cls.VALIDATORS["properties"]
-
-    def set_defaults(validator, properties, instance, schema):
-        if isinstance(instance, dict):
-            for name, sub in properties.items():
-                if "default" in sub and name not in instance:
-                    instance[name] = copy.deepcopy(sub["default"])
-        yield from validate_properties(validator, properties, instance, schema)
-
-    return validators.extend(cls, {"properties": set_defaults})
-
-
-_Validator = _with_defaults(Draft202012Validator)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -73,28 +56,9 @@ def load_strict(path: str | os.PathLike) -> dict:
         raise ConfigSyntaxError(where, f"YAML syntax error: {problem} (check the indentation and quoting there)") from None
 
 
-def _path(parts) -> str:
-    return ".".join(str(p) for p in parts) or "<top level>"
-
-
-def _schema_error(err) -> ConfigError:
-    where = _path(err.absolute_path)
-    if err.validator == "additionalProperties":
-        allowed = sorted(err.schema.get("properties", {}))
-        extra = sorted(set(err.instance) - set(allowed)) if isinstance(err.instance, dict) else []
-        keys = ", ".join(f"{where}.{k}" if where != "<top level>" else k for k in extra)
-        return ConfigError(keys or where, f"unknown key (allowed here: {', '.join(allowed)})")
-    if err.validator == "required":
-        return ConfigError(where, err.message)
-    return ConfigError(where, f"{err.message} (value {err.instance!r:.80})")
-
-
 def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
     """Return a validated copy of ``config`` with defaults filled, or raise :class:`ConfigError`."""
-    config = copy.deepcopy(config)
-    errors = sorted(_Validator(schema()).iter_errors(config), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
-    if errors:
-        raise _schema_error(errors[0])
+    config = validate(copy.deepcopy(config), schema())
     models, tasks = config["models"], config["tasks"]
     for name, model in models.items():
         src = model["source"]
