@@ -80,6 +80,7 @@ NOT_SETTINGS = {
     ("http_client", "timeout"): "a health probe's HTTP timeout, not the scoring client's",
     ("read_counters", "timeout"): "a /metrics read's HTTP timeout, not the scoring client's",
     ("long_state_task", "seed"): "the seed of a synthetic benchmark workload, not the server's --seed",
+    ("long_state_task", "min_chars"): "the shortest state of a synthetic benchmark workload, not a hub declaration's",
     ("_quote", "limit"): "a length in characters, not the smoke run's item limit",
     ("Certificate", "confidence"): "a certificate records the confidence it was made at",
     ("interval", "level"): "not a setting",
