@@ -375,3 +375,27 @@ def test_plan_counts_a_declared_task_before_and_after_fetching(offline, tmp_path
             assert after[task][key] == cells[task][key], (task, key)
     assert after["unknown"]["estimate"] is None and after["unknown"]["layouts_per_item"] == [6, 6]  # K = 3, both groups
     assert after["unknown"]["prompts"] == 4 * 6 and after["unknown"]["items"] == 4
+
+
+# ----------------------------------------------------------------------------------------------------- the docs
+
+
+def test_the_documented_examples_are_valid_and_every_key_is_documented() -> None:
+    import re
+
+    from anyjev.schema import schema_node
+
+    examples = []
+    for doc in ("README.md", "config/README.md"):
+        blocks = re.findall(r"```yaml\n(.*?)```", (REPO / doc).read_text(encoding="utf-8"), re.S)
+        examples += [(doc, yaml.safe_load(b)) for b in blocks if "hub:" in b]
+    assert [doc for doc, _ in examples] == ["README.md", "config/README.md"]
+    for doc, example in examples:
+        settings = Settings.from_config(config(example["tasks"]))
+        [(name, task)] = settings.tasks.items()
+        assert task.hub is not None and task.hub.dataset == "stanfordnlp/sst2" and task.hub.kind == "noul", doc
+        assert settings.hub_datasets()[name].revision == "main"
+    section = (REPO / "config" / "README.md").read_text(encoding="utf-8").split("### A hub dataset of your own")[1]
+    table = section.split("### ")[0]
+    undocumented = [key for key in schema_node("tasks", "*", "hub")["properties"] if f"`{key}`" not in table]
+    assert not undocumented, f"config/README.md does not document tasks.<name>.hub keys {undocumented}"
