@@ -105,7 +105,7 @@ class HubTaskDeclaration:
 
 def template_fields(template: str, where: str = "text_template") -> list[str]:
     """The column names a text template names in braces (each once, in order); ConfigError naming WHERE for anything
-    else in braces (an attribute, an index, a conversion or a format spec) or a template naming no column."""
+    else in braces (an attribute, an index, a number, a conversion or a format spec) or a template naming no column."""
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:
@@ -114,7 +114,7 @@ def template_fields(template: str, where: str = "text_template") -> list[str]:
     for _, name, spec, conversion in parsed:
         if name is None:
             continue
-        if not name or not name.isidentifier() or spec or conversion:
+        if not name or name.isdigit() or any(c in name for c in ".[]") or spec or conversion:
             shown = "{" + (name or "") + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
             raise ConfigError(where, f"{shown} is not a column name in braces (a template names columns, e.g. "
                               f"{{title}}; write {{{{ and }}}} for a brace itself)")

@@ -191,15 +191,15 @@ def test_text_length_and_strip(tmp_path: Path) -> None:
 
 
 def test_a_template_over_several_fields(tmp_path: Path) -> None:
-    rows = [{"question": "Is it?", "passage": "It is.", "label": "yes", "idx": 3}]
-    d = declared(text_field=None, text_template="Passage: {passage}\nQuestion: {question} {{verbatim}}", kind="noul",
+    rows = [{"question": "Is it?", "passage": "It is.", "label": "yes", "idx": 3, "the-title": "T"}]
+    d = declared(text_field=None, text_template="{the-title}. Passage: {passage}\nQuestion: {question} {{verbatim}}", kind="noul",
                  yes_labels=["yes"])
     t = build(tmp_path / "a", d, {"test": rows})
-    assert t.items[0].state == "Passage: It is.\nQuestion: Is it? {verbatim}" and t.items[0].gold == 0
+    assert t.items[0].state == "T. Passage: It is.\nQuestion: Is it? {verbatim}" and t.items[0].gold == 0
     with pytest.raises(TaskDataError, match=r"line 1: missing column 'passage'"):
-        build(tmp_path / "b", d, {"test": [{"question": "q", "label": "yes"}]})
+        build(tmp_path / "b", d, {"test": [{"question": "q", "label": "yes", "the-title": "T"}]})
     with pytest.raises(TaskDataError, match=r"line 1: column 'question' = 3 has an unexpected type"):
-        build(tmp_path / "c", d, {"test": [{"question": 3, "passage": "p", "label": "yes"}]})
+        build(tmp_path / "c", d, {"test": [{"question": 3, "passage": "p", "label": "yes", "the-title": "T"}]})
 
 
 def test_label_names_and_readable_options(tmp_path: Path) -> None:
@@ -292,6 +292,8 @@ def with_hub(**keys) -> dict:
     ({"text_template": "{title!r}"}, "tasks.t.hub.text_template", "{title!r} is not a column name"),
     ({"text_template": "{body:>20}"}, "tasks.t.hub.text_template", "{body:>20} is not a column name"),
     ({"text_template": "{} and {body}"}, "tasks.t.hub.text_template", "{} is not a column name"),
+    ({"text_template": "{0}"}, "tasks.t.hub.text_template", "{0} is not a column name"),
+    ({"text_template": "{body[0]}"}, "tasks.t.hub.text_template", "{body[0]} is not a column name"),
     ({"text_template": "no columns"}, "tasks.t.hub.text_template", "names no column in braces"),
     ({"text_template": "{title"}, "tasks.t.hub.text_template", "is not a template"),
     ({"min_chars": 50, "max_chars": 10}, "tasks.t.hub.min_chars", "more than max_chars 10"),
