@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = _command(sub, "prepare-task", cmd_prepare_task, "build a task, split it (seeded), write it as a JSONL task file",
                  job="PrepareJob")
     s.add_argument("--out", required=True, help="the JSONL task file")
-    _command(sub, "fetch-task", cmd_fetch_task, "download a hub dataset into the job's cache at the configured revision, "
+    _command(sub, "fetch-task", cmd_fetch_task, "download a hub task's declared dataset splits into the job's cache at its revision, "
              "recording the resolved commit in the lock file (refusing another commit when pinned)", job="FetchJob")
     s = _command(sub, "score", cmd_score, "score one (model, task) cell; resumes an interrupted run", job="ScoreJob")
     s.add_argument("--task-file", required=True, help="the cell's JSONL task file (from prepare-task)")

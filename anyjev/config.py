@@ -9,31 +9,16 @@ import os
 from pathlib import Path
 
 import yaml
-from jsonschema import Draft202012Validator, validators
 
 from anyjev.data import builtin, hub
+from anyjev.data.declared import HubDataset, HubTaskDeclaration, check_declaration
 from anyjev.data.taskfile import jsonl_rows
 from anyjev.errors import ConfigError, ConfigSyntaxError
+from anyjev.jobs import from_data
 from anyjev.numbers.certificate import min_certification_items
-from anyjev.schema import schema
+from anyjev.schema import schema, validate
 from anyjev.serving.argv import check_extra_flags
 from anyjev.serving.spec import check_server_python
-
-
-def _with_defaults(cls):
-    validate_properties = cls.VALIDATORS["properties"]
-
-    def set_defaults(validator, properties, instance, schema):
-        if isinstance(instance, dict):
-            for name, sub in properties.items():
-                if "default" in sub and name not in instance:
-                    instance[name] = copy.deepcopy(sub["default"])
-        yield from validate_properties(validator, properties, instance, schema)
-
-    return validators.extend(cls, {"properties": set_defaults})
-
-
-_Validator = _with_defaults(Draft202012Validator)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -73,28 +58,9 @@ def load_strict(path: str | os.PathLike) -> dict:
         raise ConfigSyntaxError(where, f"YAML syntax error: {problem} (check the indentation and quoting there)") from None
 
 
-def _path(parts) -> str:
-    return ".".join(str(p) for p in parts) or "<top level>"
-
-
-def _schema_error(err) -> ConfigError:
-    where = _path(err.absolute_path)
-    if err.validator == "additionalProperties":
-        allowed = sorted(err.schema.get("properties", {}))
-        extra = sorted(set(err.instance) - set(allowed)) if isinstance(err.instance, dict) else []
-        keys = ", ".join(f"{where}.{k}" if where != "<top level>" else k for k in extra)
-        return ConfigError(keys or where, f"unknown key (allowed here: {', '.join(allowed)})")
-    if err.validator == "required":
-        return ConfigError(where, err.message)
-    return ConfigError(where, f"{err.message} (value {err.instance!r:.80})")
-
-
 def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
     """Return a validated copy of ``config`` with defaults filled, or raise :class:`ConfigError`."""
-    config = copy.deepcopy(config)
-    errors = sorted(_Validator(schema()).iter_errors(config), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
-    if errors:
-        raise _schema_error(errors[0])
+    config = validate(copy.deepcopy(config), schema())
     models, tasks = config["models"], config["tasks"]
     for name, model in models.items():
         src = model["source"]
@@ -110,6 +76,7 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
     if config["evaluation"]["prior_batch_size"] is not None and config["evaluation"]["prior_mode"] != "streaming":
         raise ConfigError("evaluation.prior_batch_size", "applies to prior_mode streaming only (batch uses the whole "
                           "split): set evaluation.prior_mode: streaming, or remove prior_batch_size")
+    _check_hub_tasks(tasks)
     for name, task in tasks.items():
         k = largest_k(name, task, workdir)
         if k is not None and k > config["server"]["max_logprobs"]:
@@ -163,8 +130,57 @@ def check_runnable(config: dict, workdir: str | os.PathLike = ".") -> None:
 
 
 def task_dataset(name: str, builtin_name: str | None) -> str:
-    """The built-in or hub dataset a task loads: ``tasks.<name>.builtin``, else the task's own name."""
+    """The built-in or published hub task a task loads: ``tasks.<name>.builtin``, else the task's own name."""
     return builtin_name or name
+
+
+def hub_task(name: str, task: dict) -> tuple[str, HubTaskDeclaration]:
+    """A validated hub task's cache folder (under resources/hub) and declaration: its own (``tasks.<name>.hub``) or a
+    published task's at ``tasks.<name>.revision``; ConfigError naming the key path."""
+    if task.get("hub") is not None:
+        where = f"tasks.{name}.hub"
+        return hub.configured(name, None, None, check_declaration(from_data(HubTaskDeclaration, task["hub"], where), where))
+    dataset = task_dataset(name, task.get("builtin"))
+    if dataset not in hub.published():
+        raise ConfigError(f"tasks.{name}.builtin" if task.get("builtin") else f"tasks.{name}",
+                          f"no published hub task {dataset!r} (published: {', '.join(sorted(hub.published()))}): name one "
+                          f"with builtin, or declare the dataset under tasks.{name}.hub")
+    return hub.configured(name, task.get("builtin"), task.get("revision"), None)
+
+
+def _check_hub_tasks(tasks: dict) -> None:
+    """Every hub task's declaration, and what one run can fetch: one dataset per cache folder, one revision per hub
+    dataset (the lock file records one commit per hub id)."""
+    folders: dict[str, tuple[str, HubDataset]] = {}
+    revisions: dict[str, tuple[str, str]] = {}
+    for name, task in tasks.items():
+        if task.get("hub") is not None and task["source"] != "hub":
+            raise ConfigError(f"tasks.{name}.hub", f"declares a hub dataset, but source is {task['source']!r}: set source: hub")
+        if task["source"] != "hub":
+            continue
+        own = task.get("hub") is not None
+        if own and task.get("builtin") is not None:
+            raise ConfigError(f"tasks.{name}.builtin", f"names a published task, but tasks.{name}.hub declares a dataset: "
+                              "remove one")
+        if own and task.get("revision") is not None:
+            raise ConfigError(f"tasks.{name}.revision", f"is for a published task; a declared dataset gives its revision "
+                              f"once, under tasks.{name}.hub.revision")
+        folder, declared = hub_task(name, task)
+        ds = declared.hub_dataset()
+        where = f"tasks.{name}.hub" if own else f"tasks.{name}.revision" if task.get("revision") else f"tasks.{name}"
+        if folder in folders and folders[folder][1] != ds:
+            other, theirs = folders[folder]
+            same_source = (theirs.dataset, theirs.config, theirs.splits) == (ds.dataset, ds.config, ds.splits)
+            raise ConfigError(where, f"dataset {folder!r} is also fetched at revision {theirs.revision!r} for task "
+                              f"{other!r}: one dataset, one revision" if same_source else
+                              f"is fetched into resources/hub/{folder}, where task {other!r} fetches {theirs.dataset!r}: "
+                              "rename one of the tasks")
+        folders.setdefault(folder, (name, ds))
+        if ds.dataset in revisions and revisions[ds.dataset][1] != ds.revision:
+            other, revision = revisions[ds.dataset]
+            raise ConfigError(f"tasks.{name}.hub.revision" if own else where, f"hub dataset {ds.dataset!r} is also fetched at "
+                              f"revision {revision!r} for task {other!r}: the lock file records one commit per hub dataset")
+        revisions.setdefault(ds.dataset, (name, ds.revision))
 
 
 def largest_k(name: str, task: dict, workdir: str | os.PathLike = ".") -> int | None:
@@ -173,7 +189,7 @@ def largest_k(name: str, task: dict, workdir: str | os.PathLike = ".") -> int | 
     if task["source"] == "builtin":
         return builtin.BUILTIN_K.get(dataset)
     if task["source"] == "hub":
-        return hub.HUB_TASKS[dataset].k if dataset in hub.HUB_TASKS else None
+        return hub_task(name, task)[1].k()[0]
     try:
         rows = jsonl_rows(Path(workdir) / task["path"])
     except Exception:  # noqa: BLE001 - a malformed file is the prepare step's to explain, with its line

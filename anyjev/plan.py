@@ -6,8 +6,10 @@ Counts are exact when a task's data is here (a file task, a built-in one, a hub 
 task is built and split as the prepare step does, and each item's prompts are rendered by
 :func:`anyjev.run.prepared.prepare_item` with the model's tokenizer under the cell's prompt options, the function
 scoring uses, so ``prompts`` is what ``score_cell`` counts (distinct token-id prompts per item). A hub task not
-fetched yet is an estimate: the configured ``n_test + n_calib`` items and the hub task's known question (K, kind)
-from :data:`anyjev.data.hub.HUB_TASKS`; its prompt tokens are unknown until the data is fetched.
+fetched yet (published or declared in the config) is an estimate: the configured ``n_test + n_calib`` items and the
+K its declaration implies (Yes/No, its label_names, keep_most_frequent); its prompt tokens are unknown until the data
+is fetched, and so are its layouts and prompts when the declaration leaves K to the data (the label names of a
+ClassLabel, say).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anyjev.data.hub import HUB_TASKS
+from anyjev.data.declared import HubTaskDeclaration
 from anyjev.data.prepare import build_task
 from anyjev.data.split import split_items
 from anyjev.data.tasks import Item
@@ -44,35 +46,40 @@ class TaskCounts:
     n_test: int
     n_calib: int
     estimate: str | None = None
+    # An estimate whose K is unknown: ``items`` is empty, ``n_items`` counts them, layouts and prompts are unknown.
+    n_items: int | None = None
 
 
-def _estimated_items(dataset: str, n: int) -> list[Item]:
-    """N stand-in items with the hub task's known question (K options, distinct texts; empty states)."""
-    spec = HUB_TASKS[dataset]
-    q = noul("?") if spec.kind == "noul" else choice("?", [f"option {i}" for i in range(spec.k)])
+def _estimated_items(declared: HubTaskDeclaration, k: int, n: int) -> list[Item]:
+    """N stand-in items with the declared question (K options, distinct texts; empty states)."""
+    q = noul("?") if declared.kind == "noul" else choice("?", [f"option {i}" for i in range(k)])
     return [Item(id=f"estimate-{i}", state="", question=q, gold=0) for i in range(n)]
 
 
 def task_counts(settings: Settings, task: str, hub_cache: str) -> TaskCounts:
     """The task's split items, built as the prepare step builds them; an estimate for a hub task not fetched."""
     job = settings.prepare_job(task, hub_cache=hub_cache)
-    t = settings.tasks[task]
     reason = None
     meta = Path(hub_cache) / job.dataset / "meta.json"
-    if t.source == "hub" and job.dataset in HUB_TASKS and not meta.is_file():
+    if job.hub is not None and not meta.is_file():
         reason = f"{meta} not fetched"
     else:
         try:
             built = build_task(job)
         except TaskDataError as exc:
-            if t.source != "hub":
+            if job.hub is None:
                 raise
             reason = f"the cache cannot be built ({exc})"
-    if reason is not None:
-        spec = HUB_TASKS[job.dataset]
-        why = (f"{reason}: n_test + n_calib from the config, K = {spec.k} ({spec.kind}) from anyjev.data.hub.HUB_TASKS"
-               + ("" if not job.allow_fewer else "; fewer items if the dataset has fewer (allow_fewer)"))
-        return TaskCounts(_estimated_items(job.dataset, job.n_test + job.n_calib), job.n_test, job.n_calib, why)
+    if job.hub is not None and reason is not None:
+        k, why_k = job.hub.k()
+        fewer = "" if not job.allow_fewer else "; fewer items if the dataset has fewer (allow_fewer)"
+        n = job.n_test + job.n_calib
+        if k is None:
+            why = (f"{reason}: n_test + n_calib from the config; K unknown ({job.hub.kind}: {why_k}), so are the layouts and "
+                   f"prompts{fewer}")
+            return TaskCounts([], job.n_test, job.n_calib, why, n_items=n)
+        why = f"{reason}: n_test + n_calib from the config, K = {k} ({job.hub.kind}) from the declaration ({why_k}){fewer}"
+        return TaskCounts(_estimated_items(job.hub, k, n), job.n_test, job.n_calib, why)
     items = split_items(built.items, job.n_test, job.n_calib, seed=job.split_seed, allow_fewer=job.allow_fewer, label=task)
     n_test = sum(it.split == "test" for it in items)
     return TaskCounts(items, n_test, len(items) - n_test)
@@ -122,8 +129,8 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
     cells = []
     for model, task in settings.cells:
         tc = tasks[task]
-        cell: dict[str, Any] = {"model": model, "task": task, "items": len(tc.items), "n_test": tc.n_test,
-                                "n_calib": tc.n_calib, "estimate": tc.estimate}
+        cell: dict[str, Any] = {"model": model, "task": task, "items": len(tc.items) if tc.n_items is None else tc.n_items,
+                                "n_test": tc.n_test, "n_calib": tc.n_calib, "estimate": tc.estimate}
         tok_dir = tokenizer_dir(settings, model, models_dir)
         tokenizer = checker = None
         missing = (["task data not fetched"] if tc.estimate is not None else []) + (["tokenizer not prepared"] if tok_dir is None else [])
@@ -142,7 +149,9 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
         cell |= {"layouts_per_item": [per_item[0], per_item[-1]] if per_item else [0, 0],
                  "layouts": sum(c[0] for c in counts), "prompts": sum(c[1] for c in counts),
                  "prompt_tokens": sum(c[2] for c in counts) if counts and counts[0][2] is not None else None}
-        if settings.scoring.content_free:  # the probes for the content-free prior (prior_mode content_free or level L0-cf)
+        if tc.n_items is not None:  # K unknown until the data is fetched: so are the layouts and prompts
+            cell |= {"layouts_per_item": None, "layouts": None, "prompts": None}
+        elif settings.scoring.content_free:  # the probes for the content-free prior (prior_mode content_free or level L0-cf)
             cf_tok = tokenizer if "tokens_note" not in cell else None
             cf_prompts, cf_tokens = content_free_counts(tc.items, options, cf_tok, checker)
             cell["content_free_prompts"] = cf_prompts
@@ -157,9 +166,10 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
     return {
         "config": str(config_path),
         "cells": cells,
-        "total": {key: sum(c[key] for c in cells) for key in ("items", "n_test", "n_calib", "layouts", "prompts")}
+        "total": {key: sum(c[key] or 0 for c in cells) for key in ("items", "n_test", "n_calib", "layouts", "prompts")}
         | {"prompt_tokens": sum(c["prompt_tokens"] or 0 for c in cells),
-           "cells_without_tokens": sum(c["prompt_tokens"] is None for c in cells)},
+           "cells_without_tokens": sum(c["prompt_tokens"] is None for c in cells),
+           "cells_without_prompts": sum(c["prompts"] is None for c in cells)},
         "score_jobs": score_jobs_mode(settings.score_jobs),
         "server_starts": server_starts(settings, managed),
     }
@@ -184,17 +194,25 @@ def plan_text(plan: dict[str, Any]) -> str:
     for c in plan["cells"]:
         est = " ~" if c["estimate"] else ""
         most = "<= " if c.get("at_most") else ""
-        lo, hi = c["layouts_per_item"]
         tokens = most + _n(c["prompt_tokens"]) if c["prompt_tokens"] is not None else f"n/a ({c['tokens_note']})"
         cf = f" (incl. {_n(c['content_free_prompts'])} content-free)" if c.get("content_free_prompts") else ""
-        rows.append((f"{c['model']} / {c['task']}", f"{_n(c['items'])} ({c['n_test']}+{c['n_calib']}){est}",
-                     str(lo) if lo == hi else f"{lo}-{hi}", most + _n(c["prompts"]) + cf + est, tokens))
+        if c["prompts"] is None:
+            layouts, prompts = "n/a", "n/a (K unknown)"
+        else:
+            lo, hi = c["layouts_per_item"]
+            layouts, prompts = str(lo) if lo == hi else f"{lo}-{hi}", most + _n(c["prompts"]) + cf + est
+        rows.append((f"{c['model']} / {c['task']}", f"{_n(c['items'])} ({c['n_test']}+{c['n_calib']}){est}", layouts, prompts,
+                     tokens))
     t = plan["total"]
     missing = t["cells_without_tokens"]
     tokens = _n(t["prompt_tokens"]) + (f" (+ {missing} cell(s) n/a)" if missing else "")
     if missing == len(plan["cells"]):
         tokens = "n/a"
-    rows.append(("total", f"{_n(t['items'])} ({_n(t['n_test'])}+{_n(t['n_calib'])})", "", _n(t["prompts"]), tokens))
+    unknown = t.get("cells_without_prompts", 0)
+    prompts = _n(t["prompts"]) + (f" (+ {unknown} cell(s) n/a)" if unknown else "")
+    if unknown == len(plan["cells"]):
+        prompts = "n/a"
+    rows.append(("total", f"{_n(t['items'])} ({_n(t['n_test'])}+{_n(t['n_calib'])})", "", prompts, tokens))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = [f"anyjev plan: {plan['config']} ({len(plan['cells'])} cells)", ""]
     for i, r in enumerate(rows):

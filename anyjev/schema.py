@@ -15,6 +15,9 @@ from importlib import resources
 from typing import Any
 
 import yaml
+from jsonschema import Draft202012Validator, validators
+
+from anyjev.errors import ConfigError
 
 SCHEMA_FILE = "config.schema.yaml"
 SCHEMA_KEY = "schema_key"  # dataclass field metadata: the config key path a field's default comes from
@@ -49,3 +52,47 @@ def setting(*keys: str) -> Any:
     instance); the path is kept in the field's metadata, so a test can find every field that stands for a setting."""
     schema_node(*keys)["default"]  # fail at import time, naming the path, when it has no default
     return dataclasses.field(default_factory=functools.partial(default, *keys), metadata={SCHEMA_KEY: keys})
+
+
+def _with_defaults(cls):
+    validate_properties = cls.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub and name not in instance:
+                    instance[name] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return validators.extend(cls, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(Draft202012Validator)
+
+
+def _path(parts) -> str:
+    return ".".join(str(p) for p in parts) or "<top level>"
+
+
+def _error(err, prefix: str) -> ConfigError:
+    """A schema error as a ConfigError naming the key path (PREFIX, then the path inside the validated instance)."""
+    where = _path([prefix, *err.absolute_path] if prefix else err.absolute_path)
+    if err.validator == "additionalProperties":
+        allowed = sorted(err.schema.get("properties", {}))
+        extra = sorted(set(err.instance) - set(allowed)) if isinstance(err.instance, dict) else []
+        keys = ", ".join(f"{where}.{k}" if where != "<top level>" else k for k in extra)
+        return ConfigError(keys or where, f"unknown key (allowed here: {', '.join(allowed)})")
+    if err.validator == "required" and isinstance(err.instance, dict):
+        missing = [k for k in err.validator_value if k not in err.instance]
+        if missing:
+            return ConfigError(f"{where}.{missing[0]}" if where != "<top level>" else missing[0], f"required ({err.message})")
+    return ConfigError(where, f"{err.message} (value {err.instance!r:.80})")
+
+
+def validate(instance: Any, node: dict[str, Any], prefix: str = "") -> Any:
+    """Fill NODE's defaults into INSTANCE (in place) and check it against NODE (a part of the schema); the first error
+    (outermost first) is raised as a ConfigError naming its key path, PREFIX first. Returns INSTANCE."""
+    errors = sorted(_Validator(node).iter_errors(instance), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        raise _error(errors[0], prefix)
+    return instance

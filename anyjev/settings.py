@@ -15,7 +15,8 @@ from typing import Any
 
 from anyjev.backends.vllm import ClientOptions
 from anyjev.config import cells, check_config_file, task_dataset
-from anyjev.data.hub import FetchJob
+from anyjev.data.declared import HubDataset, HubTaskDeclaration
+from anyjev.data.hub import FetchJob, configured
 from anyjev.data.prepare import PrepareJob
 from anyjev.decision.options import PromptOptions
 from anyjev.errors import ConfigError
@@ -85,6 +86,7 @@ class TaskSettings:
     builtin: str | None = None
     path: str | None = None
     revision: str | None = None
+    hub: HubTaskDeclaration | None = None
     n_test: int = setting("tasks", "*", "n_test")
     n_calib: int = setting("tasks", "*", "n_calib")
     allow_fewer: bool = setting("tasks", "*", "allow_fewer")
@@ -180,9 +182,9 @@ class Settings:
         n_test, n_calib, allow_fewer = t.n_test, t.n_calib, t.allow_fewer
         if self.limit is not None:  # a smoke run: the first items of the same seeded order
             n_test, n_calib, allow_fewer = min(n_test, self.limit), min(n_calib, self.limit), True
-        return PrepareJob(name=task, source=t.source, dataset=task_dataset(task, t.builtin), path=t.path, revision=t.revision,
-                          n_test=n_test, n_calib=n_calib, allow_fewer=allow_fewer, split_seed=self.split_seed,
-                          hub_cache=hub_cache)
+        folder, declared = self.hub_task(task) if t.source == "hub" else (task_dataset(task, t.builtin), None)
+        return PrepareJob(name=task, source=t.source, dataset=folder, path=t.path, hub=declared, n_test=n_test,
+                          n_calib=n_calib, allow_fewer=allow_fewer, split_seed=self.split_seed, hub_cache=hub_cache)
 
     def run_lock(self, lock_record: str) -> Lock:
         """Where fetch and prepare-model record resolved commits (LOCK_RECORD, the rule's, when the run is unpinned),
@@ -195,8 +197,9 @@ class Settings:
         return ModelJob(name=model, source=m.source, repo=m.repo, revision=m.revision, lock=self.run_lock(lock_record))
 
     def fetch_job(self, dataset: str, *, hub_cache: str, lock_record: str) -> FetchJob:
-        """What the fetch step of a hub dataset needs: its revision from the config, the cache and the lock."""
-        return FetchJob(dataset=dataset, revision=self.hub_datasets()[dataset], cache=hub_cache, lock=self.run_lock(lock_record))
+        """What the fetch step of the hub data cached as DATASET (a folder under HUB_CACHE) needs: the declared dataset,
+        config, revision and splits, the cache and the lock."""
+        return FetchJob(name=dataset, hub=self.hub_datasets()[dataset], cache=hub_cache, lock=self.run_lock(lock_record))
 
     def viewer_job(self, *, models_dir: str, task_file: str, layout: CellLayout) -> ViewerJob:
         """What the viewer needs: the cells and levels, each model's tokenizer, each task's file (TASK_FILE: the rule's
@@ -209,18 +212,21 @@ class Settings:
         """What the evaluate step needs."""
         return EvaluateJob(self.evaluation)
 
-    def hub_datasets(self) -> dict[str, str | None]:
-        """Hub datasets to fetch, each with the revision its tasks ask for (refusing two different ones)."""
-        wanted: dict[str, tuple[str, str | None]] = {}
+    def hub_task(self, task: str) -> tuple[str, HubTaskDeclaration]:
+        """A hub task's cache folder (under the hub cache) and declaration: the config's own (``tasks.<name>.hub``,
+        cached under the task's name) or the published task's (``builtin``, else the name) at the configured revision."""
+        t = self.tasks[task]
+        return configured(task, t.builtin, t.revision, t.hub)
+
+    def hub_datasets(self) -> dict[str, HubDataset]:
+        """What to fetch, per cache folder: the declared dataset, config, revision and splits (one per folder, as the
+        config's validation made sure)."""
+        wanted: dict[str, HubDataset] = {}
         for name, t in self.tasks.items():
-            if t.source != "hub":
-                continue
-            ds = task_dataset(name, t.builtin)
-            if ds in wanted and wanted[ds][1] != t.revision:
-                raise ConfigError(f"tasks.{name}.revision", f"dataset {ds!r} is also fetched at revision "
-                                  f"{wanted[ds][1]!r} for task {wanted[ds][0]!r}: one dataset, one revision")
-            wanted[ds] = (name, t.revision)
-        return {ds: rev for ds, (_, rev) in wanted.items()}
+            if t.source == "hub":
+                folder, declared = self.hub_task(name)
+                wanted.setdefault(folder, declared.hub_dataset())
+        return wanted
 
     def score_resources(self, site: Any = None) -> dict[str, Callable[[Any], int | float]]:
         """The scoring job's memory and time per model (``models.<name>.mem_mb`` / ``runtime``), as Snakemake resources.

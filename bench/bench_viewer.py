@@ -65,15 +65,18 @@ def snippets(n: int, lo: int, hi: int, seed: int) -> list[str]:
 
 def build_tasks(n_test: int, n_calib: int) -> dict:
     """The three paper-shaped tasks (split assigned: the first N_TEST items test, the rest calibration)."""
-    from anyjev.data.hub import BANKING_QUESTION, INJECTION_QUESTION, NEWSGROUPS_QUESTION, NEWSGROUPS_TOPICS
+    from anyjev.data.hub import published
     from anyjev.data.tasks import Item, Task
     from anyjev.decision.questions import choice, noul
 
     n = n_test + n_calib
     rng = np.random.default_rng(0)
-    specs = {"banking20": (choice(BANKING_QUESTION, list(INTENTS)), snippets(n, 40, 160, 1)),
-             "newsgroups": (choice(NEWSGROUPS_QUESTION, list(NEWSGROUPS_TOPICS.values())), snippets(n, 600, 2000, 2)),
-             "injection": (noul(INJECTION_QUESTION), snippets(n, 80, 600, 3))}
+    hub = published()  # the published tasks' questions and the newsgroups' readable topic names
+    newsgroups = hub["newsgroups"]
+    topics = [newsgroups.option_names[name] for name in newsgroups.label_names]
+    specs = {"banking20": (choice(hub["banking20"].question, list(INTENTS)), snippets(n, 40, 160, 1)),
+             "newsgroups": (choice(newsgroups.question, topics), snippets(n, 600, 2000, 2)),
+             "injection": (noul(hub["injection"].question), snippets(n, 80, 600, 3))}
     tasks = {}
     for name, (q, states) in specs.items():
         items = [Item(f"{name}-{i:04d}", s, q, int(rng.integers(q.k)), "test" if i < n_test else "calib")

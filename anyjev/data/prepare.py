@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from anyjev.data import builtin, hub
+from anyjev.data.declared import HubTaskDeclaration
 from anyjev.data.split import split_items
 from anyjev.data.taskfile import load_task_file, write_task_file
 from anyjev.data.tasks import Task
@@ -21,14 +22,15 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class PrepareJob(Job):
     """What the prepare step needs to build and split one task (built by ``Settings.prepare_job``): ``dataset`` is the
-    built-in or hub task it loads (``tasks.<name>.builtin``, else the task's name), ``path`` a file task's file,
-    ``hub_cache`` where fetched hub datasets are."""
+    built-in task it loads, or the folder under ``hub_cache`` a hub task's data was fetched into (a published task's
+    name, or the name of the task that declares its dataset); ``hub`` a hub task's declaration (the config's, or the
+    published task's at the configured revision); ``path`` a file task's file."""
 
     name: str
     source: str
     dataset: str
     path: str | None
-    revision: str | None
+    hub: HubTaskDeclaration | None
     n_test: int
     n_calib: int
     allow_fewer: bool
@@ -48,10 +50,10 @@ def build_task(job: PrepareJob) -> Task:
         if job.dataset not in builtin.BUILTIN:
             raise ConfigError(f"tasks.{job.name}.builtin", f"unknown built-in task {job.dataset!r}; known: {sorted(builtin.BUILTIN)}")
         return builtin.BUILTIN[job.dataset]()
-    if job.dataset not in hub.HUB_TASKS:
-        raise ConfigError(f"tasks.{job.name}.builtin", f"unknown hub task {job.dataset!r}; known: {sorted(hub.HUB_TASKS)}")
-    # The configured revision reaches the build, which refuses a cache fetched at another one.
-    return hub.build(job.dataset, Path(job.hub_cache) / job.dataset, revision=job.revision)
+    if job.hub is None:
+        raise ConfigError(f"tasks.{job.name}.hub", "source hub needs a declaration: a published task's or the config's")
+    # The declared revision reaches the build, which refuses a cache fetched at another one.
+    return hub.build(job.dataset, Path(job.hub_cache) / job.dataset, revision=job.hub.revision, declared=job.hub)
 
 
 def split_task(job: PrepareJob, task: Task) -> Task:

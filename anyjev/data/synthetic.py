@@ -13,20 +13,22 @@ from __future__ import annotations
 import numpy as np
 
 from anyjev.data.builtin import rotten_tomatoes
-from anyjev.data.hub import NEWSGROUPS_MAX_CHARS, NEWSGROUPS_QUESTION, NEWSGROUPS_TOPICS
+from anyjev.data.hub import declaration
 from anyjev.data.tasks import Item, Task
 from anyjev.decision.questions import choice
 
 
-def long_state_task(n: int, *, min_chars: int = 600, max_chars: int = NEWSGROUPS_MAX_CHARS, seed: int = 0) -> Task:
+def long_state_task(n: int, *, min_chars: int = 600, max_chars: int | None = None, seed: int = 0) -> Task:
     """N items, each state a run of consecutive review snippets (a random start per item) cut to a length
-    drawn uniformly in [MIN_CHARS, MAX_CHARS] at a word boundary."""
+    drawn uniformly in [MIN_CHARS, MAX_CHARS] at a word boundary (MAX_CHARS: newsgroups' cut, 2,000, by default)."""
+    news = declaration("newsgroups")
+    max_chars = news.max_chars if max_chars is None else max_chars
     if not 0 < min_chars <= max_chars:
         raise ValueError(f"need 0 < min_chars <= max_chars, got {min_chars}, {max_chars}")
     source = rotten_tomatoes()
     snippets = [it.state.strip() for it in source.items]
     rng = np.random.default_rng(seed)
-    q = choice(NEWSGROUPS_QUESTION, list(NEWSGROUPS_TOPICS.values()))
+    q = choice(news.question, [news.option_names[name] for name in news.label_names or ()])
     items = []
     for i in range(n):
         target = int(rng.integers(min_chars, max_chars + 1))

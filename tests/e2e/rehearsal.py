@@ -138,7 +138,7 @@ def _post(questions: list[str], start: int, chars: int) -> str:
 
 def hub_rows() -> dict[str, dict[str, dict[str, list]]]:
     """Per task, per hub split, the columns of the rehearsal's rows (hub column names, label encodings, splits)."""
-    from anyjev.data.hub import NEWSGROUPS_TOPICS
+    from anyjev.data.hub import declaration
 
     texts = _offline_texts()
     reviews, contexts, questions = texts["reviews"], texts["contexts"], texts["questions"]
@@ -153,7 +153,7 @@ def hub_rows() -> dict[str, dict[str, dict[str, list]]]:
         banking[split] = {"text": reviews[offset : offset + len(labels)], "label": labels,
                           "label_text": [BANKING77_NAMES[lab] for lab in labels]}
         offset += len(labels)
-    groups = list(NEWSGROUPS_TOPICS)
+    groups = list(declaration("newsgroups").label_names or ())
     # 20_newsgroups test: 26 posts of 600..2,600 characters (cut to 2,000 by the task) and two under 40 (dropped).
     news_test = [_post(questions, 7 * j, 600 + 80 * j) for j in range(26)] + ["Re: thanks", "   "]
     news_train = [_post(questions, 3 * j, 300) for j in range(4)]

@@ -73,9 +73,9 @@ def test_wrong_types_and_values():
 
 
 def test_missing_fields():
-    check(edit(models__m1={"dtype": "auto"}), "models.m1", "source")
+    check(edit(models__m1={"dtype": "auto"}), "models.m1.source", "required")
     check(edit(models__m1={"source": "hub", "repo": "org/model"}), "models.m1.revision", "required")
-    check({"tasks": BASE["tasks"]}, "<top level>", "models")
+    check({"tasks": BASE["tasks"]}, "models", "required")
 
 
 def test_pinned_server_flag_cannot_be_overridden():

@@ -1,5 +1,7 @@
 """Published hub tasks built from small local files shaped like the hub's (same columns and label
-encodings), the cache written by fetch, and the offline error message."""
+encodings), the cache written by fetch, and the offline error message. (The published tasks are declarations,
+anyjev/data/published_tasks.yaml; tests/unit/test_hub_published_items.py checks they make the items the hand-written
+builders made, tests/unit/test_hub_declared.py declarations of one's own.)"""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ def write_cache(
     root: Path, task: str, splits: dict[str, list[dict]], label_names: dict | None = None, revision: str = "main"
 ) -> Path:
     """Write <root>/<task>/<split>.jsonl and meta.json exactly as fetch does."""
-    spec = hub.HUB_TASKS[task]
+    spec = hub.declaration(task)
     d = root / task
     d.mkdir(parents=True)
     meta = {"task": task, "dataset": spec.dataset, "config": spec.config, "revision": revision,
@@ -83,7 +85,9 @@ def test_banking20_inconsistent_label_text(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------------------------- newsgroups
 
-GROUPS = list(hub.NEWSGROUPS_TOPICS)
+NEWSGROUPS = hub.declaration("newsgroups")
+GROUPS = list(NEWSGROUPS.label_names or ())
+TOPICS = NEWSGROUPS.option_names
 
 
 def test_newsgroups(tmp_path: Path) -> None:
@@ -100,7 +104,7 @@ def test_newsgroups(tmp_path: Path) -> None:
     assert t.items[0].state == "b" * 40 and t.items[1].state == "x" * 2000
     opts = t.items[0].question.options
     assert opts[4] == "Mac hardware" and opts[0] == "Atheism" and len(set(opts)) == 20
-    assert opts == tuple(hub.NEWSGROUPS_TOPICS[g] for g in GROUPS)
+    assert opts == tuple(TOPICS[g] for g in GROUPS)
     assert [opts[it.gold] for it in t.items] == ["Mac hardware", "Religion (other)"]
     assert GROUPS[4] == "comp.sys.mac.hardware" and GROUPS[11] == "sci.crypt"
 
@@ -142,7 +146,8 @@ def test_massive_route(tmp_path: Path) -> None:
     t = hub.build("massive_route", write_cache(tmp_path, "massive_route", {"test": rows}))
     assert t.k == 18 and t.items[0].question.kind == "choice"
     opts = t.items[0].question.options
-    assert opts == tuple(hub.MASSIVE_AGENTS[s] for s in sorted(hub.MASSIVE_AGENTS))
+    agents = hub.declaration("massive_route").option_names
+    assert opts == tuple(agents[s] for s in sorted(agents))
     assert opts[0] == "Alarm agent" and opts[-1] == "Weather agent"
     assert [opts[it.gold] for it in t.items] == ["Weather agent", "Alarm agent", "Smart home agent"]
     assert t.source["config"] == "en"
@@ -191,7 +196,8 @@ def test_build_without_cache_names_dataset_and_revision(tmp_path: Path) -> None:
     with pytest.raises(TaskDataError) as exc:
         hub.build("banking20", tmp_path / "empty")
     msg = str(exc.value)
-    assert "mteb/banking77" in msg and f"'{hub.BANKING77_REVISION}'" in msg and "resources/hub/banking20/meta.json" in msg
+    revision = hub.declaration("banking20").revision
+    assert "mteb/banking77" in msg and f"'{revision}'" in msg and "resources/hub/banking20/meta.json" in msg
 
 
 def test_build_detects_edited_cache(tmp_path: Path) -> None:
@@ -221,11 +227,19 @@ def test_unknown_task() -> None:
         hub.build("nope", ".")
 
 
-def test_specs() -> None:
-    assert set(hub.HUB_TASKS) == {"banking20", "newsgroups", "injection", "massive_route", "clinc_escalate"}
-    assert hub.HUB_TASKS["clinc_escalate"].config == "plus" and hub.HUB_TASKS["massive_route"].config == "en"
-    assert len(hub.MASSIVE_AGENTS) == 18 and len(set(hub.MASSIVE_AGENTS.values())) == 18
-    assert len(hub.NEWSGROUPS_TOPICS) == 20 and len(set(hub.NEWSGROUPS_TOPICS.values())) == 20
+def test_published_declarations() -> None:
+    tasks = hub.published()
+    assert set(tasks) == {"banking20", "newsgroups", "injection", "massive_route", "clinc_escalate"}
+    assert tasks["clinc_escalate"].config == "plus" and tasks["massive_route"].config == "en"
+    agents = tasks["massive_route"].option_names
+    assert list(agents) == list(tasks["massive_route"].label_names or ()) == sorted(agents)  # alphabetical scenario order
+    assert len(agents) == 18 and len(set(agents.values())) == 18
+    assert len(TOPICS) == 20 and len(set(TOPICS.values())) == 20 and list(TOPICS) == GROUPS
+    assert tasks["banking20"].hub_splits == ("train", "test") and tasks["injection"].hub_splits == ("train", "test")
+    assert {name: d.k() for name, d in tasks.items()} == {
+        "banking20": (20, "keep_most_frequent"), "newsgroups": (20, "label_names"), "injection": (2, "Yes/No"),
+        "massive_route": (18, "label_names"), "clinc_escalate": (2, "Yes/No")}
+    assert hub.declaration("injection", "v2").revision == "v2" and hub.declaration("injection").revision != "v2"
 
 
 # -------------------------------------------------------------------------------------------------- fetch
@@ -257,9 +271,10 @@ def test_fetch_offline_no_network(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     with pytest.raises(TaskDataError) as exc:
         hub.fetch("clinc_escalate", tmp_path / "hub")
     msg = str(exc.value)
-    assert "'clinc_oos'" in msg and "'plus'" in msg and f"revision {hub.REVISION_TO_VERIFY!r}" in msg
+    revision = hub.declaration("clinc_escalate").revision
+    assert "'clinc_oos'" in msg and "'plus'" in msg and f"revision {revision!r}" in msg
     assert "HF_DATASETS_OFFLINE" in msg and "snakemake --until fetch_hub_task" in msg
-    assert calls == [("clinc_oos", "plus", "test", hub.REVISION_TO_VERIFY)]
+    assert calls == [("clinc_oos", "plus", "test", revision)]
     assert not (tmp_path / "hub" / "clinc_escalate").exists()
 
 

@@ -60,7 +60,7 @@ def test_hub_tasks_through_the_datasets_library(offline, tmp_path: Path) -> None
                   "label_text": [names[i] for i in range(22) for _ in range(22 - i)]},
         "test": {"text": ["card?", "rare"], "label": [0, 21], "label_text": [names[0], names[21]]}},
         datasets.Features({"text": datasets.Value("string"), "label": datasets.Value("int64"), "label_text": datasets.Value("string")}))
-    groups = list(hub.NEWSGROUPS_TOPICS)
+    groups = list(hub.declaration("newsgroups").label_names or ())
     news = write_hub_repo(tmp_path / "newsgroups", {"test": {
         "text": ["  " + "x" * 2500 + "  ", "short"], "label": [11, 3], "label_text": [groups[11], groups[3]]}},
         datasets.Features({"text": datasets.Value("string"), "label": datasets.Value("int64"), "label_text": datasets.Value("string")}))
@@ -73,7 +73,7 @@ def test_hub_tasks_through_the_datasets_library(offline, tmp_path: Path) -> None
         hub.fetch(task, "resources/hub", lock=lock, source=repo)
     meta = json.loads(Path("resources/hub/clinc_escalate/meta.json").read_text())
     assert meta["label_names"]["intent"][42] == "oos" and meta["datasets_version"] == datasets.__version__
-    assert meta["resolved_sha"] == COMMIT_A and meta["revision"] == hub.HUB_TASKS["clinc_escalate"].revision
+    assert meta["resolved_sha"] == COMMIT_A and meta["revision"] == hub.declaration("clinc_escalate").revision
     b = hub.build("banking20", "resources/hub/banking20")
     assert b.k == 20 and [it.id for it in b.items] == ["test-0"] and b.items[0].question.options[0] == "intent 00"
     n = hub.build("newsgroups", "resources/hub/newsgroups")
@@ -86,11 +86,11 @@ def test_hub_tasks_through_the_datasets_library(offline, tmp_path: Path) -> None
     recorded = yaml.safe_load(Path("resources/lock.yaml").read_text())["datasets"]
     assert set(recorded) == {"mteb/banking77", "SetFit/20_newsgroups", "clinc_oos", "deepset/prompt-injections"}
     assert recorded["clinc_oos"]["commit"] == COMMIT_A and recorded["clinc_oos"]["config"] == "plus"
-    assert recorded["mteb/banking77"]["revision"] == hub.BANKING77_REVISION
-    # the known K and kind `anyjev plan` estimates from are what the built tasks have
+    assert recorded["mteb/banking77"]["revision"] == hub.declaration("banking20").revision
+    # the K and kind `anyjev plan` estimates from (the declarations') are what the built tasks have
     for task, built in {"banking20": b, "newsgroups": n, "clinc_escalate": c, "injection": i}.items():
-        spec = hub.HUB_TASKS[task]
-        assert (spec.k, spec.kind) == (built.k, built.items[0].question.kind), task
+        declared = hub.declaration(task)
+        assert (declared.k()[0], declared.kind) == (built.k, built.items[0].question.kind), task
 
 
 def test_config_revision_reaches_fetch_and_the_lock(offline, tmp_path: Path) -> None:
@@ -98,8 +98,9 @@ def test_config_revision_reaches_fetch_and_the_lock(offline, tmp_path: Path) -> 
 
     settings = Settings.from_config(_config({"injection": {"source": "hub", "revision": "v1.0", "n_test": 2, "n_calib": 1}}))
     job = settings.fetch_job("injection", hub_cache="resources/hub", lock_record="resources/lock.yaml")
-    assert job.revision == "v1.0" and job.lock == Lock("resources/lock.yaml", pinned=False)
-    hub.fetch("injection", job.cache, revision=job.revision, lock=job.lock, source=injection_repo(tmp_path / "inj"))
+    assert job.hub.revision == "v1.0" and job.lock == Lock("resources/lock.yaml", pinned=False)
+    assert job.hub == hub.declaration("injection", "v1.0").hub_dataset() and job.name == "injection"
+    hub.fetch(job.name, job.cache, dataset=job.hub, lock=job.lock, source=injection_repo(tmp_path / "inj"))
     assert ("datasets", "deepset/prompt-injections", "v1.0") in offline
     entry = yaml.safe_load(Path("resources/lock.yaml").read_text())["datasets"]["deepset/prompt-injections"]
     assert (entry["revision"], entry["commit"]) == ("v1.0", COMMIT_A)
@@ -121,7 +122,7 @@ def write_lock(path: str, datasets_: dict | None = None, models_: dict | None = 
 
 
 def test_pinned_run_refuses_a_cache_at_another_commit(offline, tmp_path: Path) -> None:
-    rev = hub.HUB_TASKS["injection"].revision
+    rev = hub.declaration("injection").revision
     hub.fetch("injection", "resources/hub", source=injection_repo(tmp_path / "inj"))  # cached at rev (a commit), no lock
     lock = write_lock("config/paper.lock.yaml", {"deepset/prompt-injections": {"revision": rev, "commit": COMMIT_B}})
     with pytest.raises(ConfigError) as err:
@@ -133,7 +134,7 @@ def test_pinned_run_refuses_a_cache_at_another_commit(offline, tmp_path: Path) -
 
 
 def test_pinned_run_downloads_the_locked_commit_and_refuses_another(offline, tmp_path: Path, monkeypatch) -> None:
-    rev = hub.HUB_TASKS["injection"].revision
+    rev = hub.declaration("injection").revision
     lock = write_lock("config/paper.lock.yaml", {"deepset/prompt-injections": {"revision": rev, "commit": COMMIT_B}})
     loads: list[str | None] = []
     real = datasets.load_dataset

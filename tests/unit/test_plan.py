@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from anyjev import cli
-from anyjev.data.hub import BANKING77_REVISION, PROMPT_INJECTIONS_REVISION
+from anyjev.data.hub import declaration
 from anyjev.plan import plan_config
 from anyjev.run.prepared import prepare_items
 from anyjev.run.scoring import score_cell
@@ -95,10 +95,10 @@ def test_hub_estimate_equals_the_built_task(tmp_path: Path, monkeypatch) -> None
     write_cache(tmp_path / "resources" / "hub", "banking20",
                 {"train": [{"text": "x", "label": i, "label_text": BANKING_NAMES[i]} for i in range(25) for _ in range(25 - i)],
                  "test": [{"text": f"request {j}", "label": j % 20, "label_text": BANKING_NAMES[j % 20]} for j in range(8)]},
-                revision=BANKING77_REVISION)
+                revision=declaration("banking20").revision)
     write_cache(tmp_path / "resources" / "hub", "injection",
                 {"train": [{"text": f"msg {j}", "label": j % 2} for j in range(4)], "test": [{"text": "t", "label": 1}]},
-                revision=PROMPT_INJECTIONS_REVISION)
+                revision=declaration("injection").revision)
     exact = plan_of(config)
     for e, x in zip(estimate["cells"], exact["cells"], strict=True):
         assert x["estimate"] is None and x["prompt_tokens"] > 0, x
@@ -113,7 +113,8 @@ def test_plan_of_the_paper_config_offline(tmp_path: Path, monkeypatch, capsys) -
     plan = plan_of(REPO / "config" / "paper.yaml")
     assert len(plan["cells"]) == 9
     assert plan["total"] == {"items": 4500, "n_test": 2700, "n_calib": 1800, "layouts": 3 * (500 * 40 * 2 + 500 * 4),
-                                  "prompts": 3 * (500 * 40 * 2 + 500 * 2), "prompt_tokens": 0, "cells_without_tokens": 9}
+                             "prompts": 3 * (500 * 40 * 2 + 500 * 2), "prompt_tokens": 0, "cells_without_tokens": 9,
+                             "cells_without_prompts": 0}
     assert {c["task"]: c["layouts_per_item"][0] for c in plan["cells"]} == {"banking20": 40, "newsgroups": 40, "injection": 4}
     assert all(c["tokens_note"] == "task data not fetched, tokenizer not prepared" for c in plan["cells"])
     assert plan["server_starts"]["local"] == dict.fromkeys(["Qwen3-8B", "Qwen2.5-7B-Instruct", "Qwen3-30B-A3B-Instruct-2507"], 1)
@@ -125,7 +126,7 @@ def test_plan_of_the_paper_config_offline(tmp_path: Path, monkeypatch, capsys) -
     assert cli.main(["plan", "--config", str(REPO / "config" / "paper.yaml")]) == 0
     out = capsys.readouterr().out
     assert "total" in out and "123,000" in out and "n/a (task data not fetched, tokenizer not prepared)" in out
-    assert "K = 20 (choice) from anyjev.data.hub.HUB_TASKS" in out and "server starts, local run (one per model): 3" in out
+    assert "K = 20 (choice) from the declaration (keep_most_frequent)" in out and "server starts, local run (one per model): 3" in out
 
 
 def test_plan_says_when_the_tokenizer_is_not_prepared(tmp_path: Path, monkeypatch) -> None:

@@ -45,7 +45,8 @@ def test_every_schema_key_has_a_description():
 def test_the_walk_reaches_nested_keys():
     paths = {path for path, _ in keys(yaml.safe_load(SCHEMA.read_text()))}
     for expected in ("models", "models.<name>", "models.<name>.dtype", "tasks.<name>.n_test", "grid[]", "grid[].tasks",
-                     "evaluation.prior_strength", "server.max_logprobs", "client.chunk_items", "published"):
+                     "evaluation.prior_strength", "server.max_logprobs", "client.chunk_items", "published",
+                     "tasks.<name>.hub.label_field"):
         assert expected in paths
 
 

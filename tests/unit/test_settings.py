@@ -29,6 +29,7 @@ from anyjev.data.hub import FetchJob
 from anyjev.data.prepare import PrepareJob
 from anyjev.decision.layouts import OPTION_ORDERS
 from anyjev.decision.prompts import PROFILES
+from anyjev.decision.questions import KINDS
 from anyjev.errors import ConfigError
 from anyjev.jobs import Job
 from anyjev.numbers.evaluation import PRIOR_MODES
@@ -81,6 +82,7 @@ NOT_SETTINGS = {
     ("http_client", "timeout"): "a health probe's HTTP timeout, not the scoring client's",
     ("read_counters", "timeout"): "a /metrics read's HTTP timeout, not the scoring client's",
     ("long_state_task", "seed"): "the seed of a synthetic benchmark workload, not the server's --seed",
+    ("long_state_task", "min_chars"): "the shortest state of a synthetic benchmark workload, not a hub declaration's",
     ("_quote", "limit"): "a length in characters, not the smoke run's item limit",
     ("Certificate", "confidence"): "a certificate records the confidence it was made at",
     ("interval", "level"): "not a setting",
@@ -224,6 +226,7 @@ def test_library_enumerations_are_the_schemas() -> None:
     assert set(ROTATIONS) == set(schema_node("scoring", "rotations")["enum"])
     assert set(PRIOR_MODES) == set(schema_node("evaluation", "prior_mode")["enum"])
     assert set(SCORE_JOBS) == set(schema_node("score_jobs")["enum"])
+    assert set(KINDS) == set(schema_node("tasks", "*", "hub", "kind")["enum"])
 
 
 def test_the_cli_has_no_defaults_of_its_own_for_config_settings() -> None:

@@ -1,5 +1,5 @@
-# Task data: built-in offline tasks, published hub tasks (fetched once, at the configured revision), or the
-# user's JSONL files, each split (seeded) into test and calibration items and written as a JSONL task file.
+# Task data: built-in offline tasks, hub tasks (published or declared in the config: fetched once, at the declared
+# revision), or the user's JSONL files, each split (seeded) into test and calibration items and written as a JSONL task file.
 
 
 rule fetch_hub_task:
@@ -11,7 +11,7 @@ rule fetch_hub_task:
     conda:
         "../envs/client.yaml"
     params:
-        # The configured revision and the run's lock (LOCK_RECORD, or the config's `lock:`, which pins).
+        # The declared dataset, splits and revision, and the run's lock (LOCK_RECORD, or the config's `lock:`, which pins).
         job=lambda wc: SETTINGS.fetch_job(wc.dataset, hub_cache=HUB_CACHE, lock_record=LOCK_RECORD).to_json(),
     shell:
         "python -m anyjev fetch-task --job {params.job:q} > {log:q} 2>&1"
