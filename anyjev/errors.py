@@ -57,6 +57,11 @@ class LabelTokenError(AnyjevError):
         super().__init__(message)
 
 
+class BatchCollisionError(LabelTokenError):
+    """A label request came back with only its sampled label and padding: it shared an engine batch with a request
+    that set ``logprob_token_ids`` (vLLM 0.32's V1 sampler), not a server in the wrong logprobs mode."""
+
+
 class BackendError(AnyjevError):
     """A backend could not deliver scores (transport failure, HTTP error, malformed response)."""
 

@@ -162,7 +162,7 @@ class Settings:
         """Everything one cell's score job needs besides its files; the paths are the rule's."""
         m = self.models[model]
         managed = ManagedServer(self.server_spec(model, models_dir), server_log, state_dir) if m.managed else None
-        external = None if m.managed else ExternalServer(str(m.url), m.served_name or model)
+        external = None if m.managed else ExternalServer(str(m.url), m.served_name or model, state_dir)
         return ScoreJob(model=model, task=task, tokenizer=self.model_dir(model, models_dir), client=self.client,
                         scoring=self.scoring, managed=managed, external=external)
 

