@@ -31,7 +31,7 @@ from anyjev.run.evaluate import EvaluateJob
 from anyjev.run.identity import ScoringOptions
 from anyjev.schema import setting
 from anyjev.serving.models import ModelJob
-from anyjev.serving.spec import ServerSpec, prefix_caching_on
+from anyjev.serving.spec import ServerSpec
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,7 @@ class Settings:
         return ServerSpec(name=model, model=self.model_dir(model, models_dir), served_name=model, python=self.server.python,
                           dtype=m.dtype, max_model_len=m.max_model_len, max_logprobs=self.server.max_logprobs,
                           tensor_parallel_size=m.tensor_parallel_size, seed=self.server.seed,
-                          prefix_caching=prefix_caching_on(m.prefix_caching, m.dtype), fp32_head=m.fp32_head,
+                          prefix_caching=m.prefix_caching, fp32_head=m.fp32_head,
                           server_flags=tuple(m.server_flags), server_env=tuple(sorted(m.server_env.items())),
                           start_timeout=m.start_timeout, port=m.port)
 

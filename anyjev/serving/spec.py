@@ -14,6 +14,7 @@ from typing import Any
 
 from anyjev.errors import ConfigError
 from anyjev.schema import setting
+from anyjev.serving.build import resolve_dtype
 from anyjev.serving.proc import STOP_GRACE
 
 # Fields that say how long to wait, not what runs: a lease is reused across different values of these.
@@ -33,7 +34,9 @@ def prefix_caching_on(setting_value: bool | str, dtype: str) -> bool:
 @dataclass(frozen=True)
 class ServerSpec:
     """Everything that defines one model's server. Defaults are the config schema's (``models.<name>.*``,
-    ``server.*``); ``prefix_caching`` is resolved (:func:`prefix_caching_on`) when the spec is made."""
+    ``server.*``); ``dtype`` (:func:`~anyjev.serving.build.resolve_dtype`) and then ``prefix_caching``
+    (:func:`prefix_caching_on`) are resolved when the spec is made, so the spec and every cell's identity hold
+    what the server runs."""
 
     name: str
     model: str
@@ -56,6 +59,7 @@ class ServerSpec:
     stop_grace: float = STOP_GRACE
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "dtype", resolve_dtype(self.dtype, self.python, f"models.{self.name}.dtype"))
         object.__setattr__(self, "prefix_caching", prefix_caching_on(self.prefix_caching, self.dtype))
         object.__setattr__(self, "server_flags", tuple(self.server_flags))
         env = self.server_env.items() if isinstance(self.server_env, dict) else self.server_env  # the config's mapping

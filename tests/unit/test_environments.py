@@ -194,3 +194,12 @@ def test_client_post_deploy_installs_the_assets_at_their_pins() -> None:
     pins = {canonical(m.group(1)): m.group(2) for m in re.finditer(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", install)}
     problems: list[str] = []
     assert pins == requirement_pins(REPO / "requirements" / "assets.txt", problems) and not problems
+
+
+def test_ci_requires_every_asset_a_test_can_skip_on() -> None:
+    """A test skips on a missing asset only where ANYJEV_REQUIRE_<WHAT> is unset: CI sets every one of them."""
+    from tests.conftest import REQUIREMENTS
+
+    ci = (REPO / ".ci" / "run").read_text()
+    exported = set(re.findall(r"ANYJEV_REQUIRE_([A-Z_]+)=1", ci.split("bash scripts/setup_env.sh", 1)[0]))
+    assert exported == {what.upper() for what in REQUIREMENTS}

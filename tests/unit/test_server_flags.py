@@ -12,6 +12,7 @@ from anyjev.serving.spec import ServerSpec
 def make_spec(**kw: object) -> ServerSpec:
     base: dict[str, object] = {
         "name": "smol", "model": "/models/smol", "served_name": "smol-served", "python": "/venv/bin/python",
+        "dtype": "bfloat16",  # not auto, which asks the server environment's python (tests/unit/test_setup_gpu.py)
     }  # fmt: skip
     base.update(kw)
     return ServerSpec(**base)  # type: ignore[arg-type]
@@ -47,7 +48,7 @@ def test_argv_shape_and_pinned_defaults() -> None:
         "--generation-config": "vllm",
         "--seed": "0",
         "--max-logprobs": "26",
-        "--dtype": "auto",
+        "--dtype": "bfloat16",
         "--tensor-parallel-size": "1",
     }
     for flag, value in expected.items():

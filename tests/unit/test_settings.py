@@ -38,6 +38,7 @@ from anyjev.run.cell import ScoreJob
 from anyjev.run.evaluate import EvaluateJob
 from anyjev.run.identity import ROTATIONS
 from anyjev.schema import SCHEMA_KEY, schema, schema_node
+from anyjev.serving.build import AUTO_DTYPE, server_build
 from anyjev.serving.models import ModelJob
 from anyjev.serving.spec import ServerSpec
 from anyjev.settings import Settings
@@ -147,9 +148,14 @@ def test_server_spec_defaults_are_the_schemas() -> None:
                 "start_timeout": ("models", "*", "start_timeout"), "max_logprobs": ("server", "max_logprobs"),
                 "seed": ("server", "seed"), "fp32_head": ("models", "*", "fp32_head"), "python": ("server", "python")}
     for name, path in expected.items():
-        assert getattr(spec, name) == schema_node(*path)["default"], name
-    # prefix_caching's schema default ("auto") is resolved for the spec's dtype (the schema's, "auto": off)
-    assert schema_node("models", "*", "prefix_caching")["default"] == "auto" and spec.prefix_caching is False
+        if name != "dtype":
+            assert getattr(spec, name) == schema_node(*path)["default"], name
+    # dtype's schema default ("auto") is resolved from the server environment's vLLM, then prefix_caching's ("auto")
+    # for that dtype (on for float32)
+    assert schema_node(*expected["dtype"])["default"] == "auto"
+    assert spec.dtype == AUTO_DTYPE[server_build(spec.python)[0]]
+    assert schema_node("models", "*", "prefix_caching")["default"] == "auto"
+    assert spec.prefix_caching is (spec.dtype == "float32")
     assert spec.server_flags == () and spec.server_env == ()
 
 
@@ -160,7 +166,9 @@ def _resolved_prefix_caching(value, dtype: str) -> bool:
 
 
 def test_prefix_caching_auto_is_on_for_float32_only() -> None:
-    assert [_resolved_prefix_caching("auto", d) for d in ("float32", "bfloat16", "float16", "auto")] == [True, False, False, False]
+    auto_is_float32 = AUTO_DTYPE[server_build(schema_node("server", "python")["default"])[0]] == "float32"
+    assert [_resolved_prefix_caching("auto", d) for d in ("float32", "bfloat16", "float16", "auto")] == [True, False, False,
+                                                                                                       auto_is_float32]
     assert [_resolved_prefix_caching(v, "bfloat16") for v in (True, False)] == [True, False]
     assert [_resolved_prefix_caching(v, "float32") for v in (True, False)] == [True, False]
 
