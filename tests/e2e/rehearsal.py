@@ -213,7 +213,7 @@ def cpu_model(path: Path, paper_model: dict[str, Any]) -> dict[str, Any]:
     settings (float32, --enforce-eager, a 2 GB KV cache), no GPU, memory and time a 2-core test node grants."""
     default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["models"]["smollm2-135m"]
     entry = {key: paper_model[key] for key in paper_model if key not in ("source", "repo", "revision")}
-    entry |= {"source": "local", "path": str(path), "dtype": default["dtype"], "max_model_len": default["max_model_len"],
+    entry |= {"source": "local", "path": str(path), "dtype": default.get("dtype", "auto"), "max_model_len": default["max_model_len"],
               "server_flags": default["server_flags"], "server_env": default["server_env"], "start_timeout": 600,
               "gpus": 0, "mem_mb": 6000, "runtime": 30}
     entry.pop("tensor_parallel_size", None)  # two GPUs in paper.yaml; one CPU process here
@@ -268,7 +268,7 @@ def raw_server_for(model_dir: Path, log_path: Path) -> Iterator[dict]:
 
     default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["models"]["smollm2-135m"]
     spec = ServerSpec(name=URL_MODEL, model=str(model_dir), served_name=URL_MODEL, python=str(SERVER_PYTHON),
-                      dtype=default["dtype"], max_model_len=default["max_model_len"],
+                      dtype=default.get("dtype", "auto"), max_model_len=default["max_model_len"],
                       server_flags=tuple(default["server_flags"]), server_env=tuple(sorted(default["server_env"].items())))
     with raw_logprobs_server(spec, log_path) as server:
         yield server

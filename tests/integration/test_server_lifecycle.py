@@ -83,6 +83,7 @@ def make_spec(stub_root: Path, request: pytest.FixtureRequest) -> Callable[..., 
             "model": f"/nonexistent/stub-model-{name}",
             "served_name": f"served-{name}",
             "python": sys.executable,
+            "dtype": "float32",  # the stub serves any; auto would ask this interpreter's (absent) vLLM
             "server_env": (("PYTHONPATH", str(stub_root)), *sorted((env or {}).items())),
             "start_timeout": 20.0,
             "stop_grace": GRACE,
@@ -248,7 +249,7 @@ def test_server_gets_the_specs_environment(make_spec: Callable[..., ServerSpec],
 
 def test_server_without_pythonpath_gets_none(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PYTHONPATH", raising=False)
-    spec = ServerSpec(name="m", model="x", served_name="x", python=sys.executable)
+    spec = ServerSpec(name="m", model="x", served_name="x", python=sys.executable, dtype="float32")
     sup_env = supervisor_env(spec)
     assert str(REPO) in sup_env["PYTHONPATH"] and "\0" not in sup_env[CHILD_PYTHONPATH_ENV]
     monkeypatch.setattr(os, "environ", sup_env)
