@@ -24,7 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anyjev.errors import AnyjevError, BackendError, ConfigError, LabelTokenError, ServerError, TaskDataError
+from anyjev.errors import (
+    AnyjevError,
+    BackendError,
+    BatchCollisionError,
+    ConfigError,
+    LabelTokenError,
+    ServerError,
+    TaskDataError,
+)
 from anyjev.files import now_iso, write_json_atomic, write_text_atomic
 from anyjev.jobs import Job
 from anyjev.run.cell import ScoreJob, score_job
@@ -35,7 +43,7 @@ FORMAT = "anyjev.allocation/1"
 # A cell's own failures: recorded, and the job goes on with the model's next cell. Anything else (the server
 # will not start or died: ServerError) ends the job, as it would end every later cell of the model too.
 CELL_ERRORS = (LabelTokenError, BackendError, ConfigError, TaskDataError)
-ERROR_TYPES = {cls.__name__: cls for cls in (*CELL_ERRORS, ServerError)}
+ERROR_TYPES = {cls.__name__: cls for cls in (*CELL_ERRORS, BatchCollisionError, ServerError)}
 
 
 SCORE_JOBS = ("cell", "model")
@@ -132,13 +140,15 @@ def publish_cell(allocation: str | os.PathLike[str], task: str, out: str | os.Pa
         raise TaskDataError(str(allocation), "cells", f"{where} did not score task {task!r}")
     if outcome["status"] != "ok":
         cls = ERROR_TYPES.get(outcome["error"], AnyjevError)
-        message = f"cell {model}/{task} failed in {where}, log logs/score_model/{model}.log: {outcome['message']}"
-        if cls is LabelTokenError:
-            raise LabelTokenError(message, missing_ids=outcome.get("missing_ids", ()),
-                                  returned_ids=outcome.get("returned_ids", ()))
-        if cls in (BackendError, ServerError):
-            raise cls(message)
-        raise AnyjevError(message)  # ConfigError / TaskDataError: the message already names the key or file:line
+        raised = cls if issubclass(cls, (LabelTokenError, BackendError, ServerError)) else AnyjevError
+        # ConfigError / TaskDataError are raised as AnyjevError (their message already names the key or file:line):
+        # the recorded type is kept in the message, so the user sees what went wrong.
+        kind = "" if raised is cls else f"{outcome['error']}: "
+        message = f"cell {model}/{task} failed in {where}, log logs/score_model/{model}.log: {kind}{outcome['message']}"
+        if issubclass(raised, LabelTokenError):
+            raise raised(message, missing_ids=outcome.get("missing_ids", ()),
+                         returned_ids=outcome.get("returned_ids", ()))
+        raise raised(message)
     for src, dst in ((outcome["scores"], out), (outcome["provenance"], provenance_path)):
         write_text_atomic(dst, Path(src).read_text(encoding="utf-8"))
     log.info("published %s/%s from %s: %s", model, task, where, outcome["counts"])

@@ -68,3 +68,21 @@ def test_a_server_error_ends_the_job_and_keeps_what_was_staged(tmp_path, monkeyp
     assert not out.exists(), "no outcome record: Snakemake sees the job fail and reruns it next time"
     assert (tmp_path / staged("a")).read_text() == "scores of a\n"
     assert not (tmp_path / staged("c")).exists()
+
+
+def test_a_published_failure_keeps_the_recorded_error_type(tmp_path, monkeypatch):
+    """A TaskDataError or a batch collision recorded by the model's job reaches the user under its own name."""
+    from anyjev.errors import AnyjevError, BatchCollisionError
+
+    monkeypatch.chdir(tmp_path)
+    failures = {"a": TaskDataError("tasks/a.jsonl", "line 3", "item 'q2': too long"),
+                "b": BatchCollisionError("prompt 0: only the sampled label came back", missing_ids=[49])}
+    monkeypatch.setattr(allocation, "score_job", _fake_score_job(failures))
+    out = tmp_path / "allocation.json"
+    allocation.score_model_job(_job("a", "b"), out, 1)
+    with pytest.raises(AnyjevError) as info:
+        allocation.publish_cell(out, "a", tmp_path / "pub/a.jsonl", tmp_path / "pub/a.json")
+    assert "scoring job, log logs/score_model/m.log: TaskDataError: tasks/a.jsonl:line 3: item 'q2'" in str(info.value)
+    with pytest.raises(BatchCollisionError) as collision:
+        allocation.publish_cell(out, "b", tmp_path / "pub/b.jsonl", tmp_path / "pub/b.json")
+    assert collision.value.missing_ids == [49] and "BatchCollisionError:" not in str(collision.value)
