@@ -33,6 +33,7 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from anyjev.data.taskfile import load_task_file
@@ -61,10 +62,16 @@ N_ITEMS = 20
 TASKS = {TASK: {"source": "builtin", "n_test": 12, "n_calib": 8}}
 START_BOUND = 1200  # s: bound on a server start plus a first chunk (a busy 2-core machine can take minutes)
 STOP_WAIT = 40  # s: the supervisor's grace (15 s) + its polling + vLLM's own shutdown
-# Resumed log-probs must equal the uninterrupted run's exactly: every request of a cell holds the same prompts
-# (chunks of 2 items, one request per chunk, one cell per server), and vLLM's CPU kernels are deterministic for
-# a given batch.
-LP_TOL = 0.0
+# A resumed cell keeps its checkpointed items byte for byte; the items scored after the resume equal the
+# uninterrupted run's to prefix caching's drift, not bit for bit: whether an item's shared prefix is read from the
+# cache or computed with it depends on what the server computed before and on when each prompt reached the engine
+# (measured against a server without the cache: at most 6e-5 nat, results/bench/prefix_drift_*.json). The bound the README states
+# is the project's prefix-caching tolerance; every decision at every level must be the same.
+LP_TOL = 1e-4
+# The kills and start-up faults target one cell's own scoring job (`score_jobs: cell`: the job is the process that
+# scores the cell and owns its server). The default one-job-per-model path is killed and resumed by the SLURM
+# rehearsal's scancel test (tests/e2e/test_rehearsal_slurm.py) and fails cells alone in tests/e2e/test_score_jobs.py.
+KILL_JOBS = "cell"
 
 _RUNS: list[subprocess.Popen] = []
 STATE: dict = {}
@@ -200,7 +207,7 @@ def new_workdir(tmp_path_factory, smollm2_dir: Path, name: str, models: dict, ta
 
     require_vllm()
     work = tmp_path_factory.mktemp(name)
-    return make_workdir(work, reduced_config(models, tasks or TASKS), smollm2_dir)
+    return make_workdir(work, reduced_config(models, tasks or TASKS, score_jobs=KILL_JOBS), smollm2_dir)
 
 
 def rounded(obj, places: int = 3):
@@ -237,6 +244,9 @@ def compare_with_reference(work: Path, ref: Path) -> float:
     metrics = json.loads((work / f"results/cells/{MODEL}/{TASK}/metrics.json").read_text())
     ref_metrics = json.loads((ref / f"results/cells/{MODEL}/{TASK}/metrics.json").read_text())
     assert rounded(metrics) == rounded(ref_metrics)
+    decisions, ref_decisions = (pd.read_csv(d / f"results/cells/{MODEL}/{TASK}/predictions.csv",
+                                            usecols=["item_id", "level", "group", "pred", "n_top"]) for d in (work, ref))
+    assert decisions.equals(ref_decisions), "a decision differs from the uninterrupted run's"
     assert not list((work / f"results/cells/{MODEL}/{TASK}").glob("*.stale-*")), "a checkpoint was moved aside"
     assert not partial_path(work).exists()
     return max_diff
@@ -592,7 +602,7 @@ def startup(tmp_path_factory, smollm2_dir):
             if f.suffix != ".safetensors":
                 shutil.copy(f, noweights / f.name)
         tasks = {TASK: {"source": "builtin", "n_test": 4, "n_calib": 2}}
-        work = make_workdir(root, reduced_config(models, tasks), smollm2_dir)
+        work = make_workdir(root, reduced_config(models, tasks, score_jobs=KILL_JOBS), smollm2_dir)
         yield {"dir": work, "port": port}
 
 
