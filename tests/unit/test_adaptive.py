@@ -38,7 +38,7 @@ from anyjev.run.identity import ScoringOptions, scoring_identity
 from anyjev.run.prepared import prepare_item, prepare_items
 from anyjev.run.scoring import score_cell
 from anyjev.run.store import partial_path, read_cell
-from tests.conftest import QWEN3_TOKENIZER_DIR
+from tests.conftest import QWEN3_TOKENIZER_DIR, require
 
 QWEN3 = QWEN3_TOKENIZER_DIR
 
@@ -100,7 +100,13 @@ def test_spread_order_is_a_permutation_starting_at_raw_and_covers_the_cycle(k: i
         assert max(gaps) <= 2 * math.ceil(k / m)
         assert max(gaps) <= k - m + 1
     assert spread_order(4) == [0, 2, 1, 3]
-    assert spread_order(k) == spread_order(k)  # deterministic
+    # farthest-first: each next rotation is as far (circularly) from those already read as any unread one
+    def distance(r: int, chosen: list[int]) -> int:
+        return min(min((r - c) % k, (c - r) % k) for c in chosen)
+
+    for m in range(1, k):
+        unread = [r for r in range(k) if r not in order[:m]]
+        assert distance(order[m], order[:m]) == max(distance(r, order[:m]) for r in unread), (k, m, order)
 
 
 # ------------------------------------------------------------------------------------------- certificate
@@ -122,7 +128,7 @@ def test_clopper_pearson_agrees_with_the_published_bound() -> None:
     try:
         stopping = load_published().calibrate.stopping
     except PublishedPackageError as exc:
-        pytest.skip(str(exc))
+        require("published", False, str(exc))
     for n in (20, 100, 300, 900):
         for x in (0, 1, 3, n // 10):
             assert clopper_pearson_upper(x, n, 0.95) == pytest.approx(stopping.cp_upper(x, n, 0.05), rel=1e-9, abs=1e-12)
