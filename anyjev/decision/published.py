@@ -5,8 +5,8 @@ its wording into this repo, so the wording is read from the installed package it
 ``readout.build_prompt`` / ``DEFAULT_SYSTEM`` and its chat rendering. The package is installed with
 ``pip install --no-deps --target .assets/anyjev-published anyjev==0.3.0`` (scripts/setup_env.sh).
 
-Its modules import each other absolutely (``from anyjev.question import ...``), and the name ``anyjev``
-is ours, so a renamed import spec is not enough: while it imports, our ``anyjev*`` modules leave
+Its modules import each other absolutely (by the package name ``anyjev``, e.g. its ``question`` module), and that name
+is ours too, so a renamed import spec is not enough: while it imports, our ``anyjev*`` modules leave
 ``sys.modules``, its folder goes first on ``sys.path``, and every published module is imported; then they
 are re-keyed as ``anyjev_published*`` and ours are put back. Its functions keep the module objects they
 bound at import time, so they keep working. (Its classes still say ``__module__ == "anyjev.xxx"``: do not
@@ -39,6 +39,7 @@ SETUP_COMMAND = (
 )
 # CLI entry points of the published package, not needed for prompts (and they parse argv on import paths).
 _SKIP_MODULES = ("anyjev.serve", "anyjev.truncate")
+THEIR_NAME = "anyjev"  # the published package's own name, which is also ours
 _REPO = Path(__file__).resolve().parents[2]
 _lock = threading.Lock()
 
@@ -78,7 +79,7 @@ def load_published(folder: str | Path | None = None) -> ModuleType:
         sys.path.insert(0, str(where))
         importlib.invalidate_caches()
         try:
-            pkg = importlib.import_module("anyjev")
+            pkg = importlib.import_module(THEIR_NAME)  # theirs: ours left sys.modules above
             if Path(pkg.__file__).resolve() != init.resolve():
                 raise PublishedPackageError(f"importing the published package from {where} found {pkg.__file__} instead")
             for info in pkgutil.walk_packages(pkg.__path__, "anyjev."):

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from anyjev.outputs.tables import TABLE_METRICS
+from tests.conftest import require
 from tests.viewer_helpers import FAILED_ERROR, MODEL, RESULTS, TASKS, failed_run, reference_tasks
 
 CHROMIUM = Path(os.environ.get("ANYJEV_CHROMIUM", "/usr/bin/chromium"))
@@ -36,11 +37,7 @@ def require_browser() -> None:
         import playwright.sync_api  # noqa: F401
     except ImportError:
         problems.append("playwright is missing (pip install -r requirements/client.txt)")
-    if problems:
-        msg = "; ".join(problems)
-        if os.environ.get("ANYJEV_REQUIRE_BROWSER") == "1":
-            pytest.fail(msg)
-        pytest.skip(msg)
+    require("browser", not problems, "; ".join(problems))
 
 
 @pytest.fixture(scope="module")
