@@ -184,7 +184,8 @@ class Settings:
             n_test, n_calib, allow_fewer = min(n_test, self.limit), min(n_calib, self.limit), True
         folder, declared = self.hub_task(task) if t.source == "hub" else (task_dataset(task, t.builtin), None)
         return PrepareJob(name=task, source=t.source, dataset=folder, path=t.path, hub=declared, n_test=n_test,
-                          n_calib=n_calib, allow_fewer=allow_fewer, split_seed=self.split_seed, hub_cache=hub_cache)
+                          n_calib=n_calib, allow_fewer=allow_fewer, split_seed=self.split_seed, hub_cache=hub_cache,
+                          fits_temperature="L1" in self.levels)
 
     def run_lock(self, lock_record: str) -> Lock:
         """Where fetch and prepare-model record resolved commits (LOCK_RECORD, the rule's, when the run is unpinned),

@@ -13,7 +13,7 @@ from anyjev.data.declared import HubTaskDeclaration
 from anyjev.data.split import split_items
 from anyjev.data.taskfile import load_task_file, write_task_file
 from anyjev.data.tasks import Task
-from anyjev.errors import ConfigError
+from anyjev.errors import ConfigError, TaskDataError
 from anyjev.jobs import Job
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,7 @@ class PrepareJob(Job):
     allow_fewer: bool
     split_seed: int
     hub_cache: str
+    fits_temperature: bool  # levels lists L1, whose temperature is fitted on the calibration items
 
 
 def build_task(job: PrepareJob) -> Task:
@@ -66,8 +67,15 @@ def split_task(job: PrepareJob, task: Task) -> Task:
 def prepare_task(job: PrepareJob, out: str | os.PathLike[str]) -> Task:
     """Build, split (seeded) and write the task file OUT; returns the written task."""
     written = split_task(job, build_task(job))
-    write_task_file(written, out)
     n_test = sum(it.split == "test" for it in written.items)
+    if job.fits_temperature and n_test == len(written.items):
+        # the config-time check (n_calib: 0 with L1) cannot see a file whose own splits leave no calibration item
+        where, why = (job.path, 'every item says "split": "test"') if job.source == "file" else (f"<task {job.name}>", "")
+        raise TaskDataError(str(where), "split", f"no calibration items after the split ({n_test} test items"
+                            f"{'; ' + why if why else ''}), but levels lists L1, whose temperature is fitted on them: "
+                            f'mark some items "split": "calib" (tasks.{job.name}.n_calib of them), or remove L1 from '
+                            "levels")
+    write_task_file(written, out)
     log.info("task %s: %d test + %d calibration items (K=%s) -> %s", job.name, n_test, len(written.items) - n_test,
              written.k, out)
     return written
