@@ -13,6 +13,7 @@ import yaml
 from anyjev.data import builtin, hub
 from anyjev.data.declared import HubDataset, HubTaskDeclaration, check_declaration
 from anyjev.data.taskfile import jsonl_rows
+from anyjev.decision.labels import check_label_capacity
 from anyjev.errors import ConfigError, ConfigSyntaxError
 from anyjev.jobs import from_data
 from anyjev.numbers.certificate import min_certification_items
@@ -79,9 +80,8 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
     _check_hub_tasks(tasks)
     for name, task in tasks.items():
         k = largest_k(name, task, workdir)
-        if k is not None and k > config["server"]["max_logprobs"]:
-            raise ConfigError("server.max_logprobs", f"is {config['server']['max_logprobs']}, but task {name!r} has items "
-                              f"with {k} options: a request reads every label's log-prob at once; set it >= {k}")
+        if k is not None:
+            check_label_capacity(name, k, config["server"]["max_logprobs"])
         scoring = config["scoring"]
         if scoring.get("rotations") == "adaptive" and config.get("limit") is None:
             need = min_certification_items(scoring["target_disagreement"], scoring["confidence"])

@@ -9,12 +9,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from anyjev.decision.questions import LETTERS, Question
-from anyjev.errors import LabelTokenError
+from anyjev.decision.questions import LETTERS, MAX_CHOICE_OPTIONS, Question
+from anyjev.errors import ConfigError, LabelTokenError
 
 # Checking depends only on how the text just before the label tokenises; the template's end (the
 # generation prompt) is the same for every prompt, so results are cached on the prompt's tail.
 _TAIL_CHARS = 64
+
+
+def check_label_capacity(task: str, k: int, max_logprobs: int, item: str | None = None) -> None:
+    """Before any server starts: a request reads all K label log-probs at once, so K must fit in
+    ``server.max_logprobs``; past the 26 letters no setting helps, and that is said first."""
+    which = f"item {item!r}" if item is not None else "items"
+    if k > MAX_CHOICE_OPTIONS:
+        raise ConfigError(f"tasks.{task}", f"{which} with {k} options: a choice has at most {MAX_CHOICE_OPTIONS} "
+                          f"(labels A-Z); split the item's options into questions of at most {MAX_CHOICE_OPTIONS}")
+    if k > max_logprobs:
+        raise ConfigError("server.max_logprobs", f"is {max_logprobs}, but task {task!r} has {which} with {k} options: "
+                          f"a request reads every label's log-prob at once; set it >= {k}")
 
 
 def label_strings(question: Question, kind: str = "default") -> list[str]:

@@ -14,6 +14,7 @@ from typing import Any
 
 from anyjev.backends.vllm import ClientOptions, VLLMBackend
 from anyjev.data.taskfile import load_task_file
+from anyjev.decision.labels import check_label_capacity
 from anyjev.errors import BackendError, ConfigError
 from anyjev.files import file_sha256, now_iso, write_json_atomic
 from anyjev.jobs import Job, to_data
@@ -96,13 +97,10 @@ def load_tokenizer(path: str | os.PathLike[str]):
     return AutoTokenizer.from_pretrained(str(path))
 
 
-def check_label_capacity(task, max_logprobs: int) -> None:
+def check_task_label_capacity(task, max_logprobs: int) -> None:
     """Before any server starts: every item's labels must fit in one request's logprobs."""
     worst = max(task.items, key=lambda it: len(it.question.options))
-    k = len(worst.question.options)
-    if k > max_logprobs:
-        raise ConfigError("server.max_logprobs", f"is {max_logprobs}, but task {task.name!r} item {worst.id!r} has {k} "
-                          f"options: a request reads K label log-probs at once; set server.max_logprobs >= {k}")
+    check_label_capacity(task.name, len(worst.question.options), max_logprobs, item=worst.id)
 
 
 def context_length(spec_max_model_len: int | None, model_dir: str | os.PathLike[str]) -> int | None:
@@ -142,7 +140,7 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
         from anyjev.serving.lease import acquire_server
 
         spec = job.managed.spec
-        check_label_capacity(task, spec.max_logprobs)
+        check_task_label_capacity(task, spec.max_logprobs)
         check_server_python(spec.python)  # again here: on a cluster, on the node that starts it
         limit = context_length(spec.max_model_len, spec.model)
         if limit is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import sys
 
 import pytest
@@ -119,3 +120,27 @@ def test_adaptive_rotations_need_enough_calibration_items_to_certify():
     config["tasks"]["mmlu"]["n_calib"] = 44
     check(copy.deepcopy(config), "tasks.mmlu.n_calib", "needs at least 45 of them")
     validate_config(config | {"limit": 5}, workdir=REPO)  # a smoke run reads every rotation, with a warning
+
+
+def _options_file(tmp_path, k: int):
+    path = tmp_path / f"k{k}.jsonl"
+    item = {"id": "q1", "state": "", "question": "Which?", "options": [f"option {i}" for i in range(k)], "gold": 0}
+    path.write_text(json.dumps(item) + "\n")
+    return path
+
+
+def test_more_options_than_letters_says_the_real_limit_not_max_logprobs(tmp_path):
+    """27 options: no server.max_logprobs would help (a choice has labels A-Z), so the task is named first."""
+    config = edit(tasks={"big": {"source": "file", "path": str(_options_file(tmp_path, 27))}})
+    config["server"] = {"max_logprobs": 26}
+    with pytest.raises(ConfigError) as info:
+        validate_config(config, workdir=REPO)
+    assert info.value.key_path == "tasks.big" and "at most 26 (labels A-Z)" in str(info.value)
+    assert "max_logprobs" not in str(info.value)
+
+
+def test_more_options_than_max_logprobs_names_the_setting(tmp_path):
+    config = edit(tasks={"three": {"source": "file", "path": str(_options_file(tmp_path, 3))}})
+    config["server"] = {"max_logprobs": 2}
+    check(config, "server.max_logprobs", "has items with 3 options: a request reads every label's log-prob at once; "
+                                         "set it >= 3")
