@@ -97,6 +97,8 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
         if task["source"] == "file":
             if "path" not in task:
                 raise ConfigError(f"tasks.{name}.path", "required for source 'file'")
+            if (Path(workdir) / task["path"]).is_dir():
+                raise ConfigError(f"tasks.{name}.path", f"{task['path']!r} is a folder: name the task's JSONL file")
             if not (Path(workdir) / task["path"]).is_file():
                 raise ConfigError(f"tasks.{name}.path", f"task file {task['path']!r} does not exist")
     if "grid" in config:

@@ -63,6 +63,9 @@ def check_extra_flags(flags: tuple[str, ...] | list[str], key: str) -> None:
     for token in flags:
         if not isinstance(token, str):
             raise ConfigError(key, f"server flag {token!r} is not a string")
+        if not token.strip():
+            raise ConfigError(key, f"item {flags.index(token)} is {token!r}: an empty argument would reach vLLM as a "
+                              "positional; remove it")
         if token.startswith("-") and any(ch.isspace() for ch in token.split("=", 1)[0]):
             raise ConfigError(
                 key, f"{token!r} holds several words in one list item; give each flag and each value as its "

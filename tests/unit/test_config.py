@@ -144,3 +144,12 @@ def test_more_options_than_max_logprobs_names_the_setting(tmp_path):
     config["server"] = {"max_logprobs": 2}
     check(config, "server.max_logprobs", "has items with 3 options: a request reads every label's log-prob at once; "
                                          "set it >= 3")
+
+
+def test_a_task_path_that_is_a_folder_is_called_a_folder(tmp_path):
+    check(edit(tasks__mmlu={"source": "file", "path": str(tmp_path)}), "tasks.mmlu.path", "is a folder")
+
+
+@pytest.mark.parametrize("empty", ["", "  "])
+def test_an_empty_server_flag_item_is_refused(empty):
+    check(edit(models__m1__server_flags=["--enforce-eager", empty]), "models.m1.server_flags", "item 1 is")
