@@ -5,8 +5,8 @@ library's own adaptive Decider, on the same items against the same model, side b
 Configurations (rows), per workload:
 
 (a) ``full_nocache``: every layout of every test item (K rotations x fwd/rev = 2K prompts), as
-    ``score_prepared`` sends them, on a server with prefix caching off (today's default);
-(b) ``full_cache``: the same on a server with prefix caching on (the rotations of an item share the KV
+    ``score_prepared`` sends them, on a server with prefix caching off (what ``prefix_caching: auto`` gives a bf16 model);
+(b) ``full_cache``: the same on a server with prefix caching on (the float32 default; the rotations of an item share the KV
     blocks of its state);
 (c) ``adaptive_cache``: this project's adaptive rotations (:mod:`anyjev.run.adaptive`) on the caching
     server: the stopping rule certified on the calibration items (read in full; their cost is reported
@@ -72,6 +72,7 @@ from anyjev.serving.metrics import read_counters  # noqa: E402
 from anyjev.serving.spec import ServerSpec  # noqa: E402
 from anyjev.serving.stop import stop_server  # noqa: E402
 from bench.common import SMOL_DIR, smollm2_spec  # noqa: E402
+from bench.report import measured_on  # noqa: E402
 
 CHUNK_ITEMS = 16  # score_cell's default chunk
 CONFIDENCE = 0.95  # for the agreement bound
@@ -371,12 +372,13 @@ def _certificates(r: dict) -> str:
 
 
 def markdown(report: dict) -> str:
-    """The README's block: one table per workload, from the JSON, with the certificates under it."""
+    """docs/benchmarks.md's block: one table per workload, from the JSON, with the certificates under it; each title
+    names its run's date and machine."""
     lines = []
     for w in report["workloads"].values():
         run = w.get("run") or report
         lines += ["", f"{w['title']}: {w['n_test']} test items, {w['n_calib']} calibration items, "
-                      f"{w['prompt_tokens_mean']:.0f} prompt tokens per prompt on average (run {run['date'][:10]})", "",
+                      f"{w['prompt_tokens_mean']:.0f} prompt tokens per prompt on average ({measured_on(run)})", "",
                   "| row | prompts/item | computed tokens/item | vs (a) | cache hits | s/item | vs (a) | agrees with (a) "
                   "| CP 95% upper | agrees with (a), same prior |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -422,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-published", action="store_true")
     ap.add_argument("--out", default="results/bench")
-    ap.add_argument("--report", metavar="JSON", help="only print the table and the README block of an earlier run")
+    ap.add_argument("--report", metavar="JSON", help="only print the table and the docs/benchmarks.md block of an earlier run")
     args = ap.parse_args(argv)
     if args.report:
         report = json.loads(Path(args.report).read_text())

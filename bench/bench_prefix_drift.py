@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     tag = {"float32": "fp32", "bfloat16": "bf16"}[args.dtype]
     report: dict = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "command": [sys.executable, *sys.argv],
+        "machine": {"nproc": os.cpu_count(), "loadavg_start": os.getloadavg()[0]},
         "dtype": args.dtype, "fp32_head": True, "model": "SmolLM2-135M-Instruct",
         "items": {k: sum(1 for kk in kinds if kk == k) for k in dict.fromkeys(kinds)},
         "prompts": {k: len(v) for k, v in lens.items()},

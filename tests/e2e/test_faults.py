@@ -65,7 +65,7 @@ STOP_WAIT = 40  # s: the supervisor's grace (15 s) + its polling + vLLM's own sh
 # A resumed cell keeps its checkpointed items byte for byte; the items scored after the resume equal the
 # uninterrupted run's to prefix caching's drift, not bit for bit: whether an item's shared prefix is read from the
 # cache or computed with it depends on what the server computed before and on when each prompt reached the engine
-# (measured against a server without the cache: at most 6e-5 nat, results/bench/prefix_drift_*.json). The bound the README states
+# (measured against a server without the cache: at most 6e-5 nat, results/bench/prefix_drift_*.json). The bound docs/failures.md states
 # is the project's prefix-caching tolerance; every decision at every level must be the same.
 LP_TOL = 1e-4
 # The kills and start-up faults target one cell's own scoring job (`score_jobs: cell`: the job is the process that

@@ -388,10 +388,10 @@ def test_the_documented_examples_are_valid_and_every_key_is_documented() -> None
     from anyjev.schema import schema_node
 
     examples = []
-    for doc in ("README.md", "config/README.md"):
+    for doc in ("docs/configuration.md", "config/README.md"):
         blocks = re.findall(r"```yaml\n(.*?)```", (REPO / doc).read_text(encoding="utf-8"), re.S)
         examples += [(doc, yaml.safe_load(b)) for b in blocks if "hub:" in b]
-    assert [doc for doc, _ in examples] == ["README.md", "config/README.md"]
+    assert [doc for doc, _ in examples] == ["docs/configuration.md", "config/README.md"]
     for doc, example in examples:
         settings = Settings.from_config(config(example["tasks"]))
         [(name, task)] = settings.tasks.items()
