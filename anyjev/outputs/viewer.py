@@ -365,7 +365,9 @@ def items_page(cell: CellFiles, levels: ItemLevels, task: Task, prompts: dict[st
             items[item_id]["adaptive"] = rec["adaptive"]
     settings = evaluation_settings(cell.metrics)
     return {"key": cell.key, "strength": settings.prior_strength, "prior_mode": settings.prior_mode,
-            "prior_source": levels.prior_source, "T": levels.temperature, "priors": priors.rows, "shapes": shapes.rows,
+            "prior_source": levels.prior_source,
+            # 6 digits: the fit's last bits differ between BLAS builds, and the page shows 3
+            "T": {g: _sig(t, 6) for g, t in levels.temperature.items()}, "priors": priors.rows, "shapes": shapes.rows,
             "lines": lines.rows, "items": items}
 
 
