@@ -17,6 +17,7 @@ from anyjev.decision.labels import LabelChecker
 from anyjev.decision.options import PromptOptions
 from anyjev.errors import BackendError, LabelTokenError
 from anyjev.run.prepared import prepare_item
+from tests.integration.test_fidelity_real import FP32_TOL
 
 pytestmark = pytest.mark.vllm
 
@@ -82,8 +83,8 @@ def test_logprobs_above_server_cap_fails_at_once_quoting_server(vllm_fp32, smoll
 def test_answer_mass_beside_label_requests_never_corrupts_a_label_read(vllm_fp32, smollm2_tokenizer, tmp_path):
     """vLLM 0.32's V1 sampler turns the label requests of an engine batch holding a logprob_token_ids request into
     their sampled token plus padding. Label reads beside a stream of answer-mass requests on the real server: without
-    a shared lock they collide, are recognised and resent, and every value kept equals the value read alone; with the
-    lock they never collide."""
+    a shared lock they collide, are recognised and resent, and every value kept equals the value read alone (to prefix
+    caching's drift, with the same top label); with the lock they never collide."""
     import threading
 
     checker = LabelChecker(smollm2_tokenizer)
@@ -119,6 +120,12 @@ def test_answer_mass_beside_label_requests_never_corrupts_a_label_read(vllm_fp32
             for t in threads:
                 t.join()
 
+    def assert_same_read(values: np.ndarray, reference: np.ndarray) -> None:
+        # A corrupted read is the sampled label and padding; the same read differs only by prefix caching's drift
+        # (an item's second layout may or may not find the first's prefix cached, depending on what ran beside it).
+        np.testing.assert_allclose(values, reference, rtol=0, atol=FP32_TOL)
+        assert (values.argmax(axis=1) == reference.argmax(axis=1)).all()
+
     def alone(prompts: list[list[int]]) -> np.ndarray:
         with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, prompts_per_request=4) as client:
             return client.label_logprobs(prompts, labels)
@@ -127,8 +134,8 @@ def test_answer_mass_beside_label_requests_never_corrupts_a_label_read(vllm_fp32
     values, collisions = beside_answer_mass(prompts, prompts_of(100, 120, slice(0, 1)), None)
     print(f"{collisions} label request(s) collided and were resent")
     assert collisions > 0, "no label request shared a batch with an answer-mass request: the test did not test"
-    np.testing.assert_array_equal(values, alone(prompts))
+    assert_same_read(values, alone(prompts))
     prompts = prompts_of(64, 68, slice(0, 2))
     values, collisions = beside_answer_mass(prompts, prompts_of(120, 140, slice(0, 1)), tmp_path / "server.requests.lock")
     assert collisions == 0
-    np.testing.assert_array_equal(values, alone(prompts))
+    assert_same_read(values, alone(prompts))
