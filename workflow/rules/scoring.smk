@@ -1,4 +1,4 @@
-# Scoring, one job per cell (score_jobs: cell, local runs) or one job per model (score_jobs: model, clusters),
+# Scoring, one job per model (score_jobs: model, the default) or one job per cell (score_jobs: cell),
 # then each cell evaluated offline. Both start each model's server once per run (docs/servers.md).
 
 
