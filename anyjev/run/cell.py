@@ -24,6 +24,7 @@ from anyjev.run.identity import ScoringOptions, scoring_identity
 from anyjev.run.prepared import prepare_items
 from anyjev.run.scoring import score_cell
 from anyjev.run.store import scored_under
+from anyjev.serving.metrics import read_counters
 from anyjev.serving.spec import ServerSpec, check_server_python
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,23 @@ def context_length(spec_max_model_len: int | None, model_dir: str | os.PathLike[
     return json.loads(config.read_text()).get("max_position_embeddings")
 
 
+def server_counters(url: str, served: str, settle: int | None = None) -> dict[str, int] | None:
+    """The managed server's own request and prompt-token counters (vLLM's /metrics), recorded around a cell so that
+    what the server saw can be compared with what `anyjev plan` and the cell's counts say: an independent count.
+    With SETTLE, read again (for up to 2 s) while fewer requests than that are counted: a request's success may be
+    counted just after its response. None (and a warning) when /metrics cannot be read."""
+    try:
+        reading = read_counters(url, served)
+        deadline = time.monotonic() + 2.0
+        while settle is not None and reading.requests_ok < settle and time.monotonic() < deadline:
+            time.sleep(0.1)
+            reading = read_counters(url, served)
+    except BackendError as exc:
+        log.warning("the server's counters are not recorded: %s", exc)
+        return None
+    return {"requests_ok": int(reading.requests_ok), "prompt_tokens": int(reading.prompt_tokens)}
+
+
 def cell_identity(job: ScoreJob, task, task_path: str | os.PathLike[str]) -> dict[str, Any]:
     """The identity a cell's scores are recorded (and resumed) under."""
     return {"task": task.name, "task_sha256": file_sha256(task_path), "model": job.model_identity(),
@@ -157,6 +175,7 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
         lock = job.external.request_lock
     backend = VLLMBackend.from_options(url, served, job.client, decode=lambda i: tokenizer.decode([i]),
                                        request_lock=lock)
+    before = server_counters(url, served) if handle is not None else None
     try:
         counts = score_cell(backend, tokenizer, prepared, str(out), identity, options=job.scoring,
                             chunk_items=job.client.chunk_items)
@@ -164,6 +183,11 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
         if handle is not None:
             handle.check_alive()  # raises ServerError (exit code, log tail) when the server itself is gone
         raise
+    if before is not None:
+        expected = before["requests_ok"] + counts["prompts"] + counts["canary"]["prompts"]
+        after = server_counters(url, served, settle=expected)
+        if after is not None:
+            counts["server_saw"] = {k: after[k] - before[k] for k in ("requests_ok", "prompt_tokens")}
     if provenance_path:
         server_record.setdefault("system_fingerprint", sorted(backend.system_fingerprints))
         write_json_atomic(provenance_path, provenance.cell_record(

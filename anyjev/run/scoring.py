@@ -29,7 +29,8 @@ def score_cell(backend: Backend, tokenizer, prepared: Sequence[PreparedItem], ou
     resuming a checkpoint made under the same IDENTITY (which must hold :func:`anyjev.run.identity.scoring_identity`
     of the same OPTIONS).
 
-    Returns counts: items, scored now, resumed, prompts sent (the canary not counted), the prompt tokens of a
+    Returns counts: items, scored now, resumed, prompts sent (the canary not counted; its prompts and tokens apart),
+    the prompt tokens of a
     full-rotation cell (:func:`anyjev.run.requests.sent_counts`; none for an adaptive one) and, adaptive, the
     certificate per layout group.
     """
@@ -43,8 +44,11 @@ def score_cell(backend: Backend, tokenizer, prepared: Sequence[PreparedItem], ou
              max((len(p.layouts) for p in prepared), default=0), len(todo), resumed)
     prompts = 0
     certificate: dict | None = None
+    canary_counts = {"prompts": 0, "prompt_tokens": 0}
     if todo:
         canary(backend, todo[0], answer_mass=options.answer_mass)
+        n_mass = int(options.answer_mass)  # the canary's answer-mass prompt is its label prompt again
+        canary_counts = {"prompts": 1 + n_mass, "prompt_tokens": (1 + n_mass) * len(todo[0].layouts[0][1])}
     try:
         for start in range(0, len(probes), chunk_items):
             part = probes[start : start + chunk_items]
@@ -60,7 +64,8 @@ def score_cell(backend: Backend, tokenizer, prepared: Sequence[PreparedItem], ou
     finally:
         partial.close()
     partial.finalise(out, [p.item.id for p in prepared])
-    counts: dict[str, Any] = {"items": len(prepared), "scored": len(todo), "resumed": resumed, "prompts": prompts}
+    counts: dict[str, Any] = {"items": len(prepared), "scored": len(todo), "resumed": resumed, "prompts": prompts,
+                              "canary": canary_counts}
     if certificate is not None:
         counts["certificate"] = certificate
     else:  # every layout of every item scored now was sent: what `anyjev plan` counts

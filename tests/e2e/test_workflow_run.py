@@ -67,6 +67,11 @@ def test_provenance_records_what_made_each_cell(finished_run):
         assert argv[argv.index("--generation-config") + 1] == "vllm"
         assert prov["server"]["system_fingerprint"]
         assert prov["started"] <= prov["finished"]
+        # What the cell says it sent, against what its server counted (vLLM's /metrics around the cell)
+        counts = prov["counts"]
+        assert counts["server_saw"] == {"requests_ok": counts["prompts"] + counts["canary"]["prompts"],
+                                        "prompt_tokens": counts["prompt_tokens"] + counts["canary"]["prompt_tokens"]}
+        assert counts["canary"]["prompts"] == 2  # its label prompt and, answer_mass on, that prompt's answer mass
 
 
 def test_one_server_start_per_model_and_none_left(finished_run):

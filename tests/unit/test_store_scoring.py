@@ -154,8 +154,11 @@ def test_final_file_in_task_order_with_all_layouts(reference, tmp_path) -> None:
     data, records, backend, counts = reference
     items = make_items()
     assert [r["id"] for r in records] == [it.id for it in items]
+    canary = backend.call_log[0]
+    assert len(canary) == 1 and len(backend.sent) == len(backend.work) + 1  # the canary: one prompt, apart
     assert counts == {"items": 10, "scored": 10, "resumed": 0, "prompts": len(backend.work),
-                      "prompt_tokens": sum(map(len, backend.work))}
+                      "prompt_tokens": sum(map(len, backend.work)),
+                      "canary": {"prompts": 1, "prompt_tokens": len(canary[0])}}
     assert len(set(backend.work)) == len(backend.work)  # no prompt scored twice
     assert set(backend.sent_shas) == set().union(*(record_shas(r) for r in records))
     lines = data.decode().splitlines()
@@ -187,7 +190,8 @@ def test_different_states_give_different_prompts(reference) -> None:
 # ---------------------------------------------------------------------------------------------- resume
 
 
-def test_interrupted_then_resumed_is_byte_identical_and_scores_only_the_rest(smol, reference, tmp_path) -> None:
+def test_interrupted_then_resumed_is_byte_identical_and_scores_only_the_rest(smol, reference, tmp_path,
+                                                                           fault_seen) -> None:
     ref_bytes, ref_records, _, _ = reference
     out = tmp_path / "cell.jsonl"
     saved = interrupted_run(smol, out, calls=3)
@@ -202,6 +206,8 @@ def test_interrupted_then_resumed_is_byte_identical_and_scores_only_the_rest(smo
     assert counts["prompts"] == len(backend.work)
     assert out.read_bytes() == ref_bytes
     assert not partial_path(out).exists()
+    fault_seen(f"(no message) {len(saved_ids)} items resumed, {counts['scored']} scored; the final file equals the "
+               f"uninterrupted run's byte for byte")
 
 
 def test_torn_last_line_is_dropped_and_rescored(smol, reference, tmp_path) -> None:
