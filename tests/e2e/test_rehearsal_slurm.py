@@ -9,7 +9,8 @@ auto, so one `score_model` job per model, docs/servers.md) with the overrides th
 Checked on the main run: one sbatch submission per model, all of them score_model jobs that sacct lists as
 COMPLETED, every other job local; one server start per model (the server logs); the url cell fails alone, naming
 the missing label ids, and no other job fails; the other nine cells are scored and evaluated; `anyjev plan` counts
-exactly what the run sent (prompts and prompt tokens per cell) and the server starts; nothing is left running.
+exactly what the run sent (prompts and prompt tokens per cell, as each cell recorded them and as its server's own
+/metrics counters saw them) and the server starts; nothing is left running.
 The url model then leaves the grid, and the rerun submits nothing and writes the tables, with a vs_published row
 for every cell. Then an allocation is cancelled: a small run in a fresh directory is `scancel`ed once its server
 is up and an item is checkpointed; no vLLM or supervisor process outlives it, and the rerun resumes the
@@ -36,10 +37,11 @@ import pandas as pd
 import pytest
 import yaml
 
+from anyjev.run.store import read_scores
 from tests.conftest import require_vllm
 from tests.e2e import rehearsal as R
 from tests.e2e.slurm_helpers import SUPERVISOR, run_slurm, sacct_records, slurm_cmd, start_slurm_run
-from tests.e2e.workflow_helpers import env, leftover_vllm
+from tests.e2e.workflow_helpers import env, leftover_vllm, run_snakemake
 
 pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow]
 
@@ -168,10 +170,12 @@ def test_the_url_cell_fails_alone_naming_the_ids(rehearsal):
 
 def test_plan_counts_what_the_run_sent(rehearsal):
     rows = R.compare_plan(rehearsal["work"])
-    print("\n[rehearsal-slurm] plan vs run (items, prompts, prompt tokens):\n  " + "\n  ".join(
-        f"{r['cell']}: plan {r['plan']} run {r['run']}" for r in rows))
+    print("\n[rehearsal-slurm] plan vs run (items, prompts, prompt tokens) vs the server's /metrics (prompts, prompt "
+          "tokens):\n  " + "\n  ".join(f"{r['cell']}: plan {r['plan']} run {r['run']} server {r['server']}" for r in rows))
     assert len(rows) == 9 and all(r["estimate"] is None for r in rows)
     assert [r["plan"] for r in rows] == [r["run"] for r in rows]
+    # What the servers themselves counted: an independent count, not sent_counts again.
+    assert [r["plan"][1:] for r in rows] == [r["server"] for r in rows]
 
 
 def test_nothing_left_running(rehearsal):
@@ -190,6 +194,57 @@ def test_rerun_without_the_url_model_writes_the_tables(rehearsal):
     vs = pd.read_csv(work / "results/tables/vs_published.csv")
     assert set(zip(vs["model"], vs["task"], strict=True)) == cells
     print(f"\n[rehearsal-slurm] vs_published: {len(vs)} rows for {len(cells)} cells")
+
+
+# ------------------------------------------------------------------------------- the same cell scored locally
+
+LOCAL_MODEL, LOCAL_TASK = R.MODELS[0], "injection"  # Yes/No: the cheapest cell to score again
+LP_TOL = 1e-4  # prefix caching's drift (docs/failures.md); every decision must be the same
+
+
+def test_a_cell_scored_through_slurm_equals_it_scored_locally(rehearsal, tmp_path_factory):
+    """One cell of the SLURM run scored again by a plain local run (no executor: one job per cell) from the same
+    config and hub cache, in a fresh directory: same items and prompts, log-probs within prefix caching's drift,
+    the same decisions at every level and the same metrics to 3 decimals."""
+    work = rehearsal["work"]
+    local = tmp_path_factory.mktemp("rehearsal-local") / "run"
+    shutil.copytree(work / "resources" / "hub", local / "resources" / "hub")
+    R.copy_published(local)
+    config = yaml.safe_load((work / "config" / "config.yaml").read_text())
+    config["models"] = {LOCAL_MODEL: config["models"][LOCAL_MODEL]}
+    config["grid"] = [{"model": LOCAL_MODEL, "tasks": [LOCAL_TASK]}]
+    R.write_workdir(local, config)
+    cell = f"results/cells/{LOCAL_MODEL}/{LOCAL_TASK}"
+    proc = run_snakemake(local, f"{cell}/metrics.json", timeout=RUN_TIMEOUT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert "slurm" not in (local / f"logs/score/{LOCAL_MODEL}/{LOCAL_TASK}.log").read_text().lower()
+    (ident, recs), (ref_ident, ref_recs) = (read_scores(d / cell / "scores.jsonl") for d in (local, work))
+    assert ident == ref_ident and [r["id"] for r in recs] == [r["id"] for r in ref_recs]
+    worst = 0.0
+    for rec, ref in zip(recs, ref_recs, strict=True):
+        assert rec["layouts"].keys() == ref["layouts"].keys()
+        for name, lay in rec["layouts"].items():
+            assert lay["prompt_sha"] == ref["layouts"][name]["prompt_sha"]
+            worst = max([worst, *(abs(a - b) for a, b in zip(lay["lp"], ref["layouts"][name]["lp"], strict=True))])
+    cols = ["item_id", "level", "group", "pred", "n_top"]
+    decisions, ref_decisions = (pd.read_csv(d / cell / "predictions.csv", usecols=cols) for d in (local, work))
+    metrics, ref_metrics = (json.loads((d / cell / "metrics.json").read_text()) for d in (local, work))
+    print(f"\n[rehearsal-slurm] {LOCAL_MODEL}/{LOCAL_TASK} local vs SLURM: {len(recs)} items, max |log-prob diff| "
+          f"{worst:.3g}")
+    assert worst <= LP_TOL
+    assert decisions.equals(ref_decisions), "a decision differs between the local and the SLURM run"
+    assert rounded(metrics) == rounded(ref_metrics)
+    assert leftover_vllm(str(local)) == []
+
+
+def rounded(obj, places: int = 3):
+    if isinstance(obj, float):
+        return round(obj, places)
+    if isinstance(obj, dict):
+        return {k: rounded(v, places) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [rounded(v, places) for v in obj]
+    return obj
 
 
 # ------------------------------------------------------------------------------------ scancel and resume
