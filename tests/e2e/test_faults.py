@@ -41,7 +41,7 @@ from anyjev.run.store import read_scores
 from anyjev.serving.proc import group_pids, proc_cmdline
 from anyjev.serving.state import read_record
 from anyjev.serving.stop import vllm_process_pids
-from tests.e2e.fault_report import COVERED, REPO, FaultReport
+from tests.e2e.fault_report import COVERED, OBSERVED, OBSERVED_FILE_ENV, REPO, FaultReport
 from tests.e2e.workflow_helpers import (
     SNAKEFILE,
     SNAKEMAKE,
@@ -297,19 +297,25 @@ def w2(tmp_path_factory, smollm2_dir) -> dict:
 # ------------------------------------------------------------------ bad config and bad task data (no server)
 
 
-def test_faults_covered_by_unit_and_integration_tests_pass(report) -> None:
-    """The report's rows for faults covered elsewhere name real tests, and those tests pass (run here, ~20 s)."""
+def test_faults_covered_by_unit_and_integration_tests_pass(report, tmp_path) -> None:
+    """The report's rows for faults covered elsewhere name real tests, and those tests pass (run here, ~20 s); what
+    each observed goes into the report."""
     ids = [nodeid for _, _, nodeid in COVERED]
     for nodeid in ids:
         path, name = nodeid.split("::")
         tree = ast.parse((REPO / path).read_text())
         assert name in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}, nodeid
+    seen_file = tmp_path / "seen.jsonl"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *ids], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=os.environ | {OBSERVED_FILE_ENV: str(seen_file)})
+    seen = [json.loads(line) for line in seen_file.read_text().splitlines()] if seen_file.is_file() else []
+    for row in seen:
+        OBSERVED.setdefault(row["nodeid"], row["seen"])
     outcomes = dict(reversed(m.groups()) for m in re.finditer(r"^(PASSED|FAILED|ERROR|SKIPPED) (\S+)", proc.stdout, re.M))
     for nodeid in ids:
         report.outcomes.setdefault(nodeid, f"{outcomes.get(nodeid, 'not run').lower()} (run by test_faults.py)")
     assert proc.returncode == 0 and sorted(outcomes) == sorted(ids), proc.stdout[-3000:]
+    assert sorted({row["nodeid"] for row in seen}) == sorted(ids), "a covering test did not record what it observed"
 
 
 BAD_CONFIGS = {

@@ -274,25 +274,27 @@ def test_owner_must_be_a_live_local_process(make_spec: Callable[..., ServerSpec]
 # --------------------------------------------------------------------------- start-up failures
 
 
-def test_exit_during_start_up_reports_exit_code_and_log(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
+def test_exit_during_start_up_reports_exit_code_and_log(make_spec: Callable[..., ServerSpec], workdir: Path, fault_seen) -> None:
     spec = make_spec(env={"STUB_MODE": "exit_at_start"})
     t0 = time.monotonic()
     with pytest.raises(ServerError) as info:
         acquire(spec, workdir)
     msg = str(info.value)
+    fault_seen(info.value)
     assert time.monotonic() - t0 < 10
     assert spec.name in msg and "exited with code 3" in msg
     assert f"model path {spec.model} does not exist" in msg  # the log's last lines are quoted
     assert getattr(read_record(workdir / "state" / f"{spec.name}.json"), "exit_code", None) == 3
 
 
-def test_never_ready_times_out_and_leaves_no_process(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
+def test_never_ready_times_out_and_leaves_no_process(make_spec: Callable[..., ServerSpec], workdir: Path, fault_seen) -> None:
     # The stub ignores SIGTERM: the stop must escalate to SIGKILL.
     spec = make_spec(env={"STUB_MODE": "never_ready", "STUB_IGNORE_TERM": "1"}, start_timeout=2.0, stop_grace=1.0)
     t0 = time.monotonic()
     with pytest.raises(ServerError, match=r"not ready after 2 s \(timeout\)") as info:
         acquire(spec, workdir)
     elapsed = time.monotonic() - t0
+    fault_seen(info.value)
     assert elapsed < 2.0 + 1.0 + 5.0, elapsed
     assert spec.name in str(info.value) and "stub vllm: mode never_ready" in str(info.value)
     assert not vllm_process_pids(spec.name)
@@ -328,13 +330,14 @@ def test_bind_failure_on_every_attempt(make_spec: Callable[..., ServerSpec], wor
         acquire(spec, workdir)
 
 
-def test_fixed_port_bind_failure_names_the_port(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
+def test_fixed_port_bind_failure_names_the_port(make_spec: Callable[..., ServerSpec], workdir: Path, fault_seen) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     spec = make_spec(port=port, env={"STUB_MODE": "addr_in_use"})
-    with pytest.raises(ServerError, match=f"could not bind port {port}: address already in use"):
+    with pytest.raises(ServerError, match=f"could not bind port {port}: address already in use") as info:
         acquire(spec, workdir)
+    fault_seen(info.value)
 
 
 # --------------------------------------------------------------------------- death and teardown
@@ -449,11 +452,13 @@ def test_sigterm_to_supervisor_stops_the_group(make_spec: Callable[..., ServerSp
 
 
 def test_sigkill_of_supervisor_does_not_orphan_the_server(make_spec: Callable[..., ServerSpec],
-                                                          workdir: Path) -> None:
+                                                          workdir: Path, fault_seen) -> None:
     spec = make_spec()
     handle = acquire(spec, workdir)
+    t0 = time.monotonic()
     os.kill(handle.supervisor_pid, signal.SIGKILL)  # parent-death signal takes the server down
     assert wait_until(lambda: handle.pid not in leaders(spec.name), GRACE + 2)
+    fault_seen(f"(no message) server pid {handle.pid} gone {time.monotonic() - t0:.1f} s after its supervisor's SIGKILL")
     stop_server(handle, grace=1.0)  # the server's engine child, if any, goes with the group
 
 

@@ -18,12 +18,13 @@ BASE = {
 }
 
 
-def check(config: dict, key_path: str, words: str = "") -> None:
+def check(config: dict, key_path: str, words: str = "") -> ConfigError:
     with pytest.raises(ConfigError) as info:
         validate_config(config, workdir=REPO)
     assert info.value.key_path == key_path, str(info.value)
     assert key_path in str(info.value)
     assert words in str(info.value)
+    return info.value
 
 
 def edit(**changes) -> dict:
@@ -59,8 +60,8 @@ def test_the_shipped_configs_are_valid(tmp_path):
     check_runnable(paper, workdir=tmp_path)
 
 
-def test_unknown_keys_are_named_with_their_path():
-    check(edit(models__m1__dtyp="bfloat16"), "models.m1.dtyp", "unknown key")
+def test_unknown_keys_are_named_with_their_path(fault_seen):
+    fault_seen(check(edit(models__m1__dtyp="bfloat16"), "models.m1.dtyp", "unknown key"))
     check(edit(colour="blue"), "colour", "unknown key")
     check(edit(tasks__mmlu__n_tset=5), "tasks.mmlu.n_tset")
 

@@ -68,13 +68,14 @@ def task_file(tmp_path: Path, rows: list[dict]) -> Path:
     return p
 
 
-def test_a_50000_character_state_is_refused_naming_item_line_tokens_and_key(tmp_path, smollm2_tokenizer) -> None:
+def test_a_50000_character_state_is_refused_naming_item_line_tokens_and_key(tmp_path, smollm2_tokenizer, fault_seen) -> None:
     path = task_file(tmp_path, ITEMS)
     items = load_task_file(path).items
     assert len(items[1].state) == 50_000
     with pytest.raises(TaskDataError) as exc:
         check_prompt_lengths(prep(smollm2_tokenizer, items), 2048, source=path, model="smol")
     msg = str(exc.value)
+    fault_seen(exc.value)
     # the token count named is the longest prompt the scorer would send for that item
     longest = max(len(p) for p in scored(smollm2_tokenizer, [items[1]], tmp_path).sent)
     assert longest > 10_000

@@ -79,8 +79,9 @@ def test_missing_file(tmp_path: Path) -> None:
     assert "nope.jsonl" in str(exc.value) and "not found" in str(exc.value)
 
 
-def test_not_json_names_line(tmp_path: Path) -> None:
+def test_not_json_names_line(tmp_path: Path, fault_seen) -> None:
     msg = load_error(tmp_path, [GOOD[0], "{not json"])
+    fault_seen(msg)
     assert "line 2" in msg and "not valid JSON" in msg
 
 
@@ -168,10 +169,11 @@ def test_line_break_in_an_option_is_refused_naming_line_and_option(tmp_path: Pat
     assert "Put each option on one line" in msg
 
 
-def test_line_break_in_an_option_is_refused_for_a_task_built_in_code(tmp_path: Path) -> None:
+def test_line_break_in_an_option_is_refused_for_a_task_built_in_code(tmp_path: Path, fault_seen) -> None:
     """Built-in and hub tasks are checked too (Task.validate), naming the item id."""
-    with pytest.raises(TaskDataError, match=r"item 'i2'.*options\[0\].*line break"):
+    with pytest.raises(TaskDataError, match=r"item 'i2'.*options\[0\].*line break") as info:
         Task("t", [Item("i1", "", choice("Q", ["a", "b"]), 0), Item("i2", "", choice("Q", ["a\nb", "c"]), 0)])
+    fault_seen(info.value)
 
 
 def test_state_and_question_may_span_lines(tmp_path: Path) -> None:
@@ -217,11 +219,12 @@ def test_surrogate_pair_is_one_character(tmp_path: Path) -> None:
     assert load_task_file(out).items == t.items
 
 
-def test_writing_a_lone_surrogate_is_refused_naming_item_and_field(tmp_path: Path) -> None:
+def test_writing_a_lone_surrogate_is_refused_naming_item_and_field(tmp_path: Path, fault_seen) -> None:
     """A task built in code (built-in, hub) is refused before anything is written, not half-written."""
     q = choice("Q", ["a", "b"])
-    with pytest.raises(TaskDataError, match=r"item 'i2'.*field 'state'.*lone UTF-16 surrogate"):
+    with pytest.raises(TaskDataError, match=r"item 'i2'.*field 'state'.*lone UTF-16 surrogate") as info:
         Task("t", [Item("i1", "", q, 0), Item("i2", "bad \ud800", q, 0)])
+    fault_seen(info.value)
     t = Task("t", [Item("i1", "", q, 0)])
     t.items.append(Item("i2", "bad \ud800", q, 0))
     with pytest.raises(TaskDataError, match=r"item 'i2'.*field 'state'"):

@@ -105,7 +105,7 @@ def test_one_prompt_one_request(stub: StubCompletions) -> None:
 # ----------------------------------------------------------------------------- label-token failures
 
 
-def test_label_dropped_from_top_logprobs_raises_naming_ids_and_the_fix(stub: StubCompletions) -> None:
+def test_label_dropped_from_top_logprobs_raises_naming_ids_and_the_fix(stub: StubCompletions, fault_seen) -> None:
     # The raw_logprobs bug as measured on a server without --logprobs-mode: top-K over the whole vocabulary,
     # three labels missing, non-label tokens in their place, the sampled token (713) still a label.
     labels = [589, 713, 35, 36]
@@ -122,6 +122,7 @@ def test_label_dropped_from_top_logprobs_raises_naming_ids_and_the_fix(stub: Stu
             result = backend.label_logprobs(prompts(3), labels)
     assert result is NOT_RETURNED  # nothing came back, so no value was filled in for the missing labels
     err = info.value
+    fault_seen(err)
     msg = str(err)
     assert err.missing_ids == [589, 35, 36]
     assert sorted(err.returned_ids) == sorted(returned)
@@ -151,7 +152,7 @@ def test_label_dropped_in_a_later_request_fails_the_whole_call(stub: StubComplet
     assert "prompt 4" in str(info.value)
 
 
-def test_extra_non_label_id_raises(stub: StubCompletions) -> None:
+def test_extra_non_label_id_raises(stub: StubCompletions, fault_seen) -> None:
     def extra(body: dict, payload: dict) -> None:
         top_of(body)["token_id:999"] = -7.0
 
@@ -161,9 +162,10 @@ def test_extra_non_label_id_raises(stub: StubCompletions) -> None:
     assert info.value.missing_ids == []
     assert 999 in info.value.returned_ids
     assert "999" in str(info.value).split("Returned instead:", 1)[1]
+    fault_seen(info.value)
 
 
-def test_logprobs_not_summing_to_one_over_labels_raise(stub: StubCompletions) -> None:
+def test_logprobs_not_summing_to_one_over_labels_raise(stub: StubCompletions, fault_seen) -> None:
     def unnormalised(body: dict, payload: dict) -> None:
         for key in top_of(body):
             top_of(body)[key] = -1.0
@@ -172,6 +174,7 @@ def test_logprobs_not_summing_to_one_over_labels_raise(stub: StubCompletions) ->
     with make_backend(stub.url) as backend, pytest.raises(LabelTokenError) as info:
         backend.label_logprobs(prompts(1), LABELS)
     msg = str(info.value)
+    fault_seen(info.value)
     assert "sum" in msg
     assert f"{4 * math.exp(-1.0):.4f}" in msg  # the probability mass the server actually gave the labels
     assert "processed_logprobs" in msg
@@ -206,35 +209,38 @@ def test_500_then_success_is_retried(stub: StubCompletions) -> None:
     np.testing.assert_allclose(out, [model_logprobs(p, LABELS) for p in prompts(2)], atol=1e-12)
 
 
-def test_500_forever_names_url_and_attempts(stub: StubCompletions) -> None:
+def test_500_forever_names_url_and_attempts(stub: StubCompletions, fault_seen) -> None:
     stub.default = Status(503, {"error": {"message": "engine is restarting"}})
     with make_backend(stub.url, retries=3) as backend, pytest.raises(BackendError) as info:
         backend.label_logprobs(prompts(2), LABELS)
     msg = str(info.value)
+    fault_seen(info.value)
     assert f"{stub.url}/v1/completions" in msg
     assert "4 attempts" in msg
     assert "503" in msg and "engine is restarting" in msg
     assert len(stub.requests) == 4
 
 
-def test_connection_refused_names_url_and_attempts() -> None:
+def test_connection_refused_names_url_and_attempts(fault_seen) -> None:
     url = f"http://127.0.0.1:{free_port()}"
     t0 = time.monotonic()
     with make_backend(url, retries=2) as backend, pytest.raises(BackendError) as info:
         backend.label_logprobs(prompts(1), LABELS)
     msg = str(info.value)
+    fault_seen(info.value)
     assert f"{url}/v1/completions" in msg
     assert "3 attempts" in msg
     assert "ConnectError" in msg
     assert time.monotonic() - t0 < 5
 
 
-def test_connection_reset_is_retried_then_fails(stub: StubCompletions) -> None:
+def test_connection_reset_is_retried_then_fails(stub: StubCompletions, fault_seen) -> None:
     stub.default = Reset()
     with make_backend(stub.url, retries=2) as backend, pytest.raises(BackendError) as info:
         backend.label_logprobs(prompts(1), LABELS)
     assert len(stub.requests) == 3
     assert "3 attempts" in str(info.value)
+    fault_seen(info.value)
     assert stub.url in str(info.value)
 
 
@@ -246,7 +252,7 @@ def test_connection_reset_once_then_success(stub: StubCompletions) -> None:
     np.testing.assert_allclose(out[0], model_logprobs(prompts(1)[0], LABELS), atol=1e-12)
 
 
-def test_hanging_server_times_out_a_bounded_number_of_times() -> None:
+def test_hanging_server_times_out_a_bounded_number_of_times(fault_seen) -> None:
     with StubCompletions() as stub:
         stub.default = Hang(30.0)
         t0 = time.monotonic()
@@ -256,6 +262,7 @@ def test_hanging_server_times_out_a_bounded_number_of_times() -> None:
         n_requests = len(stub.requests)
     assert n_requests == 3
     assert "3 attempts" in str(info.value)
+    fault_seen(info.value)
     assert "timed out" in str(info.value)
     assert 2.5 < elapsed < 10  # three 1 s timeouts, not 30 s of hanging
 
@@ -271,12 +278,13 @@ def test_hang_once_then_success(stub: StubCompletions) -> None:
 # ---------------------------------------------------------------------------- bad answers: no retry
 
 
-def test_malformed_json_fails_at_once_quoting_the_body(stub: StubCompletions) -> None:
+def test_malformed_json_fails_at_once_quoting_the_body(stub: StubCompletions, fault_seen) -> None:
     stub.default = Raw('{"choices": [ {"index": 0, "text": "A", ')
     with make_backend(stub.url) as backend, pytest.raises(BackendError) as info:
         backend.label_logprobs(prompts(1), LABELS)
     assert len(stub.requests) == 1
     assert "malformed JSON" in str(info.value)
+    fault_seen(info.value)
     assert '{"choices": [ {"index": 0' in str(info.value)
 
 
@@ -299,7 +307,7 @@ def test_400_fails_at_once_quoting_the_server_message(stub: StubCompletions, bod
     assert stub.url in msg
 
 
-def test_fewer_choices_than_prompts(stub: StubCompletions) -> None:
+def test_fewer_choices_than_prompts(stub: StubCompletions, fault_seen) -> None:
     def drop_last(body: dict, payload: dict) -> None:
         body["choices"].pop()
 
@@ -307,6 +315,7 @@ def test_fewer_choices_than_prompts(stub: StubCompletions) -> None:
     with make_backend(stub.url) as backend, pytest.raises(BackendError) as info:
         backend.label_logprobs(prompts(3), LABELS)
     assert "2 choices for 3 prompts" in str(info.value)
+    fault_seen(info.value)
     assert len(stub.requests) == 1
 
 
