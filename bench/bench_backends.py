@@ -31,7 +31,6 @@ import itertools
 import json
 import math
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -58,7 +57,7 @@ from anyjev.serving.lease import acquire_server
 from anyjev.serving.proc import group_pids, proc_stat
 from anyjev.serving.spec import ServerSpec
 from anyjev.serving.stop import stop_server
-from bench.common import REPO, SERVER_PYTHON, SMOL_DIR, smollm2_spec
+from bench.common import REPO, SERVER_PYTHON, SMOL_DIR, machine, smollm2_spec  # noqa: E402
 
 TINY_DIR = REPO / "resources" / "models" / "tiny-random-smollm2"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
@@ -496,20 +495,6 @@ def print_case(case_out: dict) -> None:
             print(f"{g['prompts_per_request']:>11} {g['max_concurrency']:>9} {g['requests']:>8} {g['prompts_per_s_median']:>10.1f} "
                   f"{g['client_cpu_ms_per_prompt_median']:>11.3f} {g['vs_per_prompt_pool16']:>12.2f}x {g['vs_single_request']:>9.2f} "
                   f"{'yes' if g['meets_both'] else 'no':>5}")
-
-
-def machine() -> dict:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "cpu_model": model,
-            "hostname": platform.node(), "python": platform.python_version(), "httpx": httpx.__version__,
-            "note": "client and server share these cores; the machine also runs other work (see loadavg)"}
 
 
 def main(argv: list[str] | None = None) -> int:

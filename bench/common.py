@@ -4,7 +4,11 @@ from this checkout's vLLM environment."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import platform
 from pathlib import Path
+
+import httpx
 
 from anyjev.serving.spec import ServerSpec
 from anyjev.settings import Settings
@@ -22,3 +26,17 @@ def smollm2_spec(name: str, **changes) -> ServerSpec:
     base = Settings.load(CONFIG, workdir=REPO).server_spec("smollm2-135m", str(MODELS_DIR))
     fields = {"name": name, "served_name": name, "model": str(SMOL_DIR), "python": str(SERVER_PYTHON)}
     return dataclasses.replace(base, **(fields | changes))
+
+
+def machine() -> dict:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "cpu_model": model,
+            "hostname": platform.node(), "python": platform.python_version(), "httpx": httpx.__version__,
+            "note": "client and server share these cores; the machine also runs other work (see loadavg)"}

@@ -92,10 +92,30 @@ def backends_block(root: Path = REPO) -> str:
     return "\n".join(lines).strip()
 
 
+def cpu_threads_block(root: Path = REPO) -> str:
+    r = load("cpu_threads", root)
+    w, s, pair, lp = r["workload"], r["single"], r["pair"], r["logprobs"]
+    titles = {"vllm_default": "vLLM's default (one core kept for the scheduler)",
+              "none_reserved": "`VLLM_CPU_NUM_OF_RESERVED_CPU=0` (config/config.yaml)"}
+    lines = [f"{r['model']}, {r['dtype']}, fp32 head, prefix caching on; full L0 on {w['items']} MMLU items "
+             f"({w['prompts']} prompts, each item's layouts in one request), the prefix cache emptied before each of "
+             f"{len(s['vllm_default']['pass_s'])} passes ({measured_on(r)}):", "",
+             "| server | start (s) | s per item (median) | two servers at once, wall (s) |", "|---|---:|---:|---:|"]
+    for key, title in titles.items():
+        lines.append(f"| {title} | {s[key]['start_s']:.0f} | {s[key]['s_per_item_median']:.2f} | "
+                     f"{pair[key]['wall_s_both']:.0f} |")
+    lines += ["", f"- One server: {r['speedup_single']:.2f}x faster; two servers at once: {r['speedup_pair']:.2f}x.",
+              f"- Label log-probs of the two settings: max |Δ| {lp['max_abs_diff']:.1e}, "
+              f"{'bit for bit equal' if lp['bitwise_equal'] else 'not bit for bit equal'}, "
+              f"{lp['argmax_changed']} argmax changed."]
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "l0-cost": l0_cost_block,
     "prefix-drift": prefix_drift_block,
     "backends": backends_block,
+    "cpu-threads": cpu_threads_block,
 }
 
 
