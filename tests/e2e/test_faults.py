@@ -48,6 +48,7 @@ from tests.e2e.workflow_helpers import (
     env,
     make_workdir,
     reduced_config,
+    rounded,
     run_snakemake,
     smollm2_model,
     snakemake_cmd,
@@ -208,16 +209,6 @@ def new_workdir(tmp_path_factory, smollm2_dir: Path, name: str, models: dict, ta
     require_vllm()
     work = tmp_path_factory.mktemp(name)
     return make_workdir(work, reduced_config(models, tasks or TASKS, score_jobs=KILL_JOBS), smollm2_dir)
-
-
-def rounded(obj, places: int = 3):
-    if isinstance(obj, float):
-        return round(obj, places)
-    if isinstance(obj, dict):
-        return {k: rounded(v, places) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [rounded(v, places) for v in obj]
-    return obj
 
 
 def compare_with_reference(work: Path, ref: Path) -> float:

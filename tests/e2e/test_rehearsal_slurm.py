@@ -41,7 +41,7 @@ from anyjev.run.store import read_scores
 from tests.conftest import require_vllm
 from tests.e2e import rehearsal as R
 from tests.e2e.slurm_helpers import SUPERVISOR, run_slurm, sacct_records, slurm_cmd, start_slurm_run
-from tests.e2e.workflow_helpers import env, leftover_vllm, run_snakemake
+from tests.e2e.workflow_helpers import env, leftover_vllm, rounded, run_snakemake
 
 pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow]
 
@@ -235,16 +235,6 @@ def test_a_cell_scored_through_slurm_equals_it_scored_locally(rehearsal, tmp_pat
     assert decisions.equals(ref_decisions), "a decision differs between the local and the SLURM run"
     assert rounded(metrics) == rounded(ref_metrics)
     assert leftover_vllm(str(local)) == []
-
-
-def rounded(obj, places: int = 3):
-    if isinstance(obj, float):
-        return round(obj, places)
-    if isinstance(obj, dict):
-        return {k: rounded(v, places) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [rounded(v, places) for v in obj]
-    return obj
 
 
 # ------------------------------------------------------------------------------------ scancel and resume

@@ -90,3 +90,14 @@ def job_blocks(text: str) -> list[dict]:
         else:
             current = None
     return jobs
+
+
+def rounded(obj, places: int = 3):
+    """OBJ (metrics.json's nesting of dicts, lists and floats) with every float rounded to PLACES decimals."""
+    if isinstance(obj, float):
+        return round(obj, places)
+    if isinstance(obj, dict):
+        return {k: rounded(v, places) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [rounded(v, places) for v in obj]
+    return obj
