@@ -29,7 +29,7 @@ from anyjev.decision.prompts import user_message
 from anyjev.decision.questions import choice, noul
 from anyjev.errors import LabelTokenError, TaskDataError
 from anyjev.run.allocation import score_jobs_mode
-from anyjev.run.cell import load_tokenizer
+from anyjev.run.cell import context_length, load_tokenizer
 from anyjev.run.prepared import prepare_item
 from anyjev.run.probes import CONTENT_FREE_PROBES, prepare_content_free
 from anyjev.run.requests import sent_counts
@@ -92,18 +92,19 @@ def tokenizer_dir(settings: Settings, model: str, models_dir: str) -> str | None
 
 
 def item_counts(item: Item, options: PromptOptions, tokenizer=None, checker=None, *, answer_mass: bool
-                ) -> tuple[int, int, int | None]:
-    """(layouts, prompts, prompt tokens) of one item: with a tokenizer, as scoring renders (under the cell's prompt
-    OPTIONS) and counts them (:func:`anyjev.run.requests.sent_counts`: distinct token-id prompts, plus one for the
-    answer mass); without, distinct user turns (one chat template renders distinct turns to distinct ids)."""
+                ) -> tuple[int, int, int | None, int | None]:
+    """(layouts, prompts, prompt tokens, longest prompt's tokens) of one item: with a tokenizer, as scoring renders
+    (under the cell's prompt OPTIONS) and counts them (:func:`anyjev.run.requests.sent_counts`: distinct token-id
+    prompts, plus one for the answer mass); without, distinct user turns (one chat template renders distinct turns to
+    distinct ids) and no token counts."""
     if tokenizer is not None:
         p = prepare_item(tokenizer, checker, item, "", options)
         prompts, tokens = sent_counts(p, answer_mass=answer_mass)
-        return len(p.layouts), prompts, tokens
+        return len(p.layouts), prompts, tokens, max(len(ids) for _, ids in p.layouts)
     labels = label_strings(item.question, "default")
     layouts = [lay for group in options.layouts(item.question).values() for lay in group]
     distinct = {user_message(item.question, item.state, lay, labels) for lay in layouts}
-    return len(layouts), len(distinct) + int(answer_mass), None
+    return len(layouts), len(distinct) + int(answer_mass), None, None
 
 
 def content_free_counts(items: list[Item], options: PromptOptions, tokenizer=None, checker=None) -> tuple[int, int | None]:
@@ -149,6 +150,12 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
         cell |= {"layouts_per_item": [per_item[0], per_item[-1]] if per_item else [0, 0],
                  "layouts": sum(c[0] for c in counts), "prompts": sum(c[1] for c in counts),
                  "prompt_tokens": sum(c[2] for c in counts) if counts and counts[0][2] is not None else None}
+        if counts and counts[0][3] is not None and settings.models[model].managed:
+            # the longest prompt and its answer token against the context the server will have, as scoring checks
+            limit = context_length(settings.models[model].max_model_len, settings.model_dir(model, models_dir))
+            cell["longest_prompt"] = max(c[3] for c in counts)
+            cell["context"] = limit
+            cell["too_long"] = sum(c[3] + 1 > limit for c in counts) if limit is not None else 0
         if tc.n_items is not None:  # K unknown until the data is fetched: so are the layouts and prompts
             cell |= {"layouts_per_item": None, "layouts": None, "prompts": None}
         elif settings.scoring.content_free:  # the probes for the content-free prior (prior_mode content_free or level L0-cf)
@@ -195,6 +202,7 @@ def plan_text(plan: dict[str, Any]) -> str:
         est = " ~" if c["estimate"] else ""
         most = "<= " if c.get("at_most") else ""
         tokens = most + _n(c["prompt_tokens"]) if c["prompt_tokens"] is not None else f"n/a ({c['tokens_note']})"
+        tokens += " !" if c.get("too_long") else ""
         cf = f" (incl. {_n(c['content_free_prompts'])} content-free)" if c.get("content_free_prompts") else ""
         if c["prompts"] is None:
             layouts, prompts = "n/a", "n/a (K unknown)"
@@ -225,6 +233,12 @@ def plan_text(plan: dict[str, Any]) -> str:
               + (f" ({', '.join(f'{m} {n}' for m, n in local.items())})" if local else ""),
               f"server starts, --executor slurm ({cluster_jobs}, score_jobs: {plan['score_jobs']}): {sum(slurm.values())}"
               + (f" ({', '.join(f'{m} {n}' for m, n in slurm.items())})" if slurm else "")]
+    too_long = [c for c in plan["cells"] if c.get("too_long")]
+    if too_long:
+        lines += ["", "! prompts longer than the context (scoring refuses the cell before any server starts):"] + [
+            f"  {c['model']} / {c['task']}: {c['too_long']} item(s); the longest prompt is {_n(c['longest_prompt'])} "
+            f"tokens, + 1 answer token > {_n(c['context'])} (models.{c['model']}.max_model_len, or the model's own)"
+            for c in too_long]
     at_most = next((c["at_most"] for c in plan["cells"] if c.get("at_most")), None)
     if at_most:
         lines += ["", f"<= at most: {at_most}"]

@@ -224,3 +224,44 @@ def test_plan_counts_the_content_free_probes_and_marks_adaptive_cells(tmp_path: 
 
     text = plan_text(plan_of(adaptive))
     assert f"<= {upper['prompts']:,}" in text and "<= at most: scoring.rotations is adaptive" in text
+
+
+def test_plan_flags_prompts_longer_than_the_context(smollm2_dir, tmp_path: Path, monkeypatch) -> None:
+    from anyjev.data.taskfile import load_task_file
+    from anyjev.errors import TaskDataError
+    from anyjev.plan import plan_text
+    from anyjev.run.cell import load_tokenizer
+    from anyjev.run.context import check_prompt_lengths
+
+    monkeypatch.chdir(tmp_path)
+    rows = mixed_task_rows()
+    rows[1]["state"] = "a long case " * 200  # ~600 tokens: past a context of 256; every row is in the split
+    Path("mix.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = {"source": "local", "path": str(smollm2_dir), "max_model_len": 256}
+    config = write_config(tmp_path / "c.yaml", {"smol": model}, {"mix": {"source": "file", "path": "mix.jsonl",
+                                                                         "n_test": 7, "n_calib": 3}})
+    [cell] = plan_of(config)["cells"]
+    assert cell["context"] == 256 and cell["too_long"] == 1 and cell["longest_prompt"] + 1 > 256
+    text = plan_text(plan_of(config))
+    assert "! prompts longer than the context" in text and "smol / mix: 1 item(s)" in text
+    assert f"the longest prompt is {cell['longest_prompt']:,} tokens" in text and "models.smol.max_model_len" in text
+    # What the plan flags is what scoring refuses: the same longest prompt, the same context
+    from anyjev.data.prepare import prepare_task
+    from anyjev.run.prepared import prepare_items
+
+    task = prepare_task(Settings.load(config).prepare_job("mix", hub_cache="resources/hub"), "mix-split.jsonl")
+    tokenizer = load_tokenizer(smollm2_dir)
+    prepared = prepare_items(tokenizer, task.items, task.prior_groups(), Settings.load(config).scoring.prompt)
+    try:
+        check_prompt_lengths(prepared, 256, source="mix-split.jsonl", model="smol")
+    except TaskDataError as exc:
+        assert f"is {cell['longest_prompt']} tokens" in str(exc)
+    else:
+        raise AssertionError("scoring accepted what the plan flags")
+    assert load_task_file("mix-split.jsonl").items  # the prepared file the check read
+
+    model["max_model_len"] = 4096
+    config = write_config(tmp_path / "c.yaml", {"smol": model}, {"mix": {"source": "file", "path": "mix.jsonl",
+                                                                         "n_test": 7, "n_calib": 3}})
+    [cell] = plan_of(config)["cells"]
+    assert cell["too_long"] == 0 and "! prompts longer" not in plan_text(plan_of(config))
