@@ -27,9 +27,9 @@ from anyjev.decision.labels import LabelChecker, label_strings
 from anyjev.decision.options import PromptOptions
 from anyjev.decision.prompts import user_message
 from anyjev.decision.questions import choice, noul
-from anyjev.errors import LabelTokenError, TaskDataError
+from anyjev.errors import ConfigError, LabelTokenError, TaskDataError
 from anyjev.run.allocation import score_jobs_mode
-from anyjev.run.cell import context_length, load_tokenizer
+from anyjev.run.cell import check_max_model_len, context_length, load_tokenizer
 from anyjev.run.prepared import prepare_item
 from anyjev.run.probes import CONTENT_FREE_PROBES, prepare_content_free
 from anyjev.run.requests import sent_counts
@@ -150,6 +150,12 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
         cell |= {"layouts_per_item": [per_item[0], per_item[-1]] if per_item else [0, 0],
                  "layouts": sum(c[0] for c in counts), "prompts": sum(c[1] for c in counts),
                  "prompt_tokens": sum(c[2] for c in counts) if counts and counts[0][2] is not None else None}
+        if settings.models[model].managed:
+            m = settings.models[model]
+            try:
+                check_max_model_len(m.max_model_len, settings.model_dir(model, models_dir), model, m.server_env)
+            except ConfigError as exc:
+                cell["context_error"] = str(exc)
         if counts and counts[0][3] is not None and settings.models[model].managed:
             # the longest prompt and its answer token against the context the server will have, as scoring checks
             limit = context_length(settings.models[model].max_model_len, settings.model_dir(model, models_dir))
@@ -233,6 +239,9 @@ def plan_text(plan: dict[str, Any]) -> str:
               + (f" ({', '.join(f'{m} {n}' for m, n in local.items())})" if local else ""),
               f"server starts, --executor slurm ({cluster_jobs}, score_jobs: {plan['score_jobs']}): {sum(slurm.values())}"
               + (f" ({', '.join(f'{m} {n}' for m, n in slurm.items())})" if slurm else "")]
+    bad_context = {c["model"]: c["context_error"] for c in plan["cells"] if c.get("context_error")}
+    if bad_context:
+        lines += ["", "! a context the server would refuse:"] + [f"  {why}" for why in bad_context.values()]
     too_long = [c for c in plan["cells"] if c.get("too_long")]
     if too_long:
         lines += ["", "! prompts longer than the context (scoring refuses the cell before any server starts):"] + [

@@ -104,6 +104,27 @@ def check_task_label_capacity(task, max_logprobs: int) -> None:
     check_label_capacity(task.name, len(worst.question.options), max_logprobs, item=worst.id)
 
 
+def check_max_model_len(max_model_len: int | None, model_dir: str | os.PathLike[str], model: str,
+                        server_env: dict[str, str] | None = None) -> None:
+    """Before a server starts: a max_model_len above the model's own context is refused naming the key, as vLLM would
+    refuse it only after loading. Only the plain case is judged: config.json's ``max_position_embeddings`` with no RoPE
+    scaling (a scaling factor or a non-default RoPE type stretches it) and no ``model_max_length`` above it;
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN in the server's environment lets it through, as it lets vLLM."""
+    config = Path(model_dir) / "config.json"
+    if max_model_len is None or not config.is_file() or (server_env or {}).get("VLLM_ALLOW_LONG_MAX_MODEL_LEN"):
+        return
+    hf = json.loads(config.read_text())
+    own = hf.get("max_position_embeddings")
+    rope = [r for r in (hf.get("rope_scaling"), hf.get("rope_parameters")) if isinstance(r, dict)]
+    stretched = any("factor" in r or r.get("rope_type", r.get("type", "default")) != "default" for r in rope)
+    if not isinstance(own, int) or stretched:
+        return
+    if max_model_len > max(own, hf.get("model_max_length") or 0):
+        raise ConfigError(f"models.{model}.max_model_len",
+                          f"{max_model_len} is more than the model's own context, {own} tokens (max_position_embeddings "
+                          f"in {config}); vLLM would refuse to start. Set it to {own} or less")
+
+
 def context_length(spec_max_model_len: int | None, model_dir: str | os.PathLike[str]) -> int | None:
     """The context the server will have: the configured max_model_len, else the model's own (config.json)."""
     if spec_max_model_len is not None:
@@ -160,6 +181,7 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
         spec = job.managed.spec
         check_task_label_capacity(task, spec.max_logprobs)
         check_server_python(spec.python)  # again here: on a cluster, on the node that starts it
+        check_max_model_len(spec.max_model_len, spec.model, job.model, dict(spec.server_env))
         limit = context_length(spec.max_model_len, spec.model)
         if limit is not None:
             longest = check_prompt_lengths(prepared, limit, source=task_path, model=job.model)

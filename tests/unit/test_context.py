@@ -119,3 +119,30 @@ def test_find_item_line(tmp_path) -> None:
     path = task_file(tmp_path, ITEMS + [{"id": 7, "state": "", "question": "Q", "options": ["a", "b", "c"], "gold": 0}])
     assert [find_item_line(path, i) for i in ("short", "long", "mid", "7", "none")] == [2, 3, 4, 5, None]
     assert find_item_line(tmp_path / "missing.jsonl", "short") is None
+
+
+def test_a_max_model_len_above_the_models_own_context_is_refused_before_a_server_starts(tmp_path) -> None:
+    from anyjev.errors import ConfigError
+    from anyjev.run.cell import check_max_model_len
+
+    def model_dir(**config) -> Path:
+        d = tmp_path / f"m{len(list(tmp_path.iterdir()))}"
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(config))
+        return d
+
+    plain = model_dir(max_position_embeddings=2048)
+    with pytest.raises(ConfigError) as info:
+        check_max_model_len(4096, plain, "smol")
+    assert info.value.key_path == "models.smol.max_model_len"
+    assert "4096 is more than the model's own context, 2048 tokens" in str(info.value) and str(plain) in str(info.value)
+    check_max_model_len(2048, plain, "smol")  # equal: vLLM accepts it
+    check_max_model_len(None, plain, "smol")  # unset: the model's own
+    check_max_model_len(4096, plain, "smol", {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"})  # vLLM lets it through
+    # RoPE scaling stretches the context, a larger model_max_length allows more: not judged here, vLLM decides
+    check_max_model_len(4096, model_dir(max_position_embeddings=2048, rope_scaling={"type": "linear", "factor": 4.0}), "smol")
+    check_max_model_len(4096, model_dir(max_position_embeddings=2048, rope_parameters={"rope_type": "yarn", "factor": 4}), "smol")
+    check_max_model_len(4096, model_dir(max_position_embeddings=2048, model_max_length=8192), "smol")
+    with pytest.raises(ConfigError):  # a default RoPE without a factor stretches nothing (SmolLM2's config.json)
+        check_max_model_len(4096, model_dir(max_position_embeddings=2048, rope_parameters={"rope_type": "default"}), "smol")
+    check_max_model_len(4096, tmp_path / "no-config", "smol")

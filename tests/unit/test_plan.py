@@ -265,3 +265,10 @@ def test_plan_flags_prompts_longer_than_the_context(smollm2_dir, tmp_path: Path,
                                                                          "n_test": 7, "n_calib": 3}})
     [cell] = plan_of(config)["cells"]
     assert cell["too_long"] == 0 and "! prompts longer" not in plan_text(plan_of(config))
+    # a max_model_len above the model's own (SmolLM2: max_position_embeddings 8192) is named, as scoring refuses it
+    own = json.loads((smollm2_dir / "config.json").read_text())["max_position_embeddings"]
+    model["max_model_len"] = own * 2
+    config = write_config(tmp_path / "c.yaml", {"smol": model}, {"mix": {"source": "file", "path": "mix.jsonl",
+                                                                         "n_test": 7, "n_calib": 3}})
+    text = plan_text(plan_of(config))
+    assert "! a context the server would refuse:" in text and f"{own * 2} is more than the model's own context" in text
