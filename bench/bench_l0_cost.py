@@ -71,8 +71,11 @@ from anyjev.serving.lease import acquire_server  # noqa: E402
 from anyjev.serving.metrics import read_counters  # noqa: E402
 from anyjev.serving.spec import ServerSpec  # noqa: E402
 from anyjev.serving.stop import stop_server  # noqa: E402
-from bench.common import SMOL_DIR, smollm2_spec  # noqa: E402
-from bench.report import measured_on  # noqa: E402
+from bench.common import (  # noqa: E402
+    SMOL_DIR,
+    measured_on,  # noqa: E402
+    smollm2_spec,
+)
 
 CHUNK_ITEMS = 16  # score_cell's default chunk
 CONFIDENCE = 0.95  # for the agreement bound

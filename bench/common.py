@@ -40,3 +40,20 @@ def machine() -> dict:
     return {"nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "cpu_model": model,
             "hostname": platform.node(), "python": platform.python_version(), "httpx": httpx.__version__,
             "note": "client and server share these cores; the machine also runs other work (see loadavg)"}
+
+
+def measured_on(report: dict) -> str:
+    """"run 2026-11-30, 2 CPU cores (AMD EPYC), load 0.9 at start, vLLM 0.32.0": the date and the machine a JSON
+    records."""
+    parts = [f"run {report['date'][:10]}"]
+    m = report.get("machine")
+    if m:
+        cores = f"{m['nproc']} CPU cores" + (f" ({m['cpu_model']})" if m.get("cpu_model") else "")
+        parts.append(cores)
+        if m.get("loadavg_start") is not None:
+            parts.append(f"load {m['loadavg_start']:.1f} at start")
+    else:
+        parts.append("machine not recorded")
+    if report.get("vllm_version"):
+        parts.append(f"vLLM {report['vllm_version']}")
+    return ", ".join(parts)

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.common import measured_on
+
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "results" / "bench"
 DOC = REPO / "docs" / "benchmarks.md"
@@ -22,23 +24,6 @@ DOC = REPO / "docs" / "benchmarks.md"
 
 def load(name: str, root: Path = REPO) -> dict:
     return json.loads((root / "results" / "bench" / f"{name}.json").read_text())
-
-
-def measured_on(report: dict) -> str:
-    """"run 2026-11-30, 2 CPU cores (AMD EPYC), load 0.9 at start, vLLM 0.32.0": the date and the machine a JSON
-    records."""
-    parts = [f"run {report['date'][:10]}"]
-    m = report.get("machine")
-    if m:
-        cores = f"{m['nproc']} CPU cores" + (f" ({m['cpu_model']})" if m.get("cpu_model") else "")
-        parts.append(cores)
-        if m.get("loadavg_start") is not None:
-            parts.append(f"load {m['loadavg_start']:.1f} at start")
-    else:
-        parts.append("machine not recorded")
-    if report.get("vllm_version"):
-        parts.append(f"vLLM {report['vllm_version']}")
-    return ", ".join(parts)
 
 
 def l0_cost_block(root: Path = REPO) -> str:
