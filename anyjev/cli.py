@@ -68,7 +68,7 @@ def cmd_score_model(args: argparse.Namespace) -> None:
 def cmd_publish_cell(args: argparse.Namespace) -> None:
     from anyjev.run.allocation import publish_cell
 
-    publish_cell(args.allocation, args.task, args.out, args.provenance)
+    publish_cell(args.allocation, args.task, args.out, args.provenance, model_log=args.model_log)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -209,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--task", required=True, help="the cell's task name")
     s.add_argument("--out", required=True, help="the cell's scores file")
     s.add_argument("--provenance", required=True, help="the cell's provenance record")
+    s.add_argument("--model-log", help="the model job's log, named in a failed cell's message")
     s = _command(sub, "evaluate", cmd_evaluate, "levels and metrics (bootstrap intervals) of a scored cell; no server needed",
                  job="EvaluateJob")
     s.add_argument("--scores", required=True, help="the scores file from `anyjev score`")

@@ -130,8 +130,9 @@ def read_allocation(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def publish_cell(allocation: str | os.PathLike[str], task: str, out: str | os.PathLike[str],
-                 provenance_path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Publish the cell TASK of a model's allocation into OUT (and its provenance), or raise its own error."""
+                 provenance_path: str | os.PathLike[str], model_log: str | None = None) -> dict[str, Any]:
+    """Publish the cell TASK of a model's allocation into OUT (and its provenance), or raise its own error, naming
+    MODEL_LOG (the model job's log) when given."""
     record = read_allocation(allocation)
     model = record["model"]
     outcome = record["cells"].get(task)
@@ -144,7 +145,8 @@ def publish_cell(allocation: str | os.PathLike[str], task: str, out: str | os.Pa
         # ConfigError / TaskDataError are raised as AnyjevError (their message already names the key or file:line):
         # the recorded type is kept in the message, so the user sees what went wrong.
         kind = "" if raised is cls else f"{outcome['error']}: "
-        message = f"cell {model}/{task} failed in {where}, log logs/score_model/{model}.log: {kind}{outcome['message']}"
+        log_part = f", log {model_log}" if model_log else ""
+        message = f"cell {model}/{task} failed in {where}{log_part}: {kind}{outcome['message']}"
         if issubclass(raised, LabelTokenError):
             raise raised(message, missing_ids=outcome.get("missing_ids", ()),
                          returned_ids=outcome.get("returned_ids", ()))

@@ -145,3 +145,19 @@ def test_noop_rerun_and_report(finished_run):
     assert proc.returncode == 0, proc.stderr[-3000:]
     html = report.read_text(errors="replace")
     assert len(html) > 100_000 and "summary.csv" in html and "reliability" in html.lower()
+
+
+def test_a_smoke_run_writes_only_under_smoke(finished_run):
+    """`--config limit=N` (a smoke run) in the directory of a finished run: every file it would write is under
+    smoke/limit-N/ (task files, results, logs, benchmarks) but the shared prepared model, so neither its outputs nor
+    Snakemake's deletion of a failed job's outputs can reach the real run's results."""
+    work = finished_run["dir"]
+    before = {p: p.read_bytes() for p in (work / "results").rglob("*") if p.is_file()}
+    proc = run_snakemake(work, "-n", "--forceall", "--config", "limit=2")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    planned = [p.strip() for line in proc.stdout.splitlines() if re.match(r"\s+(output|log|benchmark): ", line)
+               for p in line.split(": ", 1)[1].split(",")]
+    assert planned and any(p.startswith("smoke/limit-2/results/cells/") for p in planned), proc.stdout[-3000:]
+    outside = [p for p in planned if not p.startswith("smoke/limit-2/")]
+    assert outside and all(p.startswith(("resources/models/", "logs/prepare_model/")) for p in outside), outside
+    assert {p: p.read_bytes() for p in (work / "results").rglob("*") if p.is_file()} == before

@@ -81,7 +81,7 @@ def test_a_published_failure_keeps_the_recorded_error_type(tmp_path, monkeypatch
     out = tmp_path / "allocation.json"
     allocation.score_model_job(_job("a", "b"), out, 1)
     with pytest.raises(AnyjevError) as info:
-        allocation.publish_cell(out, "a", tmp_path / "pub/a.jsonl", tmp_path / "pub/a.json")
+        allocation.publish_cell(out, "a", tmp_path / "pub/a.jsonl", tmp_path / "pub/a.json", model_log="logs/score_model/m.log")
     assert "scoring job, log logs/score_model/m.log: TaskDataError: tasks/a.jsonl:line 3: item 'q2'" in str(info.value)
     with pytest.raises(BatchCollisionError) as collision:
         allocation.publish_cell(out, "b", tmp_path / "pub/b.jsonl", tmp_path / "pub/b.json")

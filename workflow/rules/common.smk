@@ -13,17 +13,26 @@ from anyjev.outputs.run import Figure, RunOutputs, write_run_outputs
 from anyjev.run.allocation import failed_cells, score_jobs_mode
 from anyjev.settings import Settings
 
+# A smoke run (`--config limit=N`) keeps what it writes under smoke/limit-N/: its task files, results, logs and
+# benchmarks are its own, so it cannot overwrite the real run's outputs, nor can Snakemake delete them when one of its
+# jobs fails. Prepared models, hub data and server leases are shared (the same files either way).
+RUN_ROOT = ""
+if config.get("limit") is not None:
+    RUN_ROOT = f"smoke/limit-{config['limit']}/"
 MODELS_DIR = "resources/models"
 HUB_CACHE = "resources/hub"
-TASK_FILE = "resources/tasks/{task}.jsonl"
+TASK_FILE = f"{RUN_ROOT}resources/tasks/{{task}}.jsonl"
 # Where an unpinned run (lock: null) records the commits its hub datasets and models resolved to (anyjev.lock).
 LOCK_RECORD = "resources/lock.yaml"
 # The run's server leases (one server start per model and run: docs/servers.md).
 STATE_DIR = ".anyjev/servers"
-SERVER_LOG = "logs/servers/{model}.log"
-SCORE_LOG = "logs/score/{model}/{task}.log"
-EVALUATE_LOG = "logs/evaluate/{model}/{task}.log"
-RESULTS = "results"
+LOGS = f"{RUN_ROOT}logs"
+BENCHMARKS = f"{RUN_ROOT}benchmarks"
+SERVER_LOG = f"{LOGS}/servers/{{model}}.log"
+SCORE_LOG = f"{LOGS}/score/{{model}}/{{task}}.log"
+EVALUATE_LOG = f"{LOGS}/evaluate/{{model}}/{{task}}.log"
+SCORE_MODEL_LOG = f"{LOGS}/score_model/{{model}}.log"
+RESULTS = f"{RUN_ROOT}results"
 CELL_DIR = f"{RESULTS}/cells/{{model}}/{{task}}"
 TABLES = f"{RESULTS}/tables"
 PLOTS = f"{RESULTS}/plots"

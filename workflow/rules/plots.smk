@@ -17,7 +17,7 @@ rule reliability_plot:
         ),
         pdf=f"{RELIABILITY}.pdf",
     log:
-        "logs/plots/reliability/{model}/{task}.log",
+        f"{LOGS}/plots/reliability/{{model}}/{{task}}.log",
     localrule: True
     conda:
         "../envs/client.yaml"
@@ -44,7 +44,7 @@ rule summary_plots:
         ),
         flip_pdf=f"{PLOTS}/flip_by_level.pdf",
     log:
-        "logs/plots/summary.log",
+        f"{LOGS}/plots/summary.log",
     localrule: True
     conda:
         "../envs/client.yaml"
@@ -63,7 +63,7 @@ rule vs_published_plot:
         ),
         pdf=f"{PLOTS}/vs_published.pdf",
     log:
-        "logs/plots/vs_published.log",
+        f"{LOGS}/plots/vs_published.log",
     localrule: True
     conda:
         "../envs/client.yaml"

@@ -15,7 +15,7 @@ if SCORE_JOBS == "cell":
         log:
             SCORE_LOG,
         benchmark:
-            "benchmarks/score/{model}/{task}.tsv"
+            f"{BENCHMARKS}/score/{{model}}/{{task}}.tsv"
         conda:
             "../envs/client.yaml"
         resources:
@@ -40,9 +40,9 @@ else:
         output:
             ALLOCATION,
         log:
-            "logs/score_model/{model}.log",
+            SCORE_MODEL_LOG,
         benchmark:
-            "benchmarks/score_model/{model}.tsv"
+            f"{BENCHMARKS}/score_model/{{model}}.tsv"
         conda:
             "../envs/client.yaml"
         resources:
@@ -66,9 +66,11 @@ else:
         localrule: True
         conda:
             "../envs/client.yaml"
+        params:
+            model_log=lambda wc: SCORE_MODEL_LOG.format(model=wc.model),
         shell:
             "python -m anyjev publish-cell --allocation {input:q} --task {wildcards.task:q} --out {output.scores:q} "
-            "--provenance {output.provenance:q} > {log:q} 2>&1"
+            "--provenance {output.provenance:q} --model-log {params.model_log:q} > {log:q} 2>&1"
 
 
 rule evaluate_cell:

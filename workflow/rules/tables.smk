@@ -14,7 +14,7 @@ rule summary_table:
         md=f"{TABLES}/summary.md",
         tex=f"{TABLES}/summary.tex",
     log:
-        "logs/tables/summary.log",
+        f"{LOGS}/tables/summary.log",
     localrule: True
     conda:
         "../envs/client.yaml"
@@ -36,7 +36,7 @@ rule provenance_table:
             category="Provenance",
         ),
     log:
-        "logs/tables/provenance.log",
+        f"{LOGS}/tables/provenance.log",
     localrule: True
     conda:
         "../envs/client.yaml"
@@ -58,7 +58,7 @@ rule vs_published:
         ),
         md=f"{TABLES}/vs_published.md",
     log:
-        "logs/tables/vs_published.log",
+        f"{LOGS}/tables/vs_published.log",
     localrule: True
     conda:
         "../envs/client.yaml"

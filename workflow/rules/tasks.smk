@@ -23,7 +23,7 @@ rule prepare_task:
     output:
         TASK_FILE,
     log:
-        "logs/prepare_task/{task}.log",
+        f"{LOGS}/prepare_task/{{task}}.log",
     localrule: True
     conda:
         "../envs/client.yaml"

@@ -12,7 +12,7 @@ rule viewer:
         index=report(f"{VIEWER}/index.html", caption="../report/viewer.rst", category="Viewer"),
         cells=directory(f"{VIEWER}/cells"),
     log:
-        "logs/viewer.log",
+        f"{LOGS}/viewer.log",
     localrule: True
     conda:
         "../envs/client.yaml"
