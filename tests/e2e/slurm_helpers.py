@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require
-from tests.e2e.workflow_helpers import REPO, SNAKEFILE, SNAKEMAKE, env, job_blocks
+from tests.e2e.workflow_helpers import REPO, SNAKEFILE, SNAKEMAKE, env, interruptible, job_blocks
 
 CLUSTER_SH = REPO / "tests" / "slurm" / "cluster.sh"
 PROFILE = REPO / "workflow" / "profiles" / "slurm"
@@ -74,7 +74,7 @@ def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, bool]:
 def start_slurm_run(work: Path, *args: str) -> subprocess.Popen:
     """Start Snakemake through SLURM in WORK (the client venv first on PATH: jobs get sbatch --export=ALL)."""
     return subprocess.Popen(slurm_cmd(work, *args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env(),
-                            cwd=work)
+                            cwd=work, preexec_fn=interruptible)
 
 
 def run_slurm(work: Path, *args: str, timeout: float) -> dict:

@@ -46,6 +46,7 @@ from tests.e2e.workflow_helpers import (
     SNAKEFILE,
     SNAKEMAKE,
     env,
+    interruptible,
     make_workdir,
     reduced_config,
     rounded,
@@ -89,7 +90,7 @@ class Run:
         self._fh = open(self.out_path, "w")
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(snakemake_cmd(work, *args), stdout=self._fh, stderr=subprocess.STDOUT, text=True,
-                                     env=env(), start_new_session=True)
+                                     env=env(), start_new_session=True, preexec_fn=interruptible)
         _RUNS.append(self.proc)
         self.seconds: float | None = None
 

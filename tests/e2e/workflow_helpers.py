@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -101,3 +102,11 @@ def rounded(obj, places: int = 3):
     if isinstance(obj, list):
         return [rounded(v, places) for v in obj]
     return obj
+
+
+def interruptible() -> None:
+    """A Popen preexec_fn: the child takes Ctrl-C (SIGINT) and SIGQUIT as a terminal's foreground job does, even when
+    this test session inherited them ignored (a shell's background job, nohup): the signal tests then test Snakemake,
+    not how pytest was started."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
