@@ -71,7 +71,8 @@ def test_provenance_records_what_made_each_cell(finished_run):
         counts = prov["counts"]
         assert counts["server_saw"] == {"requests_ok": counts["prompts"] + counts["canary"]["prompts"],
                                         "prompt_tokens": counts["prompt_tokens"] + counts["canary"]["prompt_tokens"]}
-        assert counts["canary"]["prompts"] == 2  # its label prompt and, answer_mass on, that prompt's answer mass
+        # the canary: its label prompt and, with answer_mass on, that prompt's answer mass
+        assert counts["canary"]["prompts"] == 1 + int(prov["identity"]["answer_mass"])
 
 
 def test_one_server_start_per_model_and_none_left(finished_run):
