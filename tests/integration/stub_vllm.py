@@ -6,7 +6,8 @@ needs, ignores the others, and behaves as the environment says:
 
 STUB_MODE       ok (default) | exit_at_start | never_ready | die_after_ready | addr_in_use
 STUB_DELAY      seconds before it listens (default 0.3)
-STUB_DIE_AFTER  seconds of service in die_after_ready mode (default 1)
+STUB_DIE_WHEN   die_after_ready mode: die once this file exists (it is removed first, so a replacement started with
+                the same environment keeps serving)
 STUB_FAIL_ONCE  addr_in_use mode only: fail only if this file does not exist yet (then create it)
 STUB_IGNORE_TERM=1  ignore SIGTERM (tests the SIGKILL escalation)
 STUB_CHILD=1 (default) also start a child process in the group, like vLLM's EngineCore
@@ -88,10 +89,15 @@ def main() -> int:
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     print(f"stub vllm: serving {served} on {args.host}:{args.port}", flush=True)
     if mode == "die_after_ready":
-        delay = float(os.environ.get("STUB_DIE_AFTER", "1"))
+        trigger = os.environ["STUB_DIE_WHEN"]
 
         def die() -> None:
-            time.sleep(delay)
+            while True:  # the test says when, not a clock: on a loaded machine a timer could fire before ready
+                try:
+                    os.remove(trigger)
+                    break
+                except FileNotFoundError:
+                    time.sleep(0.05)
             print("stub vllm: engine died (RuntimeError: simulated crash)", flush=True)
             if child is not None:
                 child.kill()

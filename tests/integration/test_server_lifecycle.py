@@ -40,6 +40,9 @@ STUB_SOURCE = Path(__file__).with_name("stub_vllm.py")
 # Every process of this test session carries TAG (server names), so the census never counts other people's servers.
 TAG = f"ajt{uuid.uuid4().hex[:8]}"
 GRACE = 3.0
+# How long a stopped server may take to be gone: its grace plus slack for a loaded 2-core machine (the waits return as
+# soon as it is gone; the bound only catches a server that never goes).
+GONE_WITHIN = GRACE + 15
 
 
 def wait_until(pred: Callable[[], bool], timeout: float, step: float = 0.1) -> bool:
@@ -111,7 +114,7 @@ def no_orphans(workdir: Path, request: pytest.FixtureRequest) -> Iterator[None]:
                 pids.update(group_pids(int(pgid)))
         return sorted(pids)
 
-    clean = wait_until(lambda: not leftovers(), 3.0)
+    clean = wait_until(lambda: not leftovers(), GONE_WITHIN)
     leaked = leftovers()
     # Clean up anyway so that one failure does not cascade.
     stop_servers(workdir / "state", grace=1.0)
@@ -205,7 +208,7 @@ def test_other_owner_gets_its_own_server(make_spec: Callable[..., ServerSpec], w
     mine.check_alive()  # another live owner's server is left alone
     theirs.check_alive()
     owner_proc.kill()
-    assert wait_until(lambda: theirs.pid not in leaders(spec.name), GRACE + 2)
+    assert wait_until(lambda: theirs.pid not in leaders(spec.name), GONE_WITHIN)
     mine.check_alive()
     stop_server(mine)
 
@@ -306,7 +309,7 @@ def test_never_ready_times_out_and_leaves_no_process(make_spec: Callable[..., Se
         acquire(spec, workdir)
     elapsed = time.monotonic() - t0
     fault_seen(info.value)
-    assert elapsed < 2.0 + 1.0 + 5.0, elapsed
+    assert elapsed < 2.0 + 1.0 + 10.0, elapsed  # timeout + grace + slack for a loaded machine; never ready is not forever
     assert spec.name in str(info.value) and "stub vllm: mode never_ready" in str(info.value)
     assert not vllm_process_pids(spec.name)
 
@@ -356,9 +359,11 @@ def test_fixed_port_bind_failure_names_the_port(make_spec: Callable[..., ServerS
 
 def test_server_death_after_ready_is_reported_and_replaced(make_spec: Callable[..., ServerSpec],
                                                            workdir: Path) -> None:
-    spec = make_spec(env={"STUB_MODE": "die_after_ready", "STUB_DIE_AFTER": "0.5"})
+    trigger = workdir / "die-now"
+    spec = make_spec(env={"STUB_MODE": "die_after_ready", "STUB_DIE_WHEN": str(trigger)})
     handle = acquire(spec, workdir)
-    assert wait_until(lambda: getattr(read_record(handle.state_file), "exit_code", None) == 7, 5)
+    trigger.touch()  # the engine dies once it served; the replacement below finds no trigger and keeps serving
+    assert wait_until(lambda: getattr(read_record(handle.state_file), "exit_code", None) == 7, 30)
     with pytest.raises(ServerError) as info:
         handle.check_alive()
     msg = str(info.value)
@@ -375,7 +380,7 @@ def test_owner_death_stops_the_server(make_spec: Callable[..., ServerSpec], work
     assert vllm_process_pids(spec.name)
     owner_proc.kill()  # not reaped: it stays a zombie, which must count as dead
     t0 = time.monotonic()
-    assert wait_until(lambda: not vllm_process_pids(spec.name), GRACE + 2), vllm_process_pids(spec.name)
+    assert wait_until(lambda: not vllm_process_pids(spec.name), GONE_WITHIN), vllm_process_pids(spec.name)
     print(f"server gone {time.monotonic() - t0:.2f} s after its owner died")
     assert getattr(read_record(handle.state_file), "stopped", None) == f"owner {owner_proc.pid} exited"
 
@@ -415,7 +420,7 @@ def test_sigkill_of_scoring_job_keeps_server_owner_death_stops_it(
             client.kill()
             client.wait()
     owner_proc.kill()
-    assert wait_until(lambda: not vllm_process_pids(spec.name), GRACE + 2)
+    assert wait_until(lambda: not vllm_process_pids(spec.name), GONE_WITHIN)
 
 
 OWNER_CLIENT = """
@@ -447,7 +452,7 @@ def test_interrupting_the_run_stops_the_server(make_spec: Callable[..., ServerSp
         assert server_pid in leaders(spec.name)
         os.killpg(run.pid, sig)  # the supervisor, in its own session, is not hit directly
         run.wait(10)
-        assert wait_until(lambda: not vllm_process_pids(spec.name), GRACE + 2)
+        assert wait_until(lambda: not vllm_process_pids(spec.name), GONE_WITHIN)
     finally:
         if run.poll() is None:
             run.kill()
@@ -458,7 +463,7 @@ def test_sigterm_to_supervisor_stops_the_group(make_spec: Callable[..., ServerSp
     spec = make_spec()
     handle = acquire(spec, workdir)
     os.kill(handle.supervisor_pid, signal.SIGTERM)
-    assert wait_until(lambda: not vllm_process_pids(spec.name), GRACE + 2)
+    assert wait_until(lambda: not vllm_process_pids(spec.name), GONE_WITHIN)
     assert getattr(read_record(handle.state_file), "stopped", None) == "supervisor received SIGTERM"
 
 
@@ -468,7 +473,7 @@ def test_sigkill_of_supervisor_does_not_orphan_the_server(make_spec: Callable[..
     handle = acquire(spec, workdir)
     t0 = time.monotonic()
     os.kill(handle.supervisor_pid, signal.SIGKILL)  # parent-death signal takes the server down
-    assert wait_until(lambda: handle.pid not in leaders(spec.name), GRACE + 2)
+    assert wait_until(lambda: handle.pid not in leaders(spec.name), GONE_WITHIN)
     fault_seen(f"(no message) server pid {handle.pid} gone {time.monotonic() - t0:.1f} s after its supervisor's SIGKILL")
     stop_server(handle, grace=1.0)  # the server's engine child, if any, goes with the group
 
