@@ -88,7 +88,7 @@ class ScoreJob(Job):
         spec = self.managed.spec
         return {"backend": "vllm", "model": spec.model, "dtype": spec.dtype, "served_name": spec.served_name,
                 "server_flags": list(spec.server_flags), "max_model_len": spec.max_model_len, "seed": spec.seed,
-                "prefix_caching": spec.prefix_caching, "fp32_head": spec.fp32_head}
+                "prefix_caching": spec.prefix_caching, "block_size": spec.block_size, "fp32_head": spec.fp32_head}
 
 
 def load_tokenizer(path: str | os.PathLike[str]):

