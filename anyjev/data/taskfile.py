@@ -281,6 +281,30 @@ def load_task_file(path: str | os.PathLike, name: str | None = None) -> Task:
 # writing
 
 
+def written_origin(source: dict) -> dict:
+    """What a written task file records as its ``origin``: a task read from a task file records that file (as the
+    config named it, and its hash) with the file's own origin and the split; any other task its source."""
+    if source.get("format") != FORMAT:
+        return source
+    rest = {k: v for k, v in source.items() if k not in ("format", "path", "sha256", "file")}
+    return {"file": source.get("file", source["path"]), "sha256": source["sha256"]} | rest
+
+
+def user_file_line(origin: dict | None, item_id: str) -> tuple[str, int] | None:
+    """(file, line) of item ITEM_ID in the task file a prepared file was written from (its ``origin``), when that
+    file is still as it was prepared (same hash): where a user edits the item. None otherwise."""
+    path, sha = (origin or {}).get("file"), (origin or {}).get("sha256")
+    if not isinstance(path, str) or not isinstance(sha, str):
+        return None
+    try:
+        if hashlib.sha256(Path(path).read_bytes()).hexdigest() != sha:
+            return None
+    except OSError:
+        return None
+    line = find_item_line(path, item_id)
+    return None if line is None else (path, line)
+
+
 def item_to_dict(item: Item) -> dict:
     """One item as its JSONL object (gold written as the option text: readable and order-independent)."""
     q = item.question
@@ -305,8 +329,7 @@ def write_task_file(task: Task, path: str | os.PathLike) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     header: dict = {"task": task.name, "prior_group": task.prior_group}
-    # A task loaded from a file carries that file's path/sha as source: its own provenance is "origin".
-    origin = task.source.get("origin") if task.source.get("format") == FORMAT else task.source
+    origin = written_origin(task.source)
     if origin:
         header["origin"] = origin
     problem = surrogate_problem(json_strings(header))

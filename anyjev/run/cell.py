@@ -184,7 +184,8 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
         check_max_model_len(spec.max_model_len, spec.model, job.model, dict(spec.server_env))
         limit = context_length(spec.max_model_len, spec.model)
         if limit is not None:
-            longest = check_prompt_lengths(prepared, limit, source=task_path, model=job.model)
+            longest = check_prompt_lengths(prepared, limit, source=task_path, model=job.model,
+                                           origin=task.source.get("origin"))
             log.info("longest prompt: %d tokens (context %d)", longest, limit)
         handle = acquire_server(spec, state_dir=job.managed.state_dir, owner_pid=owner_pid, log_path=job.managed.log)
         url, served = handle.url, handle.served_name

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from anyjev.data.taskfile import find_item_line
+from anyjev.data.taskfile import find_item_line, user_file_line
 from anyjev.errors import TaskDataError
 from anyjev.run.prepared import PreparedItem
 
@@ -19,12 +19,13 @@ ANSWER_TOKENS = 1
 
 
 def check_prompt_lengths(prepared: Sequence[PreparedItem], max_model_len: int, *, source: str | os.PathLike,
-                         model: str = "<name>") -> int:
+                         model: str = "<name>", origin: dict | None = None) -> int:
     """Raise :class:`TaskDataError` when an item's longest prompt plus the answer token exceeds
     ``max_model_len``; return the longest prompt's token count.
 
     PREPARED are the cell's items as it will send them; ``source`` is the task file they were read from (the
-    item's line is looked up there, only on failure); ``model`` names the config key
+    item's line is looked up there, only on failure) and ``origin`` its recorded origin: when that is the user's task
+    file, unchanged since, the message cites the item's line there; ``model`` names the config key
     ``models.<model>.max_model_len`` in the message. The error names the longest offending item, its line, its
     token count and the limit, and counts the other offending items.
     """
@@ -41,7 +42,10 @@ def check_prompt_lengths(prepared: Sequence[PreparedItem], max_model_len: int, *
         return longest
     n_tokens, layout_name, item = max(too_long, key=lambda t: t[0])
     line = find_item_line(source, item.id)
-    where = f"line {line}" if line is not None else "file"
+    path, where = str(source), f"line {line}" if line is not None else "file"
+    users = user_file_line(origin, item.id)
+    if users is not None:  # the line the user edits; the prepared file's line after it
+        path, where = users[0], f"line {users[1]} (prepared as {source}:{where})"
     key = f"models.{model}.max_model_len"
     others = [it.id for _, _, it in too_long if it is not item]
     more = ""
@@ -49,7 +53,7 @@ def check_prompt_lengths(prepared: Sequence[PreparedItem], max_model_len: int, *
         shown = ", ".join(ascii(i) for i in others[:5]) + (", ..." if len(others) > 5 else "")
         more = f" {len(others)} other item(s) are too long as well: {shown}."
     raise TaskDataError(
-        str(source),
+        path,
         where,
         f"item {ascii(item.id)}: its longest prompt (layout {layout_name}) is {n_tokens} tokens; with the "
         f"{ANSWER_TOKENS} answer token that is {n_tokens + ANSWER_TOKENS} > {max_model_len}, the model's context "

@@ -146,3 +146,31 @@ def test_a_max_model_len_above_the_models_own_context_is_refused_before_a_server
     with pytest.raises(ConfigError):  # a default RoPE without a factor stretches nothing (SmolLM2's config.json)
         check_max_model_len(4096, model_dir(max_position_embeddings=2048, rope_parameters={"rope_type": "default"}), "smol")
     check_max_model_len(4096, tmp_path / "no-config", "smol")
+
+
+def test_a_prepared_file_task_cites_the_line_of_the_users_file(tmp_path, smollm2_tokenizer, monkeypatch) -> None:
+    """The prepare step records the user's task file (as the config names it, and its hash) in the prepared file's
+    origin; the check at scoring cites the item's line there, then the prepared file's. An edited user file is not
+    cited (its lines may have moved)."""
+    from anyjev.data.prepare import PrepareJob, prepare_task
+
+    monkeypatch.chdir(tmp_path)
+    rows = ITEMS[1:]  # no header: the item 'long' is on line 2 of the user's file
+    user = task_file(tmp_path, [rows[0], {"id": "pad", "state": "", "question": "Q", "options": ["a", "b"], "gold": 0},
+                                rows[1], rows[2]])
+    rel = str(user.relative_to(tmp_path))
+    job = PrepareJob(name="ctx", source="file", dataset="ctx", path=rel, hub=None, n_test=2, n_calib=2, allow_fewer=False,
+                     split_seed=0, hub_cache="hub", fits_temperature=False)
+    prepared_path = tmp_path / "resources" / "tasks" / "ctx.jsonl"
+    prepare_task(job, prepared_path)
+    task = load_task_file(prepared_path)
+    assert task.source["origin"]["file"] == rel and task.source["origin"]["split"]["n_test"] == 2
+    prepared = prep(smollm2_tokenizer, [it for it in task.items if it.id == "long"])
+    in_prepared = find_item_line(prepared_path, "long")
+    with pytest.raises(TaskDataError) as exc:
+        check_prompt_lengths(prepared, 2048, source=prepared_path, model="smol", origin=task.source["origin"])
+    assert str(exc.value).startswith(f"{rel}:line 3 (prepared as {prepared_path}:line {in_prepared}): item 'long': ")
+    user.write_text(user.read_text() + "\n")  # edited since: its lines are no longer the prepared ones'
+    with pytest.raises(TaskDataError) as exc:
+        check_prompt_lengths(prepared, 2048, source=prepared_path, model="smol", origin=task.source["origin"])
+    assert str(exc.value).startswith(f"{prepared_path}:line {in_prepared}: item 'long': ")

@@ -3,6 +3,7 @@ and the built-in tasks on the real package data."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 from collections import Counter
@@ -288,8 +289,12 @@ def test_round_trip(tmp_path: Path) -> None:
     assert t2.name == t.name and t2.prior_group == t.prior_group and t2.items == t.items
     assert [it.question.name for it in t2.items] == ["picker", None, None]
     assert t2.source["origin"] == {"package": "x", "version": "1"}
+    # Written again, a task read from a file records that file (and its hash) as its origin, above the file's own.
     p2 = write_task_file(t2, tmp_path / "t2.jsonl")
-    assert p1.read_bytes() == p2.read_bytes()
+    t3 = load_task_file(p2)
+    assert t3.items == t.items and t3.prior_group == t.prior_group
+    assert t3.source["origin"] == {"file": str(p1), "sha256": hashlib.sha256(p1.read_bytes()).hexdigest(),
+                                   "origin": {"package": "x", "version": "1"}}
     assert not [f for f in (tmp_path / "sub").iterdir() if f.name != "t.jsonl"]  # no temp file left
 
 
