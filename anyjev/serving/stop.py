@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
+from anyjev.files import flock
 from anyjev.serving.argv import API_MODULE
 from anyjev.serving.health import ServerHandle
 from anyjev.serving.proc import (
@@ -17,6 +19,7 @@ from anyjev.serving.proc import (
     TOKEN_ENV,
     group_carries_token,
     is_our_supervisor,
+    owner_alive,
     pid_alive,
     proc_cmdline,
     proc_environ,
@@ -96,10 +99,11 @@ def stop_server(handle_or_state_file: ServerHandle | str | os.PathLike[str], gra
 
 
 def stop_servers(state_dir: str | os.PathLike[str], owner_pid: int | None = None, grace: float = STOP_GRACE) -> list[str]:
-    """Stop every server recorded in STATE_DIR (only OWNER_PID's if given); names of those that were running.
+    """Stop every server recorded in STATE_DIR (only OWNER_PID's if given); names of those that were running. Then
+    the records of the servers that are no longer running are removed (:func:`forget_ended`).
 
     The workflow's onsuccess/onerror call it, so a run tears its servers down at once instead of waiting for
-    the supervisors to notice that the owner exited.
+    the supervisors to notice that the owner exited, and leaves no lease behind.
     """
     state_dir = Path(state_dir)
     stopped: list[str] = []
@@ -112,7 +116,34 @@ def stop_servers(state_dir: str | os.PathLike[str], owner_pid: int | None = None
         record.state_file = record.state_file or str(state_file)
         if stop_record(record, grace=grace):
             stopped.append(record.name or state_file.stem)
+    forget_ended(state_dir)
     return stopped
+
+
+def forget_ended(state_dir: str | os.PathLike[str]) -> list[str]:
+    """Remove the records in STATE_DIR of servers that are no longer running: stopped or exited (as a stop or the
+    supervisor recorded), or, on this host, with their owner, supervisor and process group all gone. A record is a
+    lease on a running server; what a server did stays in its log. Each is removed under the model's lease lock, so
+    an acquire never reads half of it. The lock files stay (a process may be waiting on one). Names removed."""
+    state_dir = Path(state_dir)
+    host = socket.gethostname()
+    forgotten: list[str] = []
+    for state_file in sorted(state_dir.glob("*.json")):
+        with flock(state_dir / f"{state_file.stem}.lock"):
+            record = read_record(state_file)
+            if record is None or not (record.ended or (record.host == host and not _running(record))):
+                continue
+            state_file.unlink(missing_ok=True)
+            state_file.with_name(state_file.name + ".wlock").unlink(missing_ok=True)
+            forgotten.append(record.name or state_file.stem)
+    return forgotten
+
+
+def _running(record: ServerRecord) -> bool:
+    """Something of RECORD's server still runs here: its owner, its supervisor or a process of its group."""
+    return (owner_alive(int(record.owner_pid or 0), record.owner_start)
+            or bool(record.supervisor_pid and is_our_supervisor(int(record.supervisor_pid), record.token))
+            or bool(record.pgid and group_carries_token(int(record.pgid), record.token)))
 
 
 def vllm_process_pids(match: str | None = None, *, include_supervisors: bool = True) -> list[int]:

@@ -487,10 +487,31 @@ def test_stop_servers_stops_everything_of_an_owner(make_spec: Callable[..., Serv
     assert sorted(stop_servers(workdir / "state", owner_pid=os.getpid())) == sorted([a.name, b.name])
     assert not vllm_process_pids(a.name) and not vllm_process_pids(b.name)
     hc.check_alive()
+    # the stopped servers' records are gone (no lease outlives its server); the running one's stays
+    assert sorted(p.name for p in (workdir / "state").glob("*.json*")) == [f"{c.name}.json", f"{c.name}.json.wlock"]
+    assert read_record(hc.state_file).state == "ready"
     assert stop_servers(workdir / "state") == [c.name]
     assert stop_servers(workdir / "state") == []
-    for h in (ha, hb, hc):
-        assert getattr(read_record(h.state_file), "state", None) == "stopped"
+    assert not list((workdir / "state").glob("*.json*")) and not any(read_record(h.state_file) for h in (ha, hb, hc))
+
+
+def test_a_record_whose_server_is_gone_is_forgotten(make_spec: Callable[..., ServerSpec], workdir: Path,
+                                                     owner_proc: subprocess.Popen[bytes]) -> None:
+    """A server whose owner, supervisor and process group are all gone (nothing recorded its end): its record goes
+    at the next sweep; a live server's record of another owner stays."""
+    from anyjev.serving.stop import forget_ended
+
+    gone, alive = make_spec("gone"), make_spec("alive")
+    h_gone = acquire(gone, workdir, owner=owner_proc.pid)
+    h_alive = acquire(alive, workdir)
+    os.kill(h_gone.supervisor_pid, signal.SIGKILL)  # first, so that it cannot record the group's end
+    os.killpg(h_gone.pgid, signal.SIGKILL)
+    owner_proc.kill()
+    assert wait_until(lambda: not vllm_process_pids(gone.name), GONE_WITHIN)
+    assert not read_record(h_gone.state_file).ended, "SIGKILLed: nothing recorded the end"
+    assert forget_ended(workdir / "state") == [gone.name]
+    assert read_record(h_gone.state_file) is None and read_record(h_alive.state_file).state == "ready"
+    stop_server(h_alive, grace=1.0)
 
 
 def test_start_server_directly(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
