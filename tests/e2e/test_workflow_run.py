@@ -79,6 +79,8 @@ def test_one_server_start_per_model_and_none_left(finished_run):
     log = (finished_run["dir"] / f"logs/servers/{MODEL}.log").read_text()
     assert log.count("starting server") == 1, "three cells, one server start"
     assert leftover_vllm(MODEL) == []
+    servers = finished_run["dir"] / ".anyjev" / "servers"
+    assert not list(servers.glob("*.json")), f"a server record outlived the run: {sorted(p.name for p in servers.iterdir())}"
 
 
 # The rows of the published table (tests/e2e/conftest.py PUBLISHED_CSV) that are cells of this run, in the
