@@ -39,7 +39,7 @@ from anyjev.run.store import read_scores
 from tests.conftest import require_vllm
 from tests.e2e import rehearsal as R
 from tests.e2e.slurm_helpers import SUPERVISOR, run_slurm, sacct_records, start_slurm_run
-from tests.e2e.workflow_helpers import leftover_vllm, rounded, run_snakemake
+from tests.e2e.workflow_helpers import leftover_vllm, metrics_differences, run_snakemake
 
 pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow]
 
@@ -232,7 +232,7 @@ def test_a_cell_scored_through_slurm_equals_it_scored_locally(rehearsal, tmp_pat
           f"{worst:.3g}")
     assert worst <= LP_TOL
     assert decisions.equals(ref_decisions), "a decision differs between the local and the SLURM run"
-    assert rounded(metrics) == rounded(ref_metrics)
+    assert metrics_differences(metrics, ref_metrics) == []
     assert leftover_vllm(str(local)) == []
 
 

@@ -93,15 +93,41 @@ def job_blocks(text: str) -> list[dict]:
     return jobs
 
 
-def rounded(obj, places: int = 3):
-    """OBJ (metrics.json's nesting of dicts, lists and floats) with every float rounded to PLACES decimals."""
-    if isinstance(obj, float):
-        return round(obj, places)
-    if isinstance(obj, dict):
-        return {k: rounded(v, places) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [rounded(v, places) for v in obj]
-    return obj
+# Metrics that sort or bin the items by confidence: a log-prob that moves in its 5th decimal (prefix caching, another
+# CPU's kernels) can move an item past another, or across a bin edge, in a bootstrap resample, so their interval bounds
+# can move by one item's worth, 1/n. Every other number agrees to 3 decimals when the decisions are the same.
+ORDER_METRICS = ("ece", "aurc", "cov@5")
+PLACES_TOL = 5e-4 + 1e-12  # 3 decimals
+
+
+def number_tolerance(metric: str, bound: bool, n: int) -> float:
+    """How far a number of two runs with the same decisions may differ (docs/failures.md)."""
+    return PLACES_TOL + (1 / n if bound and metric in ORDER_METRICS else 0.0)
+
+
+def metrics_differences(ours: dict, theirs: dict) -> list[str]:
+    """Where two metrics.json of the same items differ beyond :func:`number_tolerance` (their identities, which name
+    the model, are not compared); an empty list when they agree."""
+    n, found = int(theirs["n"]), []
+
+    def walk(a: object, b: object, path: tuple[str, ...]) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            if a.keys() != b.keys():
+                found.append(f"{'.'.join(path)}: keys {sorted(a)} != {sorted(b)}")
+            for k in a.keys() & b.keys():
+                walk(a[k], b[k], (*path, k))
+        elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                walk(x, y, (*path, str(i)))
+        elif isinstance(a, float) and isinstance(b, float):
+            metric = path[2] if len(path) > 3 and path[0] == "metrics" else ""
+            if not (abs(a - b) <= number_tolerance(metric, path[-1] in ("lo", "hi"), n) or (a != a and b != b)):
+                found.append(f"{'.'.join(path)}: {a!r} != {b!r}")
+        elif a != b:
+            found.append(f"{'.'.join(path)}: {a!r} != {b!r}")
+
+    walk({k: v for k, v in ours.items() if k != "identity"}, {k: v for k, v in theirs.items() if k != "identity"}, ())
+    return found
 
 
 def interruptible() -> None:
