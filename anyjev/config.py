@@ -59,6 +59,19 @@ def load_strict(path: str | os.PathLike) -> dict:
         raise ConfigSyntaxError(where, f"YAML syntax error: {problem} (check the indentation and quoting there)") from None
 
 
+# What vLLM's default loader reads a model's weights from (a folder without any fails only after the server loaded).
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
+
+
+def check_local_model(folder: Path, given: str, key: str) -> None:
+    """A local model folder must exist and hold weights: vLLM finds out only minutes into a server start."""
+    if not folder.is_dir():
+        raise ConfigError(key, f"local model folder {given!r} does not exist")
+    if not any(next(folder.glob(pattern), None) for pattern in WEIGHT_FILES):
+        raise ConfigError(key, f"local model folder {given!r} holds no weights ({', '.join(WEIGHT_FILES)}): vLLM would "
+                          "fail only after starting; point it at the folder that holds them")
+
+
 def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
     """Return a validated copy of ``config`` with defaults filled, or raise :class:`ConfigError`."""
     config = validate(copy.deepcopy(config), schema())
@@ -69,8 +82,8 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
         for key in need:
             if key not in model:
                 raise ConfigError(f"models.{name}.{key}", f"required for source {src!r}")
-        if src == "local" and not (Path(workdir) / model["path"]).is_dir():
-            raise ConfigError(f"models.{name}.path", f"local model folder {model['path']!r} does not exist")
+        if src == "local":
+            check_local_model(Path(workdir) / model["path"], model["path"], f"models.{name}.path")
         if src == "url" and not (Path(workdir) / model["tokenizer"]).is_dir():
             raise ConfigError(f"models.{name}.tokenizer", f"tokenizer folder {model['tokenizer']!r} does not exist")
         check_extra_flags(model["server_flags"], f"models.{name}.server_flags")

@@ -154,3 +154,17 @@ def test_a_task_path_that_is_a_folder_is_called_a_folder(tmp_path):
 @pytest.mark.parametrize("empty", ["", "  "])
 def test_an_empty_server_flag_item_is_refused(empty):
     check(edit(models__m1__server_flags=["--enforce-eager", empty]), "models.m1.server_flags", "item 1 is")
+
+
+def test_a_local_model_folder_without_weights_is_refused_before_any_server(tmp_path, fault_seen):
+    """vLLM finds out about missing weights only minutes into a server start; the config check names the key."""
+    folder = tmp_path / "noweights"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    config = {"models": {"m": {"source": "local", "path": str(folder)}}, "tasks": {"mmlu": {"source": "builtin"}}}
+    with pytest.raises(ConfigError) as info:
+        validate_config(config)
+    fault_seen(info.value)
+    assert info.value.key_path == "models.m.path" and "holds no weights (*.safetensors" in str(info.value)
+    (folder / "model.safetensors").write_bytes(b"")
+    assert validate_config(config)["models"]["m"]["path"] == str(folder)

@@ -113,6 +113,7 @@ def test_the_cell_identity_records_the_resolved_dtype(tmp_path) -> None:
 
     python = server_python(tmp_path, "cuda", {"vllm": "0.32.0"})
     (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "model.safetensors").write_bytes(b"")  # a local model folder must hold weights
     config = {"models": {"m": {"source": "local", "path": str(tmp_path / "m")}},
               "tasks": {"t": {"source": "builtin", "builtin": "mmlu"}}, "server": {"python": python}}
     (tmp_path / "config.yaml").write_text(json.dumps(config))
