@@ -357,11 +357,10 @@ def run_plan(work: Path) -> dict:
     return json.loads(proc.stdout)
 
 
-def compare_plan(work: Path) -> list[dict]:
-    """`anyjev plan` on the run's config next to what each cell says it sent (provenance.json counts) and next to
-    what its server counted (vLLM's /metrics request and prompt-token counters around the cell, less the cell's
+def compare_plan(work: Path, plan: dict) -> list[dict]:
+    """PLAN (`anyjev plan` on the run's config) next to what each cell says it sent (provenance.json counts) and next
+    to what its server counted (vLLM's /metrics request and prompt-token counters around the cell, less the cell's
     canary request): (items, prompts, prompt tokens) for plan and run, (prompts, prompt tokens) for the server."""
-    plan = run_plan(work)
     rows = []
     for cell in plan["cells"]:
         if cell["model"] == URL_MODEL:

