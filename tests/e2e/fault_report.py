@@ -4,9 +4,11 @@ logs/fault-report.md (not committed) at the end of the pytest session that ran t
 docs/fault-report.md is the copy of a full, passing run's report, committed by hand; tests/unit/test_fault_report.py
 keeps it whole (a row for every fault test, every row passed).
 
-Rows come from two places: the fault tests record what they observed (`FaultReport.record`), and the faults
-already covered by unit/integration tests are listed statically (`COVERED`) with the node id of the test that
-covers them; their outcome is filled in when that test ran in the same session.
+Rows come from three places: the fault tests record what they observed (`FaultReport.record`); the faults covered by
+unit and integration tests are listed statically (`COVERED`) with the node id of the test that injects them (run by
+test_faults.py itself when the session does not); and the faults only a heavier test of the full suite injects
+(`COVERED_IN_SESSION`: a SLURM allocation cancelled, two cells on one shared server) show what that test observed
+when it ran in the same session, so the committed report is a full run's (`pytest`).
 """
 
 from __future__ import annotations
@@ -107,6 +109,48 @@ COVERED: list[tuple[str, str, str]] = [
      "tests/unit/test_context.py::test_a_50000_character_state_is_refused_naming_item_line_tokens_and_key"),
     ("resume at the library level (torn last line)", "partial scores resumed; byte-identical final file",
      "tests/unit/test_store_scoring.py::test_interrupted_then_resumed_is_byte_identical_and_scores_only_the_rest"),
+    # issue 23: shared servers, shared clusters, bad input (second round)
+    ("a label request that shares an engine batch with answer mass every time (url server, vLLM PR 51789)",
+     "BatchCollisionError: ... logprob_token_ids ... Resent 2 time(s) ... scoring.answer_mass: false",
+     f"{UNIT}::test_a_request_that_collides_every_time_names_the_real_cause"),
+    ("a task file whose items all say split test, with L1 asked",
+     "TaskDataError: <file>:split: no calibration items after the split ... levels lists L1 ... tasks.colours.n_calib",
+     "tests/unit/test_prepare_calibration.py::test_no_calibration_item_with_l1_is_refused_naming_the_file"),
+    ("`anyjev check-config` / `plan` / `ls` on a config path that is missing or a folder",
+     "anyjev ...: no such config file <path> (exit 2, no traceback)",
+     "tests/unit/test_cli_inputs.py::test_a_config_path_that_is_not_a_file_is_named_without_a_traceback[folder-plan]"),
+    ("27 options in a choice task", "ConfigError: config key tasks.big: ... at most 26 (labels A-Z)",
+     "tests/unit/test_config.py::test_more_options_than_letters_says_the_real_limit_not_max_logprobs"),
+    ("result files under a group-readable umask", "(no message) summary.csv and metrics.json get the umask's mode",
+     "tests/unit/test_cli_inputs.py::test_result_files_get_the_mode_the_umask_gives[2-436]"),
+    ("a task path that is a folder", "ConfigError: config key tasks.mmlu.path: ... is a folder",
+     "tests/unit/test_config.py::test_a_task_path_that_is_a_folder_is_called_a_folder"),
+    ("an empty item in server_flags", "ConfigError: config key models.m1.server_flags: item 1 is '' ...",
+     "tests/unit/test_config.py::test_an_empty_server_flag_item_is_refused[]"),
+    ("options given to a noul item", "TaskDataError: <file>:line N: ... a noul question has no options (fixed to Yes, No)",
+     "tests/unit/test_tasks.py::test_noul_item_with_options_is_refused"),
+    ("max_model_len above the model's own context", "ConfigError: config key models.smol.max_model_len: 4096 is more "
+     "than the model's own context, 2048 tokens ...",
+     "tests/unit/test_context.py::test_a_max_model_len_above_the_models_own_context_is_refused_before_a_server_starts"),
+    ("an over-long prompt in a prepared file task", "TaskDataError: <the user's file>:line 3 (prepared as <file>:line N): "
+     "item 'long': its longest prompt ...",
+     "tests/unit/test_context.py::test_a_prepared_file_task_cites_the_line_of_the_users_file"),
+    ("`anyjev plan` on prompts longer than the context", "! prompts longer than the context ... models.smol.max_model_len",
+     "tests/unit/test_plan.py::test_plan_flags_prompts_longer_than_the_context"),
+]
+# Faults injected by heavier tests of the full suite (issue 23): their rows are a full session's (`pytest`).
+COVERED_IN_SESSION: list[tuple[str, str, str]] = [
+    ("two cells of one url server at once, each reading answer mass",
+     "(no message) both cells scored side by side, 0 label requests resent",
+     "tests/e2e/test_url_server.py::test_two_cells_of_one_url_server_at_once_with_answer_mass"),
+    ("a smoke run (--config limit=2) beside the real run's results",
+     "(no message) every output under smoke/limit-2/, nothing of results/ planned",
+     "tests/e2e/test_workflow_run.py::test_a_smoke_run_writes_only_under_smoke"),
+    ("a clean run's server records", "(no message) no record left in .anyjev/servers",
+     "tests/e2e/test_workflow_run.py::test_one_server_start_per_model_and_none_left"),
+    ("`scancel` of a scoring allocation (SLURM)",
+     "SLURM-job 'N' failed, SLURM status is: 'CANCELLED' (the main Snakemake notices by itself)",
+     "tests/e2e/test_rehearsal_slurm.py::test_scancel_leaves_no_process_and_the_rerun_resumes"),
 ]
 
 
@@ -160,7 +204,7 @@ class FaultReport:
             secs = f"{r.seconds:.0f}" if r.seconds is not None else ""
             lines.append(f"| {r.fault} | {r.seen} | {r.lost} | {r.left} | `{r.nodeid}` | "
                          f"{self.outcomes.get(r.nodeid, 'not finished')} | {secs} |")
-        for fault, _asserted, nodeid in COVERED:
+        for fault, _asserted, nodeid in COVERED + COVERED_IN_SESSION:
             outcome = self.outcomes.get(nodeid, "not run in this session")
             lines.append(f"| {fault} | {excerpt(OBSERVED.get(nodeid, NOT_OBSERVED))} | n/a | n/a | `{nodeid}` | {outcome} | |")
         path.parent.mkdir(parents=True, exist_ok=True)

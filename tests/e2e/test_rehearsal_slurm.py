@@ -280,11 +280,14 @@ def cancelled(slurm_cluster, fixtures, tmp_path_factory):
             "kept": kept, "starts_before_cancel": started, "rerun": rerun}
 
 
-def test_scancel_leaves_no_process_and_the_rerun_resumes(cancelled):
+def test_scancel_leaves_no_process_and_the_rerun_resumes(cancelled, fault_seen):
     work = cancelled["work"]
     assert cancelled["rc"] != 0, cancelled["out"][-4000:]
     # the plugin's own words: the job failed with its SLURM state (issue 23.7)
-    assert f"SLURM-job '{cancelled['job']}' failed, SLURM status is: 'CANCELLED'" in cancelled["out"], cancelled["out"][-4000:]
+    said = f"SLURM-job '{cancelled['job']}' failed, SLURM status is: 'CANCELLED'"
+    assert said in cancelled["out"], cancelled["out"][-4000:]
+    fault_seen(f"{said} (the main Snakemake ended the run by itself {cancelled['noticed_s']:.0f} s after scancel; "
+               f"{cancelled['kept']} checkpointed item(s) resumed by the rerun)")
     assert cancelled["sacct"][cancelled["job"]]["State"].startswith("CANCELLED"), cancelled["sacct"]
     assert cancelled["leftover"] == [], "a vLLM or supervisor process outlived its cancelled allocation"
     assert cancelled["starts_before_cancel"] == 1 and cancelled["kept"] >= 1

@@ -75,12 +75,14 @@ def test_provenance_records_what_made_each_cell(finished_run):
         assert counts["canary"]["prompts"] == 1 + int(prov["identity"]["answer_mass"])
 
 
-def test_one_server_start_per_model_and_none_left(finished_run):
+def test_one_server_start_per_model_and_none_left(finished_run, fault_seen):
     log = (finished_run["dir"] / f"logs/servers/{MODEL}.log").read_text()
     assert log.count("starting server") == 1, "three cells, one server start"
     assert leftover_vllm(MODEL) == []
     servers = finished_run["dir"] / ".anyjev" / "servers"
     assert not list(servers.glob("*.json")), f"a server record outlived the run: {sorted(p.name for p in servers.iterdir())}"
+    fault_seen(f"(no message) one server start for 3 cells; no vLLM process and no server record left (.anyjev/servers "
+               f"holds {sorted(p.name for p in servers.iterdir())})")
 
 
 # The rows of the published table (tests/e2e/conftest.py PUBLISHED_CSV) that are cells of this run, in the
@@ -150,7 +152,7 @@ def test_noop_rerun_and_report(finished_run):
     assert len(html) > 100_000 and "summary.csv" in html and "reliability" in html.lower()
 
 
-def test_a_smoke_run_writes_only_under_smoke(finished_run):
+def test_a_smoke_run_writes_only_under_smoke(finished_run, fault_seen):
     """`--config limit=N` (a smoke run) in the directory of a finished run: every file it would write is under
     smoke/limit-N/ (task files, results, logs, benchmarks) but the shared prepared model, so neither its outputs nor
     Snakemake's deletion of a failed job's outputs can reach the real run's results."""
@@ -164,3 +166,5 @@ def test_a_smoke_run_writes_only_under_smoke(finished_run):
     outside = [p for p in planned if not p.startswith("smoke/limit-2/")]
     assert outside and all(p.startswith(("resources/models/", "logs/prepare_model/")) for p in outside), outside
     assert {p: p.read_bytes() for p in (work / "results").rglob("*") if p.is_file()} == before
+    fault_seen(f"(no message) {len(planned) - len(outside)} planned outputs under smoke/limit-2/, none under results/; "
+               f"outside it only the shared prepared model: {sorted(set(outside))[:2]}")

@@ -27,7 +27,7 @@ def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
 @pytest.mark.parametrize("kind", ["missing", "folder"])
-def test_a_config_path_that_is_not_a_file_is_named_without_a_traceback(command, kind, tmp_path) -> None:
+def test_a_config_path_that_is_not_a_file_is_named_without_a_traceback(command, kind, tmp_path, fault_seen) -> None:
     path = tmp_path / ("no-such.yaml" if kind == "missing" else "a-folder")
     if kind == "folder":
         path.mkdir()
@@ -37,10 +37,11 @@ def test_a_config_path_that_is_not_a_file_is_named_without_a_traceback(command, 
     assert "Traceback" not in out, out
     assert str(path) in out, out
     assert ("no such config file" if kind == "missing" else "is a folder, not a config file") in out, out
+    fault_seen(f"{out.strip()} (exit {proc.returncode})")
 
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
-def test_result_files_get_the_mode_the_umask_gives(umask, mode, tmp_path) -> None:
+def test_result_files_get_the_mode_the_umask_gives(umask, mode, tmp_path, fault_seen) -> None:
     old = os.umask(umask)
     try:
         text = write_text_atomic(tmp_path / "summary.csv", "a,b\n")
@@ -49,4 +50,5 @@ def test_result_files_get_the_mode_the_umask_gives(umask, mode, tmp_path) -> Non
         os.umask(old)
     assert stat.S_IMODE(text.stat().st_mode) == mode
     assert stat.S_IMODE(data.stat().st_mode) == mode
+    fault_seen(f"(no message) umask {umask:03o}: summary.csv and metrics.json written with mode {mode:03o}")
     assert text.read_text() == "a,b\n"

@@ -130,12 +130,13 @@ def _options_file(tmp_path, k: int):
     return path
 
 
-def test_more_options_than_letters_says_the_real_limit_not_max_logprobs(tmp_path):
+def test_more_options_than_letters_says_the_real_limit_not_max_logprobs(tmp_path, fault_seen):
     """27 options: no server.max_logprobs would help (a choice has labels A-Z), so the task is named first."""
     config = edit(tasks={"big": {"source": "file", "path": str(_options_file(tmp_path, 27))}})
     config["server"] = {"max_logprobs": 26}
     with pytest.raises(ConfigError) as info:
         validate_config(config, workdir=REPO)
+    fault_seen(info.value)
     assert info.value.key_path == "tasks.big" and "at most 26 (labels A-Z)" in str(info.value)
     assert "max_logprobs" not in str(info.value)
 
@@ -147,13 +148,13 @@ def test_more_options_than_max_logprobs_names_the_setting(tmp_path):
                                          "set it >= 3")
 
 
-def test_a_task_path_that_is_a_folder_is_called_a_folder(tmp_path):
-    check(edit(tasks__mmlu={"source": "file", "path": str(tmp_path)}), "tasks.mmlu.path", "is a folder")
+def test_a_task_path_that_is_a_folder_is_called_a_folder(tmp_path, fault_seen):
+    fault_seen(check(edit(tasks__mmlu={"source": "file", "path": str(tmp_path)}), "tasks.mmlu.path", "is a folder"))
 
 
 @pytest.mark.parametrize("empty", ["", "  "])
-def test_an_empty_server_flag_item_is_refused(empty):
-    check(edit(models__m1__server_flags=["--enforce-eager", empty]), "models.m1.server_flags", "item 1 is")
+def test_an_empty_server_flag_item_is_refused(empty, fault_seen):
+    fault_seen(check(edit(models__m1__server_flags=["--enforce-eager", empty]), "models.m1.server_flags", "item 1 is"))
 
 
 def test_a_local_model_folder_without_weights_is_refused_before_any_server(tmp_path, fault_seen):

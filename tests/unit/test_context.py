@@ -121,7 +121,7 @@ def test_find_item_line(tmp_path) -> None:
     assert find_item_line(tmp_path / "missing.jsonl", "short") is None
 
 
-def test_a_max_model_len_above_the_models_own_context_is_refused_before_a_server_starts(tmp_path) -> None:
+def test_a_max_model_len_above_the_models_own_context_is_refused_before_a_server_starts(tmp_path, fault_seen) -> None:
     from anyjev.errors import ConfigError
     from anyjev.run.cell import check_max_model_len
 
@@ -134,6 +134,7 @@ def test_a_max_model_len_above_the_models_own_context_is_refused_before_a_server
     plain = model_dir(max_position_embeddings=2048)
     with pytest.raises(ConfigError) as info:
         check_max_model_len(4096, plain, "smol")
+    fault_seen(info.value)
     assert info.value.key_path == "models.smol.max_model_len"
     assert "4096 is more than the model's own context, 2048 tokens" in str(info.value) and str(plain) in str(info.value)
     check_max_model_len(2048, plain, "smol")  # equal: vLLM accepts it
@@ -148,7 +149,8 @@ def test_a_max_model_len_above_the_models_own_context_is_refused_before_a_server
     check_max_model_len(4096, tmp_path / "no-config", "smol")
 
 
-def test_a_prepared_file_task_cites_the_line_of_the_users_file(tmp_path, smollm2_tokenizer, monkeypatch) -> None:
+def test_a_prepared_file_task_cites_the_line_of_the_users_file(tmp_path, smollm2_tokenizer, monkeypatch,
+                                                               fault_seen) -> None:
     """The prepare step records the user's task file (as the config names it, and its hash) in the prepared file's
     origin; the check at scoring cites the item's line there, then the prepared file's. An edited user file is not
     cited (its lines may have moved)."""
@@ -169,6 +171,7 @@ def test_a_prepared_file_task_cites_the_line_of_the_users_file(tmp_path, smollm2
     in_prepared = find_item_line(prepared_path, "long")
     with pytest.raises(TaskDataError) as exc:
         check_prompt_lengths(prepared, 2048, source=prepared_path, model="smol", origin=task.source["origin"])
+    fault_seen(exc.value)
     assert str(exc.value).startswith(f"{rel}:line 3 (prepared as {prepared_path}:line {in_prepared}): item 'long': ")
     user.write_text(user.read_text() + "\n")  # edited since: its lines are no longer the prepared ones'
     with pytest.raises(TaskDataError) as exc:

@@ -226,7 +226,7 @@ def test_plan_counts_the_content_free_probes_and_marks_adaptive_cells(tmp_path: 
     assert f"<= {upper['prompts']:,}" in text and "<= at most: scoring.rotations is adaptive" in text
 
 
-def test_plan_flags_prompts_longer_than_the_context(smollm2_dir, tmp_path: Path, monkeypatch) -> None:
+def test_plan_flags_prompts_longer_than_the_context(smollm2_dir, tmp_path: Path, monkeypatch, fault_seen) -> None:
     from anyjev.data.taskfile import load_task_file
     from anyjev.errors import TaskDataError
     from anyjev.plan import plan_text
@@ -244,6 +244,7 @@ def test_plan_flags_prompts_longer_than_the_context(smollm2_dir, tmp_path: Path,
     assert cell["context"] == 256 and cell["too_long"] == 1 and cell["longest_prompt"] + 1 > 256
     text = plan_text(plan_of(config))
     assert "! prompts longer than the context" in text and "smol / mix: 1 item(s)" in text
+    fault_seen(" ".join(line.strip() for line in text[text.index("! prompts longer"):].splitlines()[:3]))
     assert f"the longest prompt is {cell['longest_prompt']:,} tokens" in text and "models.smol.max_model_len" in text
     # What the plan flags is what scoring refuses: the same longest prompt, the same context
     from anyjev.data.prepare import prepare_task

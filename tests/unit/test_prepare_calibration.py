@@ -27,10 +27,11 @@ def job(path: Path, fits_temperature: bool) -> PrepareJob:
                       allow_fewer=True, split_seed=0, hub_cache="resources/hub", fits_temperature=fits_temperature)
 
 
-def test_no_calibration_item_with_l1_is_refused_naming_the_file(tmp_path) -> None:
+def test_no_calibration_item_with_l1_is_refused_naming_the_file(tmp_path, fault_seen) -> None:
     path = task_file(tmp_path, ["test"] * 6)
     with pytest.raises(TaskDataError) as info:
         prepare_task(job(path, fits_temperature=True), tmp_path / "out.jsonl")
+    fault_seen(info.value)
     message = str(info.value)
     assert message.startswith(f"{path}:split: no calibration items after the split (4 test items")
     assert 'every item says "split": "test"' in message and "levels lists L1" in message

@@ -130,6 +130,18 @@ def test_bad_item_names_file_line_and_field(tmp_path: Path, bad: object, expect:
     assert "line 2" in msg and expect in msg
 
 
+def test_noul_item_with_options_is_refused(tmp_path: Path, fault_seen) -> None:
+    """A noul item's options are Yes and No, always: other options are refused, not dropped without a word."""
+    for options in (["Positive", "Negative"], ["No", "Yes"], ["Yes", "No", "Maybe"]):
+        row = {"id": "n1", "state": "s", "question": "Is it?", "kind": "noul", "options": options, "gold": 0}
+        msg = load_error(tmp_path, [GOOD[0], row])
+        assert "line 2" in msg and "a noul question has no options (fixed to Yes, No)" in msg, msg
+    fault_seen(msg)
+    ok = {"id": "n1", "state": "s", "question": "Is it?", "kind": "noul", "options": ["Yes", "No"], "gold": "No"}
+    (tmp_path / "ok.jsonl").write_text(json.dumps(GOOD[0]) + "\n" + json.dumps(ok) + "\n")
+    assert load_task_file(tmp_path / "ok.jsonl").items[1].question.options == ("Yes", "No")
+
+
 def test_bad_item_names_item_id(tmp_path: Path) -> None:
     msg = load_error(tmp_path, [{"id": "zz9", "state": "", "question": "Q", "options": ["x", "x"], "gold": 0}])
     assert "line 1" in msg and "'zz9'" in msg and "options[1]" in msg

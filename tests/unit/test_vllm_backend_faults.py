@@ -405,11 +405,12 @@ def test_a_collided_label_request_is_resent_and_only_clean_values_kept(stub: Stu
     assert "shared an engine batch" in caplog.text and "resending" in caplog.text
 
 
-def test_a_request_that_collides_every_time_names_the_real_cause(stub: StubCompletions) -> None:
+def test_a_request_that_collides_every_time_names_the_real_cause(stub: StubCompletions, fault_seen) -> None:
     stub.default = Reply(mutate=collided)
     result = NOT_RETURNED
     with make_backend(stub.url, retries=2) as backend, pytest.raises(BatchCollisionError) as info:
         result = backend.label_logprobs(prompts(2), LABELS)
+    fault_seen(info.value)
     assert result is NOT_RETURNED and len(stub.requests) == 3
     msg = str(info.value)
     assert "logprob_token_ids" in msg and "PR 51789" in msg and "Resent 2 time(s)" in msg
