@@ -116,12 +116,28 @@ def block_size_block(root: Path = REPO) -> str:
     return "\n".join(lines).strip()
 
 
+def default_run_block(root: Path = REPO) -> str:
+    r = load("default_run", root)
+    tasks = list(r["runs"][-1]["cells"])
+    lines = [f"{r['workflow']} ({measured_on(r)}):", "",
+             "| commit | what it is | workflow (s) | vs the last | " + " | ".join(f"{t} cell (s)" for t in tasks)
+             + " | server start (s) | same accuracies |",
+             "|---|---|---:|---:|" + "---:|" * len(tasks) + "---:|---|"]
+    for run in r["runs"]:
+        starts = {c["server_start_s"] for c in run["cells"].values() if c["server_start_s"] is not None}
+        lines.append(f"| {run['commit'][:7]} | {run['what']} | {run['wall_s']:.0f} | {run['vs_last']:.2f}x | "
+                     + " | ".join(f"{run['cells'][t]['seconds']:.0f}" for t in tasks)
+                     + f" | {max(starts):.0f} | {'yes' if run['same_accuracy_as_last'] else 'no'} |")
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "l0-cost": l0_cost_block,
     "prefix-drift": prefix_drift_block,
     "backends": backends_block,
     "cpu-threads": cpu_threads_block,
     "block-size": block_size_block,
+    "default-run": default_run_block,
 }
 
 
