@@ -40,7 +40,7 @@ def test_every_generated_block_equals_its_json() -> None:
 
 
 def test_every_table_is_dated_with_its_machine() -> None:
-    for name in ("l0_cost", "backends", "prefix_drift_fp32", "prefix_drift_bf16", "cpu_threads", "block_size"):
+    for name in ("l0_cost", "backends", "prefix_drift_fp32", "prefix_drift_bf16", "cpu_threads", "block_size", "default_run"):
         r = bench_report.load(name)
         said = bench_report.measured_on(r)
         assert said.startswith(f"run {r['date'][:10]}, ") and ("CPU cores" in said or "machine not recorded" in said)
