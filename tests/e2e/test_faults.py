@@ -532,8 +532,9 @@ def test_inputs_state_longer_than_the_context_is_refused_before_any_server(tmp_p
     report.record(request.node.nodeid, "input (issue 13, 3): a state longer than the model's context", seen, 0,
                   len(ours()), seconds)
     assert proc.returncode != 0
-    assert re.search(r"TaskDataError: \S*bad\.jsonl:line \d+: item 'q2': its longest prompt .* is \d{4,} tokens", seen), \
-        out[-3000:]
+    # the line of the user's file first (issue 23.8), then the prepared file's
+    assert re.search(r"TaskDataError: tasks/bad\.jsonl:line 2 \(prepared as resources/tasks/bad\.jsonl:line \d+\): "
+                     r"item 'q2': its longest prompt .* is \d{4,} tokens", seen), out[-3000:]
     assert f"models.{INPUT_MODEL}.max_model_len" in seen and "> 2048" in seen
     assert nothing_started(work) == []
 

@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import pytest
 import yaml
@@ -77,10 +76,12 @@ def paper_dry_run(tmp_path_factory):
     (work / "config").mkdir()
     shutil.copy(REPO / "config" / "config.yaml", work / "config" / "config.yaml")
     shutil.copy(PAPER, work / "config" / "paper.yaml")
-    # The CUDA vLLM environment's interpreter that paper.yaml names (server.python), as on a GPU cluster.
+    # The CUDA vLLM environment's interpreter that paper.yaml names (server.python), as on a GPU cluster: a stand-in
+    # that reports the CUDA vllm when asked which vLLM it holds (the server's pinned block size depends on it).
     gpu_python = work / yaml.safe_load(PAPER.read_text())["server"]["python"]
     gpu_python.parent.mkdir(parents=True)
-    gpu_python.symlink_to(sys.executable)
+    gpu_python.write_text("#!/bin/sh\necho '{\"vllm\": \"0.32.0\"}'\n")
+    gpu_python.chmod(0o755)
     published = yaml.safe_load(PAPER.read_text())["published"]
     (work / published).parent.mkdir(parents=True)
     shutil.copy(REPO / published, work / published)
