@@ -272,8 +272,8 @@ def cancelled(slurm_cluster, fixtures, tmp_path_factory):
     # Resumed by a plain local run (no executor): the cell is then finished on this machine, which makes it the
     # local twin of the same cell in the SLURM run (test_a_cell_scored_through_slurm_equals_it_scored_locally).
     t1 = time.monotonic()
-    proc = run_snakemake(work, timeout=RUN_TIMEOUT)
-    rerun = {"rc": proc.returncode, "out": proc.stdout + proc.stderr, "seconds": time.monotonic() - t1}
+    local = run_snakemake(work, timeout=RUN_TIMEOUT)
+    rerun = {"rc": local.returncode, "out": local.stdout + local.stderr, "seconds": time.monotonic() - t1}
     print(f"[rehearsal-slurm] resumed by a local run: {rerun['seconds']:.0f} s wall")
     return {"work": work, "rc": proc.returncode, "out": out, "job": job, "sacct": record, "leftover": leftover,
             "noticed_s": noticed,

@@ -111,6 +111,12 @@ def f3(v: float) -> str:
     return f"{v:.3f}"
 
 
+def held3(v: float) -> str:
+    """How the page shows a probability of predictions.csv: the 6 decimals its data holds, to 3 (0.3954998 is held
+    as 0.395500 and shown as 0.396, not 0.395)."""
+    return f3(round(v, 6))
+
+
 SUMMARY_JS = """rows => rows.map(r => ({cell: r.dataset.cell, level: r.dataset.level, m: Object.fromEntries(
   [...r.querySelectorAll('td[data-metric]')].map(td => [td.dataset.metric, [
     (td.querySelector('.v') || td).textContent, td.querySelector('.ci') ? td.querySelector('.ci').textContent : null]])),
@@ -194,7 +200,7 @@ def test_a_cell_page_shows_every_item_as_the_files_say(view, task) -> None:
             rev = files["preds"][(rec["id"], level, "rev")]
             assert int(p["n_top"]) == 1 and int(rev["n_top"]) == 1  # the reference run has no tie (README)
             shown = row["d"][level]
-            assert shown["pred"] == opt[int(p["pred"])] and shown["conf"] == f3(float(p["conf"])), (rec["id"], level)
+            assert shown["pred"] == opt[int(p["pred"])] and shown["conf"] == held3(float(p["conf"])), (rec["id"], level)
             assert shown["ok"] == ("✓" if p["pred"] == p["gold"] else "✗")
             assert shown["flip"] == ("⇄" if p["pred"] != rev["pred"] else "")
             assert shown["tie"] == ""
@@ -336,7 +342,7 @@ def test_an_item_page_shows_its_scores_priors_levels_and_prompts(view, task, tas
         for row in decide:
             p = files["preds"][(rec["id"], row["level"], row["group"])]
             assert row["decision"] == opt[int(p["pred"])] and row["top"] == int(p["pred"])
-            assert row["v"][int(p["pred"])] == f3(float(p["conf"])) and row["v"][rec["gold"]] == f3(float(p["p_gold"]))
+            assert row["v"][int(p["pred"])] == held3(float(p["conf"])) and row["v"][rec["gold"]] == held3(float(p["p_gold"]))
         prompts = view.all("details.prompt", "ds => ds.map(d => [d.dataset.layout, d.querySelector('.ntok').textContent, "
                            "d.querySelector('pre').textContent])")
         want = exported[task][rec["id"]]["layouts"]
