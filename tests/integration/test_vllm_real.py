@@ -111,11 +111,17 @@ def test_answer_mass_beside_label_requests_never_corrupts_a_label_read(vllm_fp32
         with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, prompts_per_request=4) as client:
             return client.label_logprobs(prompts, labels)
 
-    prompts = prompts_of(60, 64, slice(0, 2))
-    values, collisions = beside_answer_mass(prompts, prompts_of(100, 120, slice(0, 1)), None)
-    print(f"{collisions} label request(s) collided and were resent")
-    assert collisions > 0, "no label request shared a batch with an answer-mass request: the test did not test"
-    assert_same_read(values, alone(prompts))
+    # Whether a label request lands in an engine batch beside an answer-mass one depends on timing (a loaded machine
+    # can serialise them); a burst without a collision is checked all the same, and a new one is sent, up to three.
+    collisions = 0
+    for labels_from, mass_from in ((60, 100), (140, 144), (164, 168)):
+        prompts = prompts_of(labels_from, labels_from + 4, slice(0, 2))
+        values, collisions = beside_answer_mass(prompts, prompts_of(mass_from, mass_from + 20, slice(0, 1)), None)
+        print(f"{collisions} label request(s) collided and were resent")
+        assert_same_read(values, alone(prompts))
+        if collisions:
+            break
+    assert collisions > 0, "in three bursts no label request shared a batch with an answer-mass one: nothing was tested"
     prompts = prompts_of(64, 68, slice(0, 2))
     values, collisions = beside_answer_mass(prompts, prompts_of(120, 140, slice(0, 1)), tmp_path / "server.requests.lock")
     assert collisions == 0
