@@ -69,7 +69,7 @@ def run_at(commit: str, label: str, scratch: Path) -> dict:
         git("worktree", "remove", "--force", str(work))
 
 
-def same_decisions(a: str, b: str) -> bool:
+def same_accuracies(a: str, b: str) -> bool:
     """Whether two summary.csv hold the same accuracies (the decisions' figure) for every cell and level."""
     import io
 
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     last = report["runs"][-1]
     for run in report["runs"]:
         run["vs_last"] = round(run["wall_s"] / last["wall_s"], 2)
-        run["same_accuracy_as_last"] = same_decisions(run.pop("_summary"), last["_summary"]) if run is not last else True
+        run["same_accuracy_as_last"] = same_accuracies(run.pop("_summary"), last["_summary"]) if run is not last else True
     last.pop("_summary", None)
     out = REPO / args.out
     out.write_text(json.dumps(report, indent=1) + "\n")
