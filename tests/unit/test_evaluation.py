@@ -129,7 +129,7 @@ def test_evaluation_intervals_contain_points_and_state_what_is_resampled() -> No
 
 
 def test_refit_interval_is_wider_than_a_held_fit_interval() -> None:
-    from anyjev.numbers.metrics import bootstrap
+    from tests.items_bootstrap import bootstrap
 
     recs = make_records(np.random.default_rng(2), 60, 16, 3)
     ev = evaluate_records(recs)
