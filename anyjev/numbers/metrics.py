@@ -32,7 +32,6 @@ COVERAGE_RISK = 0.05
 # Two log-probs closer than this are tied: p_k >= p_top * exp(-1e-12), a relative difference of 1e-12 in
 # probability. bf16 label log-probs come in steps of 0.125 nat, float64 noise after renormalising is ~1e-15.
 TIE_TOL = 1e-12
-MIN_BOOT = 1000
 INTERVAL_METHODS = ("bca", "percentile")
 
 

@@ -14,9 +14,10 @@ import numpy as np
 from anyjev.decision.layouts import GROUPS
 from anyjev.files import write_json_atomic, write_text_atomic
 from anyjev.jobs import Job
-from anyjev.numbers.evaluation import Evaluation, EvaluationOptions, ItemLevels, evaluate
+from anyjev.numbers.evaluation import Evaluation, ItemLevels, evaluate
 from anyjev.numbers.evaluation import item_levels as point_item_levels
 from anyjev.numbers.metrics import METRICS, TIE_TOL
+from anyjev.numbers.options import EvaluationOptions
 from anyjev.run.records import cell_groups
 from anyjev.run.store import read_cell
 

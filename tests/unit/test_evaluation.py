@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from anyjev.numbers.evaluation import EvaluationOptions
 from anyjev.numbers.levels import LevelInputs, compute_levels, level_inputs, levels_resampled
 from anyjev.numbers.logprobs import log_softmax
 from anyjev.numbers.metrics import METRICS, metric_values
+from anyjev.numbers.options import EvaluationOptions
 from anyjev.run.evaluate import EvaluateJob, evaluate_cell, evaluate_records
 from anyjev.schema import default
 from tests.conftest import REPO
@@ -51,13 +51,13 @@ def arrays(records: list[dict], g: str) -> tuple[np.ndarray, np.ndarray]:
     return lp, np.array([records[0]["layouts"][n]["order"] for n in names])
 
 
-def levels_of(records: list[dict], batch_size: int | None):
+def levels_of(records: list[dict], options: EvaluationOptions):
     test = [r for r in records if r["split"] == "test"]
     calib = [r for r in records if r["split"] == "calib"]
     (fwd, of), (rev, orv) = arrays(test, "fwd"), arrays(test, "rev")
     return compute_levels(fwd, rev, of, orv, [r["group"] for r in test], calib_fwd=arrays(calib, "fwd")[0],
                           calib_rev=arrays(calib, "rev")[0], calib_groups=[r["group"] for r in calib],
-                          calib_gold=np.array([r["gold"] for r in calib]), batch_size=batch_size)
+                          calib_gold=np.array([r["gold"] for r in calib]), options=options)
 
 
 # ------------------------------------------------------------------------------------------ refit core
@@ -74,14 +74,14 @@ def test_each_resample_refits_priors_and_temperature() -> None:
                                        calib_gold=np.array([r["gold"] for r in calib]))
     idx_t = np.sort(rng.integers(0, 30, size=(3, 30)), axis=1)
     idx_c = np.sort(rng.integers(0, 20, size=(3, 20)), axis=1)
-    for batch_size in (None, 1):
-        res = levels_resampled(inputs, idx_t, idx_c, batch_size=batch_size)
+    for options in (EvaluationOptions(), EvaluationOptions(prior_mode="streaming")):
+        res = levels_resampled(inputs, idx_t, idx_c, options)
         for b in range(3):
             t_rows = [test[i] for i in idx_t[b]]
             c_rows = [calib[i] for i in idx_c[b]]
             # duplicates need distinct positions only for the ids; the arrays are what count
             alone = levels_of([dict(r, split="test") for r in t_rows] + [dict(r, split="calib") for r in c_rows],
-                              batch_size)
+                              options)
             assert math.exp(res.log_t["fwd"][b]) == pytest.approx(alone.temperature["fwd"], rel=1e-9)
             for level in ("raw", "L0-perm", "L0-bc", "L0", "L1"):
                 for g in ("fwd", "rev"):
@@ -95,9 +95,9 @@ def test_streaming_prior_with_repeated_items_counts_them_in_order() -> None:
 
     probs = np.array([[[0.9, 0.1]], [[0.5, 0.5]], [[0.2, 0.8]]])
     idx = np.array([[0, 0, 2]])  # item 0 drawn twice, item 1 not at all
-    prior = running_prior(probs, np.zeros(3, dtype=np.intp), idx, n_groups=1, min_items=1, batch_size=1)
+    prior = running_prior(probs, np.zeros(3, dtype=np.intp), idx, n_groups=1, prior_min_items=1, effective_batch_size=1)
     np.testing.assert_allclose(prior[0, :, 0, 0], [0.9, 0.9, (0.9 + 0.9 + 0.2) / 3])
-    prior = running_prior(probs, np.zeros(3, dtype=np.intp), idx, n_groups=1, min_items=3, batch_size=1)
+    prior = running_prior(probs, np.zeros(3, dtype=np.intp), idx, n_groups=1, prior_min_items=3, effective_batch_size=1)
     np.testing.assert_allclose(prior[0, :, 0, 0], [0.5, 0.5, (0.9 + 0.9 + 0.2) / 3])  # uniform until 3 seen
 
 
@@ -142,7 +142,7 @@ def test_prior_modes_match_compute_levels() -> None:
     recs = make_records(np.random.default_rng(3), 30, 12, 3)
     for mode, batch_size in (("streaming", 1), ("batch", None)):
         ev = evaluate_records(recs, EvaluationOptions(prior_mode=mode))
-        ref = levels_of(recs, batch_size)
+        ref = levels_of(recs, EvaluationOptions(prior_mode=mode))
         for level in ("L0", "L0-bc", "L1"):
             np.testing.assert_allclose(ev.point[level]["fwd"], ref[level]["fwd"], atol=1e-12)
         assert ev.settings["effective_batch_size"] == batch_size
@@ -244,7 +244,7 @@ def test_answer_mass_is_summarised_per_cell_with_an_interval() -> None:
 
     rng = np.random.default_rng(3)
     values = rng.uniform(0.2, 0.9, size=60)
-    s = answer_mass_summary(list(values), n_boot=1000, seed=0, level=0.95)
+    s = answer_mass_summary(list(values), EvaluationOptions(), level=0.95)
     assert s["value"] == pytest.approx(values.mean())
     assert s["lo"] < s["value"] < s["hi"] and s["hi"] - s["lo"] < 0.2
-    assert answer_mass_summary([0.5, None], n_boot=1000, seed=0, level=0.95) is None
+    assert answer_mass_summary([0.5, None], EvaluationOptions(), level=0.95) is None

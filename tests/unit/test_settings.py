@@ -32,7 +32,6 @@ from anyjev.decision.prompts import PROFILES
 from anyjev.decision.questions import KINDS
 from anyjev.errors import ConfigError
 from anyjev.jobs import Job
-from anyjev.numbers.evaluation import PRIOR_MODES
 from anyjev.run.allocation import SCORE_JOBS, ScoreModelJob
 from anyjev.run.cell import ScoreJob
 from anyjev.run.evaluate import EvaluateJob
@@ -141,6 +140,30 @@ def test_no_function_parameter_restates_a_setting_by_hand() -> None:
     assert not bad, f"literal defaults for settings (read them with anyjev.schema.default): {bad}"
 
 
+# Keyword arrays spread into a call in anyjev/numbers that are not settings (a reason each).
+SPREAD_ARRAYS = {"calib": "compute_levels hands its keyword arrays (calibration, orders, reads) to level_inputs",
+                 "data": "a certificate read back from the fields it recorded"}
+
+
+def test_evaluation_settings_reach_the_math_by_their_schema_names() -> None:
+    """The evaluation settings travel as the typed EvaluationOptions down to the functions that use them: no function
+    of anyjev/numbers takes one under another name (its ``prior_`` prefix dropped: strength, min_items, ...), and no
+    dict of settings is spread into a call, where this test could not see the names."""
+    renamed = {key.removeprefix("prior_") for key in schema_node("evaluation")["properties"] if key.startswith("prior_")}
+    assert {"strength", "min_items", "batch_size"} <= renamed
+    bad = []
+    for path in sorted((REPO / "anyjev" / "numbers").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(REPO)}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.FunctionDef):
+                params = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+                bad += [f"{where} {node.name}({a.arg})" for a in params if a.arg in renamed]
+            if isinstance(node, ast.Call):
+                bad += [f"{where} {ast.unparse(node.func)}(**{ast.unparse(k.value)})" for k in node.keywords
+                        if k.arg is None and ast.unparse(k.value) not in SPREAD_ARRAYS]
+    assert not bad, f"evaluation settings renamed or hidden in a dict on the way to the math: {bad}"
+
+
 def test_server_spec_defaults_are_the_schemas() -> None:
     spec = ServerSpec(name="m", model="/m", served_name="m")
     expected = {"dtype": ("models", "*", "dtype"), "max_model_len": ("models", "*", "max_model_len"),
@@ -235,7 +258,6 @@ def test_library_enumerations_are_the_schemas() -> None:
     assert set(OPTION_ORDERS) == set(schema_node("scoring", "option_order")["enum"])
     assert set(PROFILES) == set(schema_node("scoring", "prompt_profile")["enum"])
     assert set(ROTATIONS) == set(schema_node("scoring", "rotations")["enum"])
-    assert set(PRIOR_MODES) == set(schema_node("evaluation", "prior_mode")["enum"])
     assert set(SCORE_JOBS) == set(schema_node("score_jobs")["enum"])
     assert set(KINDS) == set(schema_node("tasks", "*", "hub", "kind")["enum"])
 
