@@ -61,13 +61,20 @@ def allowed(*keys: str) -> tuple[Any, ...]:
     return tuple(schema_node(*keys)["enum"])
 
 
+def check_setting(value: Any, *keys: str) -> Any:
+    """VALUE checked against the schema node of the config key path KEYS (a ConfigError naming the path when it is not
+    allowed there, as in a config file); returns VALUE."""
+    validate(copy.deepcopy(value), schema_node(*keys), ".".join(keys))
+    return value
+
+
 def check_settings(obj: Any) -> None:
     """Check every field of the dataclass instance OBJ that stands for a setting (made with :func:`setting`) against
-    its schema node: a bad value is a ConfigError naming the key path, as in a config file."""
+    its schema node (:func:`check_setting`)."""
     for f in dataclasses.fields(obj):
         keys = f.metadata.get(SCHEMA_KEY)
         if keys is not None:
-            validate(copy.deepcopy(getattr(obj, f.name)), schema_node(*keys), ".".join(keys))
+            check_setting(getattr(obj, f.name), *keys)
 
 
 def _with_defaults(cls):

@@ -8,11 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from anyjev.decision.layouts import OPTION_ORDERS, Layout, layouts_for
+from anyjev.decision.layouts import Layout, layouts_for
 from anyjev.decision.prompts import PROFILES, PromptProfile, render_text
 from anyjev.decision.questions import Question
-from anyjev.errors import ConfigError
-from anyjev.schema import setting
+from anyjev.schema import check_settings, setting
 
 # A cell scored before profiles and option orders existed used this project's prompt and the given order.
 LEGACY_PROFILE = "anyjev"
@@ -31,11 +30,7 @@ class PromptOptions:
     flip: bool = True
 
     def __post_init__(self) -> None:
-        if self.prompt_profile not in PROFILES:
-            raise ConfigError("scoring.prompt_profile", f"unknown prompt profile {self.prompt_profile!r}; known: "
-                              f"{', '.join(PROFILES)}")
-        if self.option_order not in OPTION_ORDERS:
-            raise ConfigError("scoring.option_order", f"must be one of {', '.join(OPTION_ORDERS)}, got {self.option_order!r}")
+        check_settings(self)
 
     @property
     def profile(self) -> PromptProfile:

@@ -9,15 +9,12 @@ from typing import Any
 
 from anyjev.decision.options import PromptOptions
 from anyjev.decision.prompts import PROMPT_SYSTEM_VERSION
-from anyjev.errors import ConfigError
 from anyjev.run.adaptive import rule_identity
 from anyjev.run.probes import CONTENT_FREE_PROBES
-from anyjev.schema import setting
+from anyjev.schema import check_settings, setting
 
 # Bump when the prompt text or layout scheme changes: partial scores made under another version are not resumed.
 PROMPT_VERSION = "1"
-# The values of the config key scoring.rotations (the schema's enum; a test keeps them equal).
-ROTATIONS = ("full", "adaptive")
 
 
 @dataclass(frozen=True)
@@ -35,10 +32,7 @@ class ScoringOptions:
     content_free: bool = False
 
     def __post_init__(self) -> None:
-        if self.rotations not in ROTATIONS:
-            raise ConfigError("scoring.rotations", f"must be one of {', '.join(ROTATIONS)}, got {self.rotations!r}")
-        if self.rotations == "adaptive":
-            rule_identity(self.target_disagreement, self.confidence, self.rotations_per_round)
+        check_settings(self)
 
 
 def scoring_identity(options: ScoringOptions) -> dict[str, Any]:

@@ -27,15 +27,16 @@ from anyjev import cli
 from anyjev.config import validate_config
 from anyjev.data.hub import FetchJob
 from anyjev.data.prepare import PrepareJob
-from anyjev.decision.layouts import OPTION_ORDERS
+from anyjev.decision.options import PromptOptions
 from anyjev.decision.prompts import PROFILES
-from anyjev.decision.questions import KINDS
+from anyjev.decision.questions import KINDS, Question
 from anyjev.errors import ConfigError
 from anyjev.jobs import Job
-from anyjev.run.allocation import SCORE_JOBS, ScoreModelJob
+from anyjev.numbers.options import EvaluationOptions
+from anyjev.run.allocation import ScoreModelJob, score_jobs_mode
 from anyjev.run.cell import ScoreJob
 from anyjev.run.evaluate import EvaluateJob
-from anyjev.run.identity import ROTATIONS
+from anyjev.run.identity import ScoringOptions
 from anyjev.schema import SCHEMA_KEY, schema, schema_node
 from anyjev.serving.build import AUTO_DTYPE, server_build
 from anyjev.serving.models import ModelJob
@@ -254,12 +255,53 @@ def test_a_job_with_an_unknown_or_missing_key_is_refused_naming_it() -> None:
 # --------------------------------------------------------------------------------------------- names and messages
 
 
-def test_library_enumerations_are_the_schemas() -> None:
-    assert set(OPTION_ORDERS) == set(schema_node("scoring", "option_order")["enum"])
-    assert set(PROFILES) == set(schema_node("scoring", "prompt_profile")["enum"])
-    assert set(ROTATIONS) == set(schema_node("scoring", "rotations")["enum"])
-    assert set(SCORE_JOBS) == set(schema_node("score_jobs")["enum"])
-    assert set(KINDS) == set(schema_node("tasks", "*", "hub", "kind")["enum"])
+def schema_enums(node: dict, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], list]:
+    """Every enumeration of the schema by key path (``*`` a name-keyed mapping, ``[]`` a list's items)."""
+    found = {path: node["enum"]} if "enum" in node else {}
+    for name, sub in node.get("properties", {}).items():
+        found |= schema_enums(sub, path + (name,))
+    for key, step in (("additionalProperties", "*"), ("items", "[]")):
+        if isinstance(node.get(key), dict):
+            found |= schema_enums(node[key], path + (step,))
+    return found
+
+
+def test_the_schema_is_the_one_list_of_each_enumeration() -> None:
+    """The library checks a setting's value against the schema and reads the allowed values from it: no module spells
+    a schema enumeration again as a literal list (a tuple, list, set or Literal of exactly its values), which could
+    drift from it. The prompt profiles are a registry of implementations, so their names are held equal instead."""
+    enums = {path: {str(v) for v in values} for path, values in schema_enums(schema()).items()}
+    assert len(enums) >= 10 and ("evaluation", "prior_mode") in enums and ("score_jobs",) in enums
+    restated = []
+    for path in sorted((REPO / "anyjev").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Tuple | ast.List | ast.Set) and all(isinstance(e, ast.Constant) for e in node.elts):
+                values = {str(e.value) for e in node.elts}
+                restated += [f"{path.relative_to(REPO)}:{node.lineno} {'.'.join(key)}" for key, allowed in enums.items()
+                             if values == allowed]
+    assert not restated, f"schema enumerations restated in the library: {restated}"
+    assert set(PROFILES) == enums[("scoring", "prompt_profile")]
+    assert KINDS == tuple(schema_node("tasks", "*", "hub", "kind")["enum"])
+
+
+@pytest.mark.parametrize(("build", "key", "value"), [
+    (lambda v: PromptOptions(option_order=v), "scoring.option_order", "sorted"),
+    (lambda v: PromptOptions(prompt_profile=v), "scoring.prompt_profile", "nope"),
+    (lambda v: ScoringOptions(rotations=v), "scoring.rotations", "some"),
+    (lambda v: EvaluationOptions(prior_mode=v), "evaluation.prior_mode", "running"),
+    (score_jobs_mode, "score_jobs", "task"),
+])
+def test_a_typed_setting_outside_the_schema_is_refused_naming_the_schemas_values(build, key, value) -> None:
+    """However the options are built (a job's JSON, by hand), a value the schema does not allow is refused as in a config
+    file, naming the key and the values the schema allows."""
+    allowed = ", ".join(map(str, schema_node(*key.split("."))["enum"]))
+    with pytest.raises(ConfigError, match=re.escape(f"config key {key}: {value!r} is not one of {allowed}")):
+        build(value)
+
+
+def test_a_question_kind_outside_the_schema_is_refused() -> None:
+    with pytest.raises(ValueError, match=re.escape(f"must be one of {', '.join(KINDS)}")):
+        Question.from_dict({"kind": "yesno", "text": "Is it?"})
 
 
 def test_the_cli_has_no_defaults_of_its_own_for_config_settings() -> None:
