@@ -165,6 +165,42 @@ def test_evaluation_settings_reach_the_math_by_their_schema_names() -> None:
     assert not bad, f"evaluation settings renamed or hidden in a dict on the way to the math: {bad}"
 
 
+# Lookups that fall back to a setting's schema default by hand, left to the code that owns them (a reason each).
+SECOND_DEFAULTS = {
+    ("anyjev/outputs/tables.py", "prior_mode"): "the tables are being rewritten onto one run reader (issue 31.3/28.4)",
+    ("anyjev/outputs/viewer.py", "prior_mode"): "the viewer is being rewritten onto one run reader (issue 31.3/28.4)",
+}
+
+
+def test_no_lookup_falls_back_to_a_settings_default_by_hand() -> None:
+    """A record read back without a setting's key gets the schema's default from the schema (or the field that holds
+    it), never from a second literal such as ``identity.get("option_order", "as_given")``."""
+    defaults: dict[str, set[str]] = {}
+    for path, value in schema_defaults(schema()).items():
+        defaults.setdefault(path[-1], set()).add(repr(value))
+    bad = []
+    for path in sorted((REPO / "anyjev").rglob("*.py")):
+        name = str(path.relative_to(REPO))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                    and len(node.args) == 2 and all(isinstance(a, ast.Constant) for a in node.args)):
+                key, fallback = node.args[0].value, node.args[1].value
+                if repr(fallback) in defaults.get(key, set()) and (name, key) not in SECOND_DEFAULTS:
+                    bad.append(f"{name}:{node.lineno} .get({key!r}, {fallback!r})")
+    assert not bad, f"second defaults of settings written by hand: {bad}"
+
+
+def test_prompt_options_read_back_from_a_cells_identity() -> None:
+    """A cell's identity records its option order only off the default; reading it back gives the options it was
+    scored with, the committed reference cells' included."""
+    for options in (PromptOptions(), PromptOptions(option_order="canonical"), PromptOptions(permute=False, flip=False)):
+        assert PromptOptions.from_identity(options.identity()) == options
+    assert "option_order" not in PromptOptions().identity()
+    for scores in (REPO / "results" / "cells").glob("*/*/scores.jsonl"):
+        identity = __import__("json").loads(scores.read_text().split("\n", 1)[0])["identity"]
+        assert PromptOptions.from_identity(identity) == PromptOptions(), scores
+
+
 def test_server_spec_defaults_are_the_schemas() -> None:
     spec = ServerSpec(name="m", model="/m", served_name="m")
     expected = {"dtype": ("models", "*", "dtype"), "max_model_len": ("models", "*", "max_model_len"),
