@@ -284,8 +284,23 @@ def test_a_job_with_an_unknown_or_missing_key_is_refused_naming_it() -> None:
     del data["managed"]["spec"]["model"]
     with pytest.raises(ConfigError, match=r"job\.managed\.spec\.model: missing"):
         ScoreJob.from_json(__import__("json").dumps(data))
-    with pytest.raises(ConfigError, match=r"job\.n_boot|job\.evaluation\.n_boot: expected an integer"):
-        EvaluateJob.from_json('{"evaluation": {"n_boot": "many"}}')
+    evaluate = __import__("json").loads(EvaluateJob().to_json())
+    evaluate["evaluation"]["n_boot"] = "many"
+    with pytest.raises(ConfigError, match=r"job\.evaluation\.n_boot: expected an integer"):
+        EvaluateJob.from_json(__import__("json").dumps(evaluate))
+
+
+def test_a_job_missing_a_key_that_has_a_default_is_refused_not_filled() -> None:
+    """A rule writes every field of its job; a key the JSON lacks was lost on the way, so it is refused (as the job
+    contract says), not filled with the field's default."""
+    settings = Settings.from_config(validate_config({"models": {"m": {"source": "smollm2"}}, "tasks": {"mmlu": {"source": "builtin"}}}))
+    data = __import__("json").loads(settings.score_job("m", "mmlu", **PATHS).to_json())
+    del data["scoring"]["prompt"]["option_order"]
+    with pytest.raises(ConfigError, match=r"job\.scoring\.prompt\.option_order: missing"):
+        ScoreJob.from_json(__import__("json").dumps(data))
+    with pytest.raises(ConfigError, match=r"job\.evaluation\.bootstrap_seed: missing"):
+        EvaluateJob.from_json('{"evaluation": {"prior_strength": 0.75, "prior_min_items": 8, "prior_mode": "batch", '
+                              '"prior_batch_size": null, "n_boot": 1000}}')
 
 
 # --------------------------------------------------------------------------------------------- names and messages
