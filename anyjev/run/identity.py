@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anyjev.decision.options import PromptOptions
-from anyjev.decision.prompts import PROMPT_SYSTEM_VERSION
 from anyjev.run.adaptive import rule_identity
 from anyjev.run.probes import CONTENT_FREE_PROBES
 from anyjev.schema import check_settings, setting
 
-# Bump when the prompt text or layout scheme changes: partial scores made under another version are not resumed.
-PROMPT_VERSION = "1"
+# The "prompt_version" every cell's identity has carried since before prompt profiles, kept as it was so that the scores
+# made since are still recognised. A prompt's version is its profile's (PromptProfile.version, in "prompt_profile").
+RECORDED_PROMPT_FIELD = {"prompt_version": "1.1"}
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def scoring_identity(options: ScoringOptions) -> dict[str, Any]:
 
     Settings at their defaults add nothing (a default cell's identity is what it always was); adaptive rotations add
     every setting the stopping rule depends on, so a changed target is never resumed."""
-    out: dict[str, Any] = {"prompt_version": f"{PROMPT_VERSION}.{PROMPT_SYSTEM_VERSION}", **options.prompt.identity(),
+    out: dict[str, Any] = {**RECORDED_PROMPT_FIELD, **options.prompt.identity(),
                            "answer_mass": bool(options.answer_mass)}
     if options.rotations == "adaptive":
         out["rotations"] = rule_identity(options.target_disagreement, options.confidence, options.rotations_per_round)
