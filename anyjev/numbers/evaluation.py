@@ -1,12 +1,15 @@
-"""Evaluate a cell's levels: every metric of every level with its bootstrap interval, L1's temperatures and the
-answer mass, from the cell's arrays held per option count K (:class:`~anyjev.numbers.bootstrap.KGroup`).
+"""Evaluate a cell's levels: every metric of every level with its bootstrap interval, every level's difference from
+raw with the interval of the difference, L1's temperatures and the answer mass, from the cell's arrays held per option
+count K (:class:`~anyjev.numbers.bootstrap.KGroup`).
 
 The interval carries the fit: every bootstrap resample redraws the test items and the calibration items (each split
 resampled within itself, and within each K), recomputes the test prior, the frozen calibration prior and L1's
 temperature from the redrawn items, and then every metric (:mod:`anyjev.numbers.bootstrap`). The interval is BCa
 (bias-corrected, with a stratified jackknife acceleration); where the point still falls outside its interval the
-interval is widened to include it, and that is recorded. Reading a scored cell into K groups is the store's
-(:mod:`anyjev.run.records`); writing ``metrics.json`` is the evaluate job's (:mod:`anyjev.run.evaluate`).
+interval is widened to include it, and that is recorded. A difference (a level minus raw) is paired: its replicates
+are the differences of the two sides on the same resamples and the same jackknife rows. Reading a scored cell into K
+groups is the store's (:mod:`anyjev.run.records`); writing ``metrics.json`` is the evaluate job's
+(:mod:`anyjev.run.evaluate`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ log = logging.getLogger(__name__)
 
 RESAMPLED = ("test and calibration items (each split resampled within itself, per option count K); "
              "test prior, calibration prior and L1 temperature refit in every resample")
+BASELINE = "raw"  # the level every other level is compared with (level_minus_raw)
 
 
 @dataclass
@@ -67,6 +71,7 @@ class Evaluation:
     k_groups: list[dict[str, Any]]
     levels: list[str]
     metrics: dict[str, dict[str, dict[str, Any]]]
+    level_minus_raw: dict[str, dict[str, dict[str, Any]]]
     temperature: dict[str, dict[str, Any]]
     answer_mass: dict[str, Any] | None
     intervals_widened: int
@@ -126,12 +131,21 @@ def summary(value: float, boot: np.ndarray, jack: list[np.ndarray], level: float
     return {"value": value, "lo": lo, "hi": hi, "widened": wide}
 
 
+def paired_difference(a: CellReplicates, level_a: str, b: CellReplicates, level_b: str, metric: str,
+                      level: float) -> dict[str, Any]:
+    """METRIC of A's LEVEL_A minus that of B's LEVEL_B, with the BCa interval of the difference: A and B were
+    resampled on the same rows, so each replicate is the difference on one resample (jackknife row) of both."""
+    return summary(a.point[level_a][metric] - b.point[level_b][metric],
+                   a.boot[level_a][metric] - b.boot[level_b][metric],
+                   [x[level_a][metric] - y[level_b][metric] for x, y in zip(a.jack, b.jack, strict=True)], level)
+
+
 def evaluate(groups: list[KGroup], options: EvaluationOptions, *, ids: Sequence[str], n_calib_items: int,
              answer_masses: Sequence[float | None], level: float = 0.95, source: str = "<cell>") -> Evaluation:
     """Levels and metrics of the test items held in GROUPS (one per K; cell order is restored from their
-    positions), with L1 fitted on their calibration items and refit-BCa intervals. IDS are the test items' ids in
-    cell order; N_CALIB_ITEMS the calibration items the cell holds; ANSWER_MASSES each test item's answer mass (None
-    where the cell did not read it)."""
+    positions), with L1 fitted on their calibration items and refit-BCa intervals, and each level minus raw with
+    the interval of the paired difference. IDS are the test items' ids in cell order; N_CALIB_ITEMS the calibration
+    items the cell holds; ANSWER_MASSES each test item's answer mass (None where the cell did not read it)."""
     if not groups:
         raise ValueError("no K group to evaluate")
     prior_source = "/".join(sorted({g.prior_source for g in groups}))
@@ -146,6 +160,8 @@ def evaluate(groups: list[KGroup], options: EvaluationOptions, *, ids: Sequence[
     for name in names:
         metrics[name] = {m: summary(cell.point[name][m], cell.boot[name][m], [s[name][m] for s in cell.jack], level)
                          for m in METRICS}
+    minus_raw = {name: {m: paired_difference(cell, name, cell, BASELINE, m, level) for m in METRICS}
+                 for name in names if name != BASELINE}
 
     temperature: dict[str, dict[str, Any]] = {}
     for g, lt in cell.log_t.items():
@@ -165,6 +181,7 @@ def evaluate(groups: list[KGroup], options: EvaluationOptions, *, ids: Sequence[
                   for g in groups],
         levels=names,
         metrics=metrics,
+        level_minus_raw=minus_raw,
         temperature=temperature,
         answer_mass=answer_mass_summary(answer_masses, options, level=level),
         intervals_widened=sum(v["widened"] for per in metrics.values() for v in per.values()),

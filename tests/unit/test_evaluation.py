@@ -90,6 +90,49 @@ def test_each_resample_refits_priors_and_temperature() -> None:
         assert np.ptp(res.log_t["fwd"]) > 1e-3
 
 
+def test_level_minus_raw_is_the_paired_bootstrap_of_the_difference_computed_by_hand() -> None:
+    """Each level minus raw: the point is the difference of the two levels' own values; the interval is the BCa
+    interval of the difference on the same resamples (the test and the calibration items drawn as the bootstrap
+    engine draws them, each resample's priors and temperature refit by compute_levels), with the acceleration of
+    the leave-one-out differences."""
+    from anyjev.numbers.metrics import interval, jackknife_acceleration
+
+    n_test, n_calib = 15, 10
+    recs = make_records(np.random.default_rng(5), n_test, n_calib, 3)
+    options = EvaluationOptions()
+    ev = evaluate_records(recs, options)
+    assert set(ev.level_minus_raw) == set(ev.levels) - {"raw"}
+    for name, per in ev.level_minus_raw.items():
+        assert tuple(per) == METRICS
+        for m, v in per.items():
+            assert v["value"] == ev.metrics[name][m]["value"] - ev.metrics["raw"][m]["value"], (name, m)
+    assert "level_minus_raw" in ev.to_json()
+
+    test = [r for r in recs if r["split"] == "test"]
+    calib = [r for r in recs if r["split"] == "calib"]
+    names, checked = ("L0", "L1"), ("acc", "nll", "ece", "flip")
+
+    def minus_raw(t_rows: list[dict], c_rows: list[dict]) -> dict[str, dict[str, float]]:
+        levels = levels_of([dict(r, split="test") for r in t_rows] + [dict(r, split="calib") for r in c_rows], options)
+        gold = np.array([r["gold"] for r in t_rows])
+        raw = metric_values(levels["raw"]["fwd"], gold, levels["raw"]["rev"])
+        return {name: {m: metric_values(levels[name]["fwd"], gold, levels[name]["rev"])[m] - raw[m] for m in checked}
+                for name in names}
+
+    draw = np.random.default_rng(options.bootstrap_seed)  # the engine's rows: test, then calibration, sorted
+    rows_test = np.sort(draw.integers(0, n_test, size=(options.n_boot, n_test)), axis=1)
+    rows_calib = np.sort(draw.integers(0, n_calib, size=(options.n_boot, n_calib)), axis=1)
+    boot = [minus_raw([test[i] for i in rt], [calib[i] for i in rc]) for rt, rc in zip(rows_test, rows_calib, strict=True)]
+    jack_test = [minus_raw(test[:i] + test[i + 1:], calib) for i in range(n_test)]
+    jack_calib = [minus_raw(test, calib[:i] + calib[i + 1:]) for i in range(n_calib)]
+    for name in names:
+        for m in checked:
+            value = ev.level_minus_raw[name][m]["value"]
+            accel = jackknife_acceleration([np.array([d[name][m] for d in jack]) for jack in (jack_test, jack_calib)])
+            lo, hi, _ = interval(value, np.array([d[name][m] for d in boot]), accel=accel)
+            assert (ev.level_minus_raw[name][m]["lo"], ev.level_minus_raw[name][m]["hi"]) == pytest.approx((lo, hi), abs=1e-9), (name, m)
+
+
 def test_streaming_prior_with_repeated_items_counts_them_in_order() -> None:
     from anyjev.numbers.priors import running_prior
 
