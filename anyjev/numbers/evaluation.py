@@ -6,10 +6,10 @@ The interval carries the fit: every bootstrap resample redraws the test items an
 resampled within itself, and within each K), recomputes the test prior, the frozen calibration prior and L1's
 temperature from the redrawn items, and then every metric (:mod:`anyjev.numbers.bootstrap`). The interval is BCa
 (bias-corrected, with a stratified jackknife acceleration); where the point still falls outside its interval the
-interval is widened to include it, and that is recorded. A difference (a level minus raw) is paired: its replicates
-are the differences of the two sides on the same resamples and the same jackknife rows. Reading a scored cell into K
-groups is the store's (:mod:`anyjev.run.records`); writing ``metrics.json`` is the evaluate job's
-(:mod:`anyjev.run.evaluate`).
+interval is widened to include it, and that is recorded. A difference (a level minus raw; one model minus another,
+:mod:`anyjev.numbers.compare`) is paired: its replicates are the differences of the two sides on the same resamples and
+the same jackknife rows. Reading a scored cell into K groups is the store's (:mod:`anyjev.run.records`); writing
+``metrics.json`` is the evaluate job's (:mod:`anyjev.run.evaluate`).
 """
 
 from __future__ import annotations

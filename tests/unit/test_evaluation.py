@@ -5,17 +5,20 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from anyjev.errors import TaskDataError
 from anyjev.numbers.levels import LevelInputs, compute_levels, level_inputs, levels_resampled
 from anyjev.numbers.logprobs import log_softmax
 from anyjev.numbers.metrics import METRICS, metric_values
 from anyjev.numbers.options import EvaluationOptions
-from anyjev.run.evaluate import EvaluateJob, evaluate_cell, evaluate_records
+from anyjev.run.evaluate import EvaluateJob, compare_cells, evaluate_cell, evaluate_records
+from anyjev.run.store import write_scores
 from anyjev.schema import default
 from tests.conftest import REPO
 
@@ -131,6 +134,79 @@ def test_level_minus_raw_is_the_paired_bootstrap_of_the_difference_computed_by_h
             accel = jackknife_acceleration([np.array([d[name][m] for d in jack]) for jack in (jack_test, jack_calib)])
             lo, hi, _ = interval(value, np.array([d[name][m] for d in boot]), accel=accel)
             assert (ev.level_minus_raw[name][m]["lo"], ev.level_minus_raw[name][m]["hi"]) == pytest.approx((lo, hi), abs=1e-9), (name, m)
+
+
+def two_models(tmp_path: Path, n_test: int, n_calib: int) -> tuple[str, str, list[dict], list[dict]]:
+    """Two cells of one task: the same items and gold (one seed), model B's log-probs with less signal and bias."""
+    a = make_records(np.random.default_rng(7), n_test, n_calib, 3)
+    b = make_records(np.random.default_rng(7), n_test, n_calib, 3, signal=0.5, bias=0.5)
+    paths = []
+    for name, recs in (("a", a), ("b", b)):
+        paths.append(str(tmp_path / f"{name}.jsonl"))
+        write_scores(paths[-1], {"model": name, "task": "t"}, recs)
+    return paths[0], paths[1], a, b
+
+
+def test_model_minus_model_is_the_paired_bootstrap_of_the_difference_computed_by_hand(tmp_path) -> None:
+    """Model A minus model B on the same items: the point is the difference of the two cells' own values; the
+    interval is the BCa interval of the difference with both cells resampled on the same items (the engine's rows,
+    each cell's priors and temperature refit by compute_levels), accelerated by leaving the same item out of both."""
+    from anyjev.numbers.metrics import interval, jackknife_acceleration
+
+    n_test, n_calib = 12, 8
+    path_a, path_b, recs_a, recs_b = two_models(tmp_path, n_test, n_calib)
+    options = EvaluationOptions()
+    out = compare_cells(path_a, path_b, options)
+    ev_a, ev_b = evaluate_records(recs_a, options), evaluate_records(recs_b, options)
+    assert out["levels"] == ev_a.levels == ["raw", "L0-perm", "L0-bc", "L0", "L1"]
+    assert (out["n"], out["n_calib"]) == (n_test, n_calib)
+    for name, per in out["model_minus_model"].items():
+        assert tuple(per) == METRICS
+        for m, v in per.items():
+            assert v["value"] == ev_a.metrics[name][m]["value"] - ev_b.metrics[name][m]["value"], (name, m)
+    assert json.loads(json.dumps(out)) == out
+
+    names, checked = ("raw", "L1"), ("acc", "nll", "ece")
+
+    def values(recs: list[dict], t: Sequence[int], c: Sequence[int]) -> dict[str, dict[str, float]]:
+        test = [r for r in recs if r["split"] == "test"]
+        calib = [r for r in recs if r["split"] == "calib"]
+        t_rows, c_rows = [test[i] for i in t], [calib[i] for i in c]
+        levels = levels_of([dict(r, split="test") for r in t_rows] + [dict(r, split="calib") for r in c_rows], options)
+        gold = np.array([r["gold"] for r in t_rows])
+        return {name: metric_values(levels[name]["fwd"], gold, levels[name]["rev"]) for name in names}
+
+    def a_minus_b(t: Sequence[int], c: Sequence[int]) -> dict[str, dict[str, float]]:
+        va, vb = values(recs_a, t, c), values(recs_b, t, c)
+        return {name: {m: va[name][m] - vb[name][m] for m in checked} for name in names}
+
+    draw = np.random.default_rng(options.bootstrap_seed)  # the engine's rows: test, then calibration, sorted
+    rows_test = np.sort(draw.integers(0, n_test, size=(options.n_boot, n_test)), axis=1)
+    rows_calib = np.sort(draw.integers(0, n_calib, size=(options.n_boot, n_calib)), axis=1)
+    boot = [a_minus_b(rt, rc) for rt, rc in zip(rows_test, rows_calib, strict=True)]
+    every_test, every_calib = list(range(n_test)), list(range(n_calib))
+    jack = [[a_minus_b(every_test[:i] + every_test[i + 1:], every_calib) for i in range(n_test)],
+            [a_minus_b(every_test, every_calib[:i] + every_calib[i + 1:]) for i in range(n_calib)]]
+    for name in names:
+        for m in checked:
+            got = out["model_minus_model"][name][m]
+            accel = jackknife_acceleration([np.array([d[name][m] for d in stratum]) for stratum in jack])
+            lo, hi, _ = interval(got["value"], np.array([d[name][m] for d in boot]), accel=accel)
+            assert (got["lo"], got["hi"]) == pytest.approx((lo, hi), abs=1e-9), (name, m)
+
+
+def test_cells_compared_must_hold_the_same_items(tmp_path) -> None:
+    path_a, path_b, _, recs_b = two_models(tmp_path, 6, 4)
+    for change, message in (
+        (lambda recs: recs[2].update(gold=(recs[2]["gold"] + 1) % 3), r"b\.jsonl:item 3 \(2\): gold \d where .*a\.jsonl has \d"),
+        (lambda recs: recs[0].update(id="x0"), r"b\.jsonl:item 1 \(x0\): id 'x0' where .*a\.jsonl has '0'"),
+        (lambda recs: recs.pop(), r"b\.jsonl:items: 9 items where .*a\.jsonl has 10"),
+    ):
+        changed = [dict(r) for r in recs_b]
+        change(changed)
+        write_scores(path_b, {"model": "b", "task": "t"}, changed)
+        with pytest.raises(TaskDataError, match=message):
+            compare_cells(path_a, path_b)
 
 
 def test_streaming_prior_with_repeated_items_counts_them_in_order() -> None:
