@@ -1,11 +1,12 @@
 """One model minus another on the same items: every metric of every level both cells have, as the difference of the
 two cells' values with the BCa interval of the paired difference.
 
-Both cells are resampled jointly: each bootstrap resample draws the same test and calibration items for both (the
-rows a cell's own evaluation draws, :func:`anyjev.numbers.bootstrap.resample_index`), refits each cell's priors and
-L1's temperature on them (:func:`anyjev.numbers.evaluation.cell_replicates`), and the difference of the two metric
-values is one replicate; the jackknife leaves the same item out of both. So the point of a difference is the
-difference of the two cells' own ``metrics.json`` values.
+Both cells are resampled jointly: each bootstrap resample draws the same test and calibration items for both
+(:func:`anyjev.numbers.bootstrap.resample_index`; the rows each cell's own evaluation draws when both resample the same
+splits, i.e. unless one was read with adaptive rotations and the other not), refits each cell's priors and L1's
+temperature on them (:func:`anyjev.numbers.evaluation.cell_replicates`), and the difference of the two metric values is
+one replicate; the jackknife leaves the same item out of both. The point of a difference is the difference of the two
+cells' own ``metrics.json`` values.
 """
 
 from __future__ import annotations
