@@ -17,8 +17,9 @@ import pytest
 from anyjev.cli import main
 from anyjev.errors import TaskDataError
 from anyjev.numbers.evaluation import EvaluationOptions
-from anyjev.outputs import cells as cellstate
-from anyjev.outputs.viewer import Lines, js_data, write_viewer
+from anyjev.outputs.viewer import write_viewer
+from anyjev.outputs.viewer.encoding import Lines, js_data
+from anyjev.results.layout import error_line
 from anyjev.run.evaluate import evaluate_records, item_levels
 from tests.unit.test_evaluation import levels_of, make_records
 from tests.viewer_helpers import FAILED_ERROR, MODEL, RESULTS, failed_run, layout, reference_job, reference_tasks, run_data
@@ -164,7 +165,7 @@ def test_which_cells_a_rule_waits_for(tmp_path) -> None:
     ("anyjev score: ServerError: " + "x" * 400, "anyjev score: ServerError: " + "x" * 270 + "..."),
 ])
 def test_the_first_line_of_the_error_a_log_ends_with(log, line) -> None:
-    assert cellstate.error_line(log) == line
+    assert error_line(log) == line
 
 
 # ------------------------------------------------------------------------------------------- encoding
@@ -207,15 +208,15 @@ def test_the_docs_figures_are_generated_from_the_committed_benchmark() -> None:
 
 
 def test_an_adaptive_item_shows_the_rotations_it_did_not_read_as_not_read() -> None:
-    from anyjev.outputs.viewer import _layout_names, _matrix
+    from anyjev.outputs.viewer.items_page import layout_names, matrix
 
     lp = [-0.5, -1.5, -2.0, -2.5]
-    rec = {"k": 4, "adaptive": {"read": {"fwd": 2}}, "layouts": {
-        "fwd/r0": {"lp": lp, "order": [0, 1, 2, 3], "swapped": False},
-        "fwd/r2": {"lp": lp, "order": [2, 3, 0, 1], "swapped": False}}}
-    names = _layout_names(rec, "fwd")
+    p = np.exp(lp).tolist()
+    layouts = {"fwd/r0": {"p": p, "order": [0, 1, 2, 3], "swapped": False},
+               "fwd/r2": {"p": p, "order": [2, 3, 0, 1], "swapped": False}}
+    names = layout_names(layouts, 4, True, "fwd")
     assert names == ["fwd/r0", "fwd/r1", "fwd/r2", "fwd/r3"]
-    rows, shape = _matrix(rec, "fwd", names)
+    rows, shape = matrix(layouts, 4, "fwd", names)
     assert rows[1] is None and rows[3] is None
     assert shape["order"] == [[0, 1, 2, 3], [1, 2, 3, 0], [2, 3, 0, 1], [3, 0, 1, 2]]
     np.testing.assert_allclose(rows[2], np.exp([lp[2], lp[3], lp[0], lp[1]]), rtol=1e-4)  # option j was at position order.index(j)
