@@ -107,18 +107,19 @@ def evaluation_options(metrics: Mapping[str, Any], path: str | os.PathLike) -> E
         raise FileFormatError(str(path), "settings", str(exc)) from None
 
 
-def read_csv(path: str | os.PathLike, columns: Mapping[str, str]) -> pd.DataFrame:
-    """A CSV file with at least COLUMNS, each of its kind: ``text`` (kept as written), ``int`` or ``float`` (every row
-    a number). Other columns are kept as pandas reads them (numbers, True/False, empty as NaN)."""
+def read_csv(path: str | os.PathLike, columns: Mapping[str, str], *, comment: str | None = None) -> pd.DataFrame:
+    """A CSV file with at least COLUMNS, each of its kind: ``text`` (kept as written), ``int`` or ``float`` (a number
+    on every row), ``float?`` (a number or empty). Other columns are kept as pandas reads them (numbers, True/False,
+    empty as NaN). COMMENT starts a comment line."""
     path = Path(path)
     if not path.is_file():
         raise _missing(path)
     text_columns = [c for c, kind in columns.items() if kind == "text"]
     try:
-        header = pd.read_csv(path, nrows=0).columns
+        header = pd.read_csv(path, nrows=0, comment=comment).columns
         # text as written (an item id "NA" stays "NA"); an empty number is missing (NaN)
         frame = pd.read_csv(path, dtype=dict.fromkeys(text_columns, str), keep_default_na=False,
-                            na_values={c: [""] for c in header if c not in text_columns})
+                            na_values={c: [""] for c in header if c not in text_columns}, comment=comment)
     except pd.errors.EmptyDataError:
         raise FileFormatError(str(path), "line 1", f"empty file (no header line; expected columns {', '.join(columns)})") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
@@ -131,7 +132,8 @@ def read_csv(path: str | os.PathLike, columns: Mapping[str, str]) -> pd.DataFram
         if kind == "text":
             continue
         numbers = pd.to_numeric(frame[column], errors="coerce")
-        bad = numbers.isna() | ((numbers != numbers.round()) if kind == "int" else False)
+        bad = numbers.isna() & (frame[column].notna() if kind == "float?" else True)
+        bad |= (numbers != numbers.round()) if kind == "int" else False
         if bad.any():
             row = int(bad.to_numpy().argmax())
             raise FileFormatError(str(path), f"line {row + 2}", f"column {column} is {str(frame[column].iloc[row])!r:.40}, "
