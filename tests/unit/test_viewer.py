@@ -220,3 +220,51 @@ def test_an_adaptive_item_shows_the_rotations_it_did_not_read_as_not_read() -> N
     assert rows[1] is None and rows[3] is None
     assert shape["order"] == [[0, 1, 2, 3], [1, 2, 3, 0], [2, 3, 0, 1], [3, 0, 1, 2]]
     np.testing.assert_allclose(rows[2], np.exp([lp[2], lp[3], lp[0], lp[1]]), rtol=1e-4)  # option j was at position order.index(j)
+
+
+# ------------------------------------------------------------------------------------------- details
+def test_a_prior_group_is_named_as_a_person_reads_it() -> None:
+    """A declared hub task's prior group is its question's key (a hash): the page shows the question's text,
+    shortened, or the task's name when every item shares the question."""
+    from anyjev.data.tasks import Item, Task
+    from anyjev.decision.questions import choice, noul
+    from anyjev.outputs.viewer.items_page import prior_group_names
+
+    long = "Which of the following statements about the sentence above is the one a careful reader would pick first?"
+    q1, q2 = choice(long, ["a", "b"]), noul("Is it spam?")
+    task = Task("mixed", [Item(id=f"i{i}", state="s", question=q, gold=0) for i, q in enumerate([q1, q2, q1])])
+    names = prior_group_names(task)
+    assert names[q2.key()] == "Is it spam?"
+    assert names[q1.key()].startswith("Which of the following") and names[q1.key()].endswith(" …")
+    assert len(names[q1.key()]) <= 60 < len(long)
+    shared = Task("spam", [Item(id=f"i{i}", state="s", question=q2, gold=0) for i in range(3)])
+    assert prior_group_names(shared)[q2.key()] == "spam"
+    assert prior_group_names(Task("whole", task.items, prior_group="task"))["whole"] == "whole"
+
+
+def test_a_damaged_page_template_is_one_error_naming_it(tmp_path, monkeypatch) -> None:
+    from anyjev.errors import FileFormatError
+    from anyjev.outputs.viewer import page
+
+    template = tmp_path / "index.html"
+    template.write_text(page.TEMPLATE.read_text().replace("/*RUN*/", ""))
+    monkeypatch.setattr(page, "TEMPLATE", template)
+    with pytest.raises(FileFormatError, match=rf"{template}:marker /\*RUN\*/: occurs 0 times, must occur once"):
+        page.index_html({})
+
+
+def test_a_prompt_whose_text_does_not_encode_to_the_scored_ids_names_its_item_and_layout(tasks, smollm2_tokenizer,
+                                                                                      monkeypatch) -> None:
+    from anyjev.data.taskfile import load_task_file
+    from anyjev.decision.labels import LabelChecker
+    from anyjev.decision.options import PromptOptions
+    from anyjev.run import rebuild
+    from anyjev.run.prepared import prepare_item
+
+    task = load_task_file(tasks["rotten_tomatoes"])
+    item = task.items[0]
+    options = PromptOptions()
+    prepared = prepare_item(smollm2_tokenizer, LabelChecker(smollm2_tokenizer), item, "g", options)
+    monkeypatch.setattr(rebuild, "encode", lambda tokenizer, text: [0])
+    with pytest.raises(TaskDataError, match=rf"x.jsonl:item '{item.id}' layout fwd/r0: the rendered text does not encode"):
+        rebuild.render_prepared(smollm2_tokenizer, prepared, options, source="x.jsonl")
