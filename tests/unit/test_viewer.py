@@ -1,4 +1,4 @@
-"""The viewer's generator (anyjev/outputs/viewer.py) and the finished/failed cells helper (anyjev/outputs/cells.py):
+"""The viewer's generator (anyjev/outputs/viewer/) and the finished/failed cells helper (anyjev/results/layout.py):
 the committed results/viewer is what the generator writes from the committed cells, per-item levels are the
 library's, a predictions file or a prompt that does not follow from the scores is refused, failed cells name
 their error and log. The page itself is tested in a real browser: tests/e2e/test_viewer_browser.py."""
