@@ -59,24 +59,23 @@ class RunOutputs:
     viewer_out: str
 
 
-def write_run_outputs(job: RunOutputs) -> dict[tuple[str, str], dict[str, str]]:
+def write_run_outputs(job: RunOutputs) -> dict[tuple[str, str], dict[str, str | None]]:
     """Write JOB's outputs from the cells that finished, listing the others; returns the failed cells."""
     run = read_layout(job.layout, job.cells)
-    done = [(c.model, c.task) for c in run.finished]
     failed = run.failures
     summary = write_summary(run, job.levels, job.summary["csv"], job.summary["md"], job.summary["tex"])
     write_provenance(job.config, run, job.provenance["md"], job.provenance["html"])
     for (m, t), why in failed.items():
         fig = job.reliability.of(m, t)
         plot_failed_cell(f"{m} / {t}", why["error"], why["log"], fig.png, fig.pdf)
-    if done:
+    if run.finished:
         plot_metrics_by_level(summary, job.metrics_by_level.png, job.metrics_by_level.pdf)
         plot_flip(summary, job.flip_by_level.png, job.flip_by_level.pdf)
         for cell in run.finished:
             fig = job.reliability.of(cell.model, cell.task)
             plot_reliability(cell.predictions, job.levels, fig.png, fig.pdf, k=cell.metrics["k"], title=f"{cell.model} / {cell.task}",
                              ece_intervals={lv: (cell.metrics["metrics"].get(lv) or {}).get("ece") for lv in job.levels})
-    if done and job.published and Path(job.published).is_file():
+    if run.finished and job.published and Path(job.published).is_file():
         table = vs_published_frame(summary, read_published(job.published))
         write_text_atomic(job.vs_published["csv"], table.to_csv(index=False, float_format="%.6f"))
         write_text_atomic(job.vs_published["md"], vs_published_markdown(table))

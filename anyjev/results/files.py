@@ -165,14 +165,10 @@ class Scores:
     items: list[dict[str, Any]]
     extras: dict[str, dict[str, Any]]
 
-    def line(self, i: int) -> int:
-        """The line of item record I (the header is line 1, the item records follow it)."""
-        return i + 2
 
-    @property
-    def test(self) -> list[dict[str, Any]]:
-        """The test items' records (a record without a split is a test item)."""
-        return [r for r in self.items if r.get("split") in (None, "test")]
+def is_test(record: Mapping[str, Any]) -> bool:
+    """Whether an item record is a test item's (a record without a split is one)."""
+    return record.get("split") in (None, "test")
 
 
 def load_scores(path: str | os.PathLike) -> Scores:
@@ -186,7 +182,7 @@ def load_scores(path: str | os.PathLike) -> Scores:
     except FileFormatError:
         raise
     except TaskDataError as exc:
-        raise FileFormatError(exc.path, exc.where, str(exc).split(": ", 1)[-1].split(": ", 1)[-1]) from None
+        raise FileFormatError(exc.path, exc.where, str(exc).removeprefix(f"{exc.path}:{exc.where}: ")) from None
     except (json.JSONDecodeError, KeyError, AttributeError, TypeError) as exc:
         raise FileFormatError(str(path), "line 1", f"not a scores file's header ({type(exc).__name__}: {exc})") from None
     if not isinstance(identity, dict):

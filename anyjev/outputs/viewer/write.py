@@ -21,6 +21,7 @@ from anyjev.outputs.viewer.levels import cell_levels, check_predictions
 from anyjev.outputs.viewer.page import index_html
 from anyjev.outputs.viewer.run_page import run_page
 from anyjev.results import Cell, CellLayout, Run, read_layout
+from anyjev.results.files import is_test
 from anyjev.run.rebuild import scored_prompts
 
 
@@ -44,7 +45,7 @@ def write_cell(run: Run, cell: Cell, job: ViewerJob, out: Path, tokenizer) -> No
     task_file = job.tasks[cell.task]
     task = load_task_file(task_file)
     prompts = scored_prompts(cell.scores.path, cell.scores.items, task, task_file, tokenizer, cell.prompt_options,
-                             keep=lambda rec: rec.get("split") in (None, "test"))
+                             keep=is_test)
     data = CellFrames.of(run, cell)
     write_text_atomic(out / "cells" / cell.model / f"{cell.task}.js", js_data("cell", cell.key, cell_page(data, levels, job.levels)))
     write_text_atomic(out / "cells" / cell.model / f"{cell.task}.items.js",
