@@ -4,15 +4,16 @@
 
 rule fetch_hub_task:
     output:
-        f"{HUB_CACHE}/{{dataset}}/meta.json",
+        # the fetched dataset's record (anyjev/data/hub.py), beside its splits
+        meta=f"{PATHS.hub_cache}/{{dataset}}/{HUB_META}",
     log:
-        "logs/fetch_hub_task/{dataset}.log",
+        PATHS.fetch_log,
     localrule: True
     conda:
         "../envs/client.yaml"
     params:
-        # The declared dataset, splits and revision, and the run's lock (LOCK_RECORD, or the config's `lock:`, which pins).
-        job=lambda wc: SETTINGS.fetch_job(wc.dataset, hub_cache=HUB_CACHE, lock_record=LOCK_RECORD).to_json(),
+        # The declared dataset, splits and revision, and the run's lock (the lock record, or the config's `lock:`, which pins).
+        job=lambda wc: job_file(SETTINGS.fetch_job(wc.dataset, hub_cache=PATHS.hub_cache, lock_record=PATHS.lock_record)),
     shell:
         "python -m anyjev fetch-task --job {params.job:q} > {log:q} 2>&1"
 
@@ -21,13 +22,13 @@ rule prepare_task:
     input:
         task_inputs,
     output:
-        TASK_FILE,
+        task_file=PATHS.task_file,
     log:
-        f"{LOGS}/prepare_task/{{task}}.log",
+        PATHS.prepare_task_log,
     localrule: True
     conda:
         "../envs/client.yaml"
     params:
-        job=lambda wc: SETTINGS.prepare_job(wc.task, hub_cache=HUB_CACHE).to_json(),
+        job=lambda wc: job_file(SETTINGS.prepare_job(wc.task, hub_cache=PATHS.hub_cache)),
     shell:
-        "python -m anyjev prepare-task --job {params.job:q} --out {output:q} > {log:q} 2>&1"
+        "python -m anyjev prepare-task --job {params.job:q} --out {output.task_file:q} > {log:q} 2>&1"
