@@ -7,7 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from anyjev.config import check_runnable, load_strict, validate_config
+from anyjev.config import check_runnable, load_strict, validate_config, with_shipped_paths
 from anyjev.errors import ConfigError
 from anyjev.outputs.plots import SummaryPlotsJob, VsPublishedPlotJob
 from anyjev.outputs.run import RunOutputs, write_run_outputs
@@ -34,6 +34,8 @@ def _load_settings():
             raise WorkflowError(f"invalid config {path}: {exc}")
     try:
         validated = validate_config(config)
+        if HOME is not None:  # what ships with the workflow, for a run in a folder of its own
+            validated = with_shipped_paths(validated, HOME)
         check_runnable(validated)
         return validated, Settings.from_config(validated)
     except ConfigError as exc:
