@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 from anyjev.config import check_runnable, load_strict, validate_config, with_shipped_paths
+from anyjev.data.hub import META_FILE as HUB_META
 from anyjev.errors import ConfigError
 from anyjev.outputs.plots import SummaryPlotsJob, VsPublishedPlotJob
 from anyjev.outputs.run import RunOutputs, write_run_outputs
 from anyjev.outputs.viewer import CELLS as VIEWER_CELLS, INDEX as VIEWER_INDEX
 from anyjev.paths import METRICS, PREDICTIONS, PROVENANCE, SCORES, run_paths
 from anyjev.results import CellLayout
-from anyjev.data.hub import META_FILE as HUB_META
 from anyjev.run.allocation import PublishJob, failed_cells, score_jobs_mode
 from anyjev.serving.models import PROVENANCE_FILE as MODEL_RECORD
 from anyjev.settings import Settings
