@@ -62,6 +62,32 @@ class RunOutputs:
     viewer_out: str
 
 
+def kept_as_they_are(job: RunOutputs) -> str | None:
+    """Why the cross-cell outputs already at JOB's paths must not be replaced by this run's partial ones, or None.
+
+    No cell of this run finished: its tables would show nothing, in place of whatever they show now. The summary there
+    shows cells this run does not have: it was made by a run of another config, whose files are not this run's to
+    rewrite (a study of its own runs in its own folder: ``snakemake --directory``)."""
+    if not job.layout.finished(job.cells):
+        return "no cell of this run finished, so there is nothing to write in place of the outputs already there"
+    shown = summary_cells(job.summary["csv"])
+    others = sorted(shown - set(job.cells))
+    if others:
+        listed = ", ".join(f"{m}/{t}" for m, t in others[:4]) + (", ..." if len(others) > 4 else "")
+        return (f"{job.summary['csv']} shows cells this run does not have ({listed}): it was made by a run of another "
+                f"config, and its outputs are left as they are")
+    return None
+
+
+def summary_cells(path: str | Path) -> set[tuple[str, str]]:
+    """The (model, task) cells a summary table shows; none when there is no readable table."""
+    try:
+        table = pd.read_csv(path, usecols=["model", "task"], dtype=str)
+    except (OSError, ValueError, pd.errors.EmptyDataError):
+        return set()
+    return set(zip(table["model"], table["task"], strict=True))
+
+
 def write_run_outputs(job: RunOutputs) -> dict[tuple[str, str], dict[str, str]]:
     """Write JOB's outputs from the cells that finished, listing the others; returns the failed cells."""
     done = job.layout.finished(job.cells)
