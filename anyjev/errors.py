@@ -74,7 +74,7 @@ class ServerChangedError(ServerError):
     """The server a cell talks to is not the one its checkpointed items were scored on (on resume), or it changed
     while the cell was being scored; names what changed. Nothing from the other server is written."""
 
-    def __init__(self, where: str, changes: list[str], *, during: bool = False, fresh: str | None = None) -> None:
+    def __init__(self, where: str, changes: list[str], *, during: bool = False) -> None:
         self.where = where
         self.changes = list(changes)
         what = "; ".join(changes)
@@ -82,8 +82,6 @@ class ServerChangedError(ServerError):
             message = (f"{where}: the server changed while the cell was being scored ({what}); the items read since the "
                        f"last checkpoint are not written. Score the cell again against one server")
         else:
-            message = (f"{where}: the server is not the one the checkpointed items were scored on ({what}). Serve them "
-                       f"from that server again, or start the cell afresh")
-        if fresh:
-            message += f" ({fresh})"
+            message = (f"{where}: the server is not the one the checkpointed items were scored on ({what}). Serve the "
+                       f"cell from that server again, or delete {where} to score it afresh")
         super().__init__(message + ".")

@@ -101,13 +101,12 @@ class PartialScores:
         Returns the reference identity (the recorded one when resuming, else NOW)."""
         held = len(self.records) + len(self.extras)
         if held and self._recorded_server is None:
-            raise ServerChangedError(str(self.path), [f"its {held} records name no server (an older checkpoint)"],
-                                     fresh=f"delete {self.path} to score the cell afresh")
+            raise ServerChangedError(str(self.path), [f"its {held} records name no server (an older checkpoint)"])
         if held:
             recorded = ServerIdentity.from_dict(self._recorded_server)
             found = differences(recorded, now)
             if found:
-                raise ServerChangedError(str(self.path), found, fresh=f"delete {self.path} to score the cell afresh")
+                raise ServerChangedError(str(self.path), found)
             self.server = recorded
         else:
             self.server = now

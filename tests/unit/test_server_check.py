@@ -174,3 +174,30 @@ def test_differences_compare_what_changes_numbers_and_nothing_else():
     block = ServerIdentity(base.description | {"cache": base.description["cache"] | {"block_size": "128"}}, ["fp-1"],
                            base.probe)
     assert differences(base, block) == ["cache.block_size '32' -> '128'"]
+
+
+def test_a_refused_resume_fails_its_cell_alone_in_a_models_job(tmp_path, stub, qwen3_tokenizer):
+    """score_jobs: model: the cell whose checkpoint was made on another server fails alone, its outcome naming what
+    changed; the model's other cell is scored, and publish-cell raises the cell's error."""
+    from anyjev.errors import AnyjevError
+    from anyjev.run.allocation import ScoreModelJob, publish_cell, score_model_job
+
+    url_job(tmp_path, stub.url, Path(qwen3_tokenizer.name_or_path))  # the config and the task file
+    config = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    config["tasks"]["u"] = dict(config["tasks"]["t"])
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    settings = Settings.load(tmp_path / "config.yaml")
+    job = ScoreModelJob.from_json(settings.score_model_job(
+        MODEL, models_dir="unused", server_log=str(tmp_path / "s.log"), state_dir=str(tmp_path / "state"),
+        task_file=str(tmp_path / "t.jsonl"), staged=str(tmp_path / "staged" / "{task}")).to_json())
+    cell_t = job.cells["t"]
+    fail_after(stub, requests_for_chunks(1))
+    with pytest.raises(BackendError):
+        score_job(cell_t.job, cell_t.task_file, cell_t.staged_scores, None, owner_pid=0)
+    stub.default, stub.fingerprint, stub.shift = Reply(), "stub-fp-2", 0.3
+    record = score_model_job(job, tmp_path / "allocation.json", owner_pid=0)
+    assert record["cells"]["t"]["status"] == "failed" and record["cells"]["t"]["error"] == "ServerChangedError"
+    assert "system_fingerprint stub-fp-1 -> stub-fp-2" in record["cells"]["t"]["message"]
+    assert record["cells"]["u"]["status"] == "ok"
+    with pytest.raises(AnyjevError, match="ServerChangedError: .*system_fingerprint"):
+        publish_cell(tmp_path / "allocation.json", "t", tmp_path / "out.jsonl", tmp_path / "prov.json")
