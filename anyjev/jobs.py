@@ -5,7 +5,8 @@ Each step owns the type of its job (``PrepareJob`` in :mod:`anyjev.data.prepare`
 rule passes it as one quoted JSON argument (``--job '{...}'``); the command line parses it back into the same type
 with :meth:`Job.from_json`, refusing a key it does not know or a key it misses (naming the key path), and hands the
 typed object on. A setting therefore has one name from the schema to the function that uses it, and cannot be
-dropped on the way: a field that is not in the type is an error, not a silently ignored key.
+dropped on the way: a field that is not in the type is an error, not a silently ignored key, and a field the JSON
+lacks is an error too, not a default filled in silently (the rule wrote every field; one it lacks was lost).
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ def to_data(obj: Any) -> Any:
     return obj
 
 
-def _convert(hint: Any, value: Any, where: str) -> Any:
-    """VALUE read back as the type HINT (nested dataclasses, optional values, tuples, dicts, plain scalars)."""
+def _convert(hint: Any, value: Any, where: str, complete: bool) -> Any:
+    """VALUE read back as the type HINT (nested dataclasses, optional values, tuples, dicts, plain scalars); COMPLETE
+    as in :func:`from_data`, for every dataclass inside."""
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(hint)
@@ -44,33 +46,33 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
             raise ConfigError(where, "is null, but a value is required")
         present = [a for a in args if a is not type(None)]
         if len(present) == 1:  # an optional value: its own error names the key that is wrong inside it
-            return _convert(present[0], value, where)
+            return _convert(present[0], value, where, complete)
         for arg in args:
             if arg is type(None):
                 continue
             try:
-                return _convert(arg, value, where)
+                return _convert(arg, value, where, complete)
             except ConfigError:
                 continue
         raise ConfigError(where, f"{value!r:.80} is none of {', '.join(getattr(a, '__name__', str(a)) for a in args)}")
     if dataclasses.is_dataclass(hint):
-        return from_data(hint, value, where)
+        return from_data(hint, value, where, complete=complete)
     if origin is tuple:
         if not isinstance(value, list | tuple):
             raise ConfigError(where, f"expected a list, got {value!r:.80}")
         args = typing.get_args(hint)
         item = args[0] if args else Any
-        return tuple(_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+        return tuple(_convert(item, v, f"{where}[{i}]", complete) for i, v in enumerate(value))
     if origin is list:
         if not isinstance(value, list | tuple):
             raise ConfigError(where, f"expected a list, got {value!r:.80}")
         (item,) = typing.get_args(hint) or (Any,)
-        return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [_convert(item, v, f"{where}[{i}]", complete) for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(where, f"expected a mapping, got {value!r:.80}")
         _, item = typing.get_args(hint) or (str, Any)
-        return {k: _convert(item, v, f"{where}.{k}") for k, v in value.items()}
+        return {k: _convert(item, v, f"{where}.{k}", complete) for k, v in value.items()}
     if hint is bool and not isinstance(value, bool):
         raise ConfigError(where, f"expected true or false, got {value!r:.80}")
     if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
@@ -82,8 +84,12 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
     return float(value) if hint is float else value
 
 
-def from_data(cls: type[T], data: Any, where: str = "job") -> T:
-    """Build the dataclass CLS from DATA (a JSON mapping), refusing unknown and missing keys, naming their path."""
+def from_data(cls: type[T], data: Any, where: str = "job", *, complete: bool = False) -> T:
+    """Build the dataclass CLS from DATA (a JSON mapping), refusing unknown and missing keys, naming their path.
+
+    A key is missing when DATA lacks a field that has no default; with COMPLETE (a job's JSON, which names every
+    field), when DATA lacks any field. Without it (a config section, whose optional keys without a schema default
+    may be absent) an absent field takes its default."""
     if not isinstance(data, dict):
         raise ConfigError(where, f"expected a mapping for {cls.__name__}, got {data!r:.80}")
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
@@ -94,10 +100,10 @@ def from_data(cls: type[T], data: Any, where: str = "job") -> T:
     values = {}
     for name, f in fields.items():
         if name not in data:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            if complete or (f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING):
                 raise ConfigError(f"{where}.{name}", f"missing (every {cls.__name__} names it)")
             continue
-        values[name] = _convert(hints[name], data[name], f"{where}.{name}")
+        values[name] = _convert(hints[name], data[name], f"{where}.{name}", complete)
     return cls(**values)
 
 
@@ -116,4 +122,4 @@ class Job:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError("--job", f"not JSON ({exc})") from None
-        return from_data(cls, data, "job")
+        return from_data(cls, data, "job", complete=True)

@@ -3,7 +3,9 @@ and default, in one place.
 
 The workflow validates its config against this file (:mod:`anyjev.config`), and every default the library uses for
 a config setting is read from it with :func:`setting`, so no default is written twice (``tests/unit/test_settings.py``
-walks the schema and every job type to prove it). Importing this module reads nothing outside the package.
+walks the schema and every job type to prove it). The allowed values of a setting are the schema's too: a typed
+options object checks its setting fields against their schema nodes (:func:`check_settings`), however it was built
+(from the config, from a job's JSON, or by hand). Importing this module reads nothing outside the package.
 """
 
 from __future__ import annotations
@@ -54,6 +56,27 @@ def setting(*keys: str) -> Any:
     return dataclasses.field(default_factory=functools.partial(default, *keys), metadata={SCHEMA_KEY: keys})
 
 
+def allowed(*keys: str) -> tuple[Any, ...]:
+    """The values the schema allows for the config key path KEYS (its ``enum``)."""
+    return tuple(schema_node(*keys)["enum"])
+
+
+def check_setting(value: Any, *keys: str) -> Any:
+    """VALUE checked against the schema node of the config key path KEYS (a ConfigError naming the path when it is not
+    allowed there, as in a config file); returns VALUE."""
+    validate(copy.deepcopy(value), schema_node(*keys), ".".join(keys))
+    return value
+
+
+def check_settings(obj: Any) -> None:
+    """Check every field of the dataclass instance OBJ that stands for a setting (made with :func:`setting`) against
+    its schema node (:func:`check_setting`)."""
+    for f in dataclasses.fields(obj):
+        keys = f.metadata.get(SCHEMA_KEY)
+        if keys is not None:
+            check_setting(getattr(obj, f.name), *keys)
+
+
 def _with_defaults(cls):
     validate_properties = cls.VALIDATORS["properties"]
 
@@ -86,6 +109,8 @@ def _error(err, prefix: str) -> ConfigError:
         missing = [k for k in err.validator_value if k not in err.instance]
         if missing:
             return ConfigError(f"{where}.{missing[0]}" if where != "<top level>" else missing[0], f"required ({err.message})")
+    if err.validator == "enum":
+        return ConfigError(where, f"{err.instance!r:.80} is not one of {', '.join(map(str, err.validator_value))}")
     return ConfigError(where, f"{err.message} (value {err.instance!r:.80})")
 
 

@@ -22,7 +22,7 @@ from anyjev.decision.options import PromptOptions
 from anyjev.errors import ConfigError
 from anyjev.jobs import from_data
 from anyjev.lock import Lock
-from anyjev.numbers.evaluation import EvaluationOptions
+from anyjev.numbers.options import EvaluationOptions
 from anyjev.outputs.cells import CellLayout
 from anyjev.outputs.viewer import ViewerJob
 from anyjev.run.allocation import ModelCell, ScoreModelJob

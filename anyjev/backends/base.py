@@ -13,11 +13,15 @@ class Backend(Protocol):
 
     ``label_logprobs(prompts, label_ids)`` returns an (N, K) float64 array: for prompt i, the
     log-probabilities of ``label_ids`` at the next position, renormalised over the labels (a softmax
-    restricted to the label set), in the order of ``label_ids``.
+    restricted to the label set), in the order of ``label_ids``. ``vocab_logprobs`` returns the same
+    labels' log-probabilities under the full vocabulary, not renormalised (``exp`` summed over a row is
+    the answer mass).
     """
 
     name: str
 
     def label_logprobs(self, prompts: Sequence[Sequence[int]], label_ids: Sequence[int]) -> np.ndarray: ...
+
+    def vocab_logprobs(self, prompts: Sequence[Sequence[int]], label_ids: Sequence[int]) -> np.ndarray: ...
 
     def describe(self) -> dict: ...

@@ -10,8 +10,6 @@ import numpy as np
 from anyjev.decision.questions import Question
 
 GROUPS = ("fwd", "rev")
-# The values of the config key scoring.option_order (the schema's enum; a test keeps them equal).
-OPTION_ORDERS = ("as_given", "canonical")
 
 
 @dataclass(frozen=True)
@@ -38,9 +36,9 @@ def canonical_order(question: Question) -> tuple[int, ...]:
 
 def base_order(question: Question, option_order: str) -> tuple[int, ...]:
     """The listing the rotations start from: the caller's (``as_given``) or :func:`canonical_order`
-    (``canonical``, choice questions only: Yes/No phrasing and ordered levels keep their own order)."""
-    if option_order not in OPTION_ORDERS:
-        raise ValueError(f"option_order: must be one of {OPTION_ORDERS}, got {option_order!r}")
+    (``canonical``, choice questions only: Yes/No phrasing and ordered levels keep their own order). OPTION_ORDER is
+    the config's ``scoring.option_order``, checked against the schema by :class:`~anyjev.decision.options.PromptOptions`,
+    through which every caller comes."""
     if option_order == "canonical" and question.kind == "choice":
         return canonical_order(question)
     return tuple(range(question.k))

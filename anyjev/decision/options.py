@@ -8,11 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from anyjev.decision.layouts import OPTION_ORDERS, Layout, layouts_for
+from anyjev.decision.layouts import Layout, layouts_for
 from anyjev.decision.prompts import PROFILES, PromptProfile, render_text
 from anyjev.decision.questions import Question
-from anyjev.errors import ConfigError
-from anyjev.schema import setting
+from anyjev.schema import check_settings, default, setting
 
 # A cell scored before profiles and option orders existed used this project's prompt and the given order.
 LEGACY_PROFILE = "anyjev"
@@ -31,11 +30,7 @@ class PromptOptions:
     flip: bool = True
 
     def __post_init__(self) -> None:
-        if self.prompt_profile not in PROFILES:
-            raise ConfigError("scoring.prompt_profile", f"unknown prompt profile {self.prompt_profile!r}; known: "
-                              f"{', '.join(PROFILES)}")
-        if self.option_order not in OPTION_ORDERS:
-            raise ConfigError("scoring.option_order", f"must be one of {', '.join(OPTION_ORDERS)}, got {self.option_order!r}")
+        check_settings(self)
 
     @property
     def profile(self) -> PromptProfile:
@@ -53,14 +48,15 @@ class PromptOptions:
         """What a cell's identity records of how its prompts were made (so a checkpoint made otherwise is not
         resumed, and ``anyjev export-prompts`` can rebuild them: :meth:`from_identity`)."""
         out: dict[str, Any] = {"prompt_profile": self.profile.identity(), "layouts": {"permute": self.permute, "flip": self.flip}}
-        if self.option_order != "as_given":  # a default cell's identity is what it always was
+        if self.option_order != default("scoring", "option_order"):  # a default cell's identity is what it always was
             out["option_order"] = self.option_order
         return out
 
     @classmethod
     def from_identity(cls, identity: dict[str, Any]) -> PromptOptions:
-        """The options a scored cell's prompts were made with, read back from its identity."""
+        """The options a scored cell's prompts were made with, read back from its identity (an option order it does
+        not record is the default, which :meth:`identity` leaves out)."""
         layouts = identity.get("layouts") or {}
+        recorded = {"option_order": identity["option_order"]} if "option_order" in identity else {}
         return cls(prompt_profile=(identity.get("prompt_profile") or {}).get("name", LEGACY_PROFILE),
-                   option_order=identity.get("option_order", "as_given"),
-                   permute=layouts.get("permute", True), flip=layouts.get("flip", True))
+                   permute=layouts.get("permute", True), flip=layouts.get("flip", True), **recorded)

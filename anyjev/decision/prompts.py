@@ -18,7 +18,6 @@ from anyjev.decision import published
 from anyjev.decision.layouts import Layout
 from anyjev.decision.questions import Question
 
-PROMPT_SYSTEM_VERSION = "1"
 SYSTEM_PROMPT = (
     "You are a decision function. Read the state and the question, then reply with the label of your "
     "answer only: no explanation, no punctuation."
@@ -52,7 +51,8 @@ def has_chat_template(tokenizer) -> bool:
 
 @dataclass(frozen=True)
 class PromptProfile:
-    """A named, versioned prompt wording. ``version`` changes whenever the tokens sent would."""
+    """A named, versioned prompt wording. ``version`` changes whenever the tokens sent would: it is the one version of
+    a prompt, recorded in every cell's identity."""
 
     name: str
     version: str
@@ -67,7 +67,7 @@ class PromptProfile:
 
 # The profiles by name: the values of the config key scoring.prompt_profile (the schema's enum; a test keeps them equal).
 PROFILES: dict[str, PromptProfile] = {
-    "anyjev": PromptProfile("anyjev", PROMPT_SYSTEM_VERSION),
+    "anyjev": PromptProfile("anyjev", "1"),
     "published": PromptProfile("published", f"anyjev=={published.PUBLISHED_VERSION}"),
 }
 

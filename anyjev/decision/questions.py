@@ -11,12 +11,12 @@ import hashlib
 import json
 import string
 from dataclasses import dataclass, field
-from typing import Literal
 
 from anyjev.errors import QuestionError
+from anyjev.schema import allowed
 
-Kind = Literal["choice", "noul", "score"]
-KINDS: tuple[str, ...] = ("choice", "noul", "score")
+# The kinds of question: the values a declared hub task's kind may take (the schema's), in a task file as in a config.
+KINDS: tuple[str, ...] = allowed("tasks", "*", "hub", "kind")
 LETTERS = string.ascii_uppercase
 NOUL_OPTIONS = ("Yes", "No")
 MAX_CHOICE_OPTIONS = 26
@@ -27,7 +27,7 @@ MAX_SCORE_LEVELS = 10
 class Question:
     """One typed decision. Build it with :func:`choice`, :func:`noul` or :func:`score`."""
 
-    kind: Kind
+    kind: str
     text: str
     options: tuple[str, ...]
     scale: tuple[float, float] | None = None

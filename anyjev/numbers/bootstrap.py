@@ -15,6 +15,7 @@ import numpy as np
 from anyjev.numbers.levels import LevelInputs, levels_resampled
 from anyjev.numbers.logprobs import log_softmax
 from anyjev.numbers.metrics import metrics_batch
+from anyjev.numbers.options import EvaluationOptions
 from anyjev.numbers.temperature import fit_log_temperature
 
 CHUNK_FLOATS = 3_000_000  # floats per array in one chunk of resamples (memory bound, ~24 MB)
@@ -43,12 +44,15 @@ def _pad(lp: np.ndarray, kmax: int) -> np.ndarray:
     return out
 
 
-def replicates(groups: list[KGroup], idx: list[tuple[np.ndarray, np.ndarray | None]], with_l1: bool,
-                settings: dict) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray, dict[str, np.ndarray]]:
+Index = list[tuple[np.ndarray, np.ndarray | None]]  # per K group: test rows (B, n_test), calibration rows or None
+
+
+def replicates(groups: list[KGroup], idx: Index, with_l1: bool,
+               options: EvaluationOptions) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray, dict[str, np.ndarray]]:
     """Levels of every resample, K groups padded and concatenated: ``{level: {g: (B, N, Kmax)}}``, gold ``(B, N)``,
     and ``log T`` per layout group ``(B,)``. One temperature per layout group is fitted on all K groups."""
     kmax = max(g.k for g in groups)
-    per = [levels_resampled(grp.inputs, it, ic, fit=False, prior_source=grp.prior_source, **settings)
+    per = [levels_resampled(grp.inputs, it, ic, options, fit=False, prior_source=grp.prior_source)
            for grp, (it, ic) in zip(groups, idx, strict=True)]
     layout_groups = list(groups[0].inputs.test)
     levels = {name: {g: np.concatenate([_pad(r.levels[name][g], kmax) for r in per], axis=1) for g in layout_groups}
@@ -67,8 +71,8 @@ def replicates(groups: list[KGroup], idx: list[tuple[np.ndarray, np.ndarray | No
     return levels, gold, log_t
 
 
-def metric_replicates(groups: list[KGroup], idx: list[tuple[np.ndarray, np.ndarray | None]], with_l1: bool,
-                       settings: dict) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
+def metric_replicates(groups: list[KGroup], idx: Index, with_l1: bool,
+                      options: EvaluationOptions) -> tuple[dict[str, dict[str, np.ndarray]], dict[str, np.ndarray]]:
     """Every metric of every level for each resample (chunked over resamples to bound memory)."""
     b = idx[0][0].shape[0]
     per_resample = sum(g.inputs.size_per_resample() for g in groups)
@@ -77,7 +81,7 @@ def metric_replicates(groups: list[KGroup], idx: list[tuple[np.ndarray, np.ndarr
     temps: dict[str, list[np.ndarray]] = {}
     for lo in range(0, b, chunk):
         part = [(it[lo:lo + chunk], None if ic is None else ic[lo:lo + chunk]) for it, ic in idx]
-        levels, gold, log_t = replicates(groups, part, with_l1, settings)
+        levels, gold, log_t = replicates(groups, part, with_l1, options)
         for name, lv in levels.items():
             m = metrics_batch(lv["fwd"], gold, lv.get("rev"))
             for metric, v in m.items():
@@ -88,27 +92,34 @@ def metric_replicates(groups: list[KGroup], idx: list[tuple[np.ndarray, np.ndarr
             {g: np.concatenate(v) for g, v in temps.items()})
 
 
-def identity_index(groups: list[KGroup], with_l1: bool, rows: int = 1) -> list[tuple[np.ndarray, np.ndarray | None]]:
+def calib_rows(groups: list[KGroup], with_l1: bool) -> list[bool]:
+    """Per K group, whether its calibration items are resampled (they enter its levels: :meth:`KGroup.uses_calib`)."""
+    return [grp.uses_calib(with_l1) for grp in groups]
+
+
+def identity_index(groups: list[KGroup], calib: list[bool], rows: int = 1) -> Index:
+    """Every item once, in file order (the point), ROWS times; calibration rows for the groups CALIB marks."""
     out = []
-    for grp in groups:
+    for grp, with_calib in zip(groups, calib, strict=True):
         it = np.broadcast_to(np.arange(grp.inputs.n_test), (rows, grp.inputs.n_test))
-        ic = np.broadcast_to(np.arange(grp.inputs.n_calib), (rows, grp.inputs.n_calib)) if grp.uses_calib(with_l1) else None
+        ic = np.broadcast_to(np.arange(grp.inputs.n_calib), (rows, grp.inputs.n_calib)) if with_calib else None
         out.append((it, ic))
     return out
 
 
-def jackknife(groups: list[KGroup], with_l1: bool, settings: dict) -> list[dict[str, dict[str, np.ndarray]]]:
-    """Leave-one-out metric values, one entry per stratum (split x K) of at least 2 items."""
+def jackknife_index(groups: list[KGroup], calib: list[bool]) -> list[Index]:
+    """Leave-one-out rows, one index per stratum (split x K) of at least 2 items: the stratum's rows leave each of its
+    items out once, every other stratum keeps all of its items."""
     strata = []
-    for j, grp in enumerate(groups):
-        for split, n in (("test", grp.inputs.n_test), ("calib", grp.inputs.n_calib if grp.uses_calib(with_l1) else 0)):
+    for j, (grp, with_calib) in enumerate(zip(groups, calib, strict=True)):
+        for split, n in (("test", grp.inputs.n_test), ("calib", grp.inputs.n_calib if with_calib else 0)):
             if n < 2:
                 continue
             loo = np.array([np.delete(np.arange(n), i) for i in range(n)])
-            idx = identity_index(groups, with_l1, rows=n)
+            idx = identity_index(groups, calib, rows=n)
             it, ic = idx[j]
             idx[j] = (loo, ic) if split == "test" else (it, loo)
-            strata.append(metric_replicates(groups, idx, with_l1, settings)[0])
+            strata.append(idx)
     return strata
 
 
@@ -117,14 +128,15 @@ def cell_order(groups: list[KGroup]) -> np.ndarray:
     return np.argsort(np.concatenate([g.test_pos for g in groups]), kind="stable")
 
 
-def resample_index(groups: list[KGroup], with_l1: bool, n_boot: int, seed: int) -> list[tuple[np.ndarray, np.ndarray | None]]:
-    """Bootstrap rows per K group: test indices ``(n_boot, n_test)`` and calibration indices (when used), each
-    stratum resampled within itself, rows sorted so the streaming prior keeps the scored order."""
-    rng = np.random.default_rng(seed)
+def resample_index(groups: list[KGroup], calib: list[bool], options: EvaluationOptions) -> Index:
+    """Bootstrap rows per K group (``options.n_boot`` of them, seeded by ``options.bootstrap_seed``): test indices
+    ``(n_boot, n_test)`` and calibration indices for the groups CALIB marks, each stratum resampled within itself,
+    rows sorted so the streaming prior keeps the scored order."""
+    rng = np.random.default_rng(options.bootstrap_seed)
     idx = []
-    for grp in groups:
-        it = np.sort(rng.integers(0, grp.inputs.n_test, size=(n_boot, grp.inputs.n_test)), axis=1)
-        ic = (np.sort(rng.integers(0, grp.inputs.n_calib, size=(n_boot, grp.inputs.n_calib)), axis=1)
-              if grp.uses_calib(with_l1) else None)
+    for grp, with_calib in zip(groups, calib, strict=True):
+        it = np.sort(rng.integers(0, grp.inputs.n_test, size=(options.n_boot, grp.inputs.n_test)), axis=1)
+        ic = (np.sort(rng.integers(0, grp.inputs.n_calib, size=(options.n_boot, grp.inputs.n_calib)), axis=1)
+              if with_calib else None)
         idx.append((it, ic))
     return idx

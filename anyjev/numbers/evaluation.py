@@ -1,12 +1,15 @@
-"""Evaluate a cell's levels: every metric of every level with its bootstrap interval, L1's temperatures and the
-answer mass, from the cell's arrays held per option count K (:class:`~anyjev.numbers.bootstrap.KGroup`).
+"""Evaluate a cell's levels: every metric of every level with its bootstrap interval, every level's difference from
+raw with the interval of the difference, L1's temperatures and the answer mass, from the cell's arrays held per option
+count K (:class:`~anyjev.numbers.bootstrap.KGroup`).
 
 The interval carries the fit: every bootstrap resample redraws the test items and the calibration items (each split
 resampled within itself, and within each K), recomputes the test prior, the frozen calibration prior and L1's
 temperature from the redrawn items, and then every metric (:mod:`anyjev.numbers.bootstrap`). The interval is BCa
 (bias-corrected, with a stratified jackknife acceleration); where the point still falls outside its interval the
-interval is widened to include it, and that is recorded. Reading a scored cell into K groups is the store's
-(:mod:`anyjev.run.records`); writing ``metrics.json`` is the evaluate job's (:mod:`anyjev.run.evaluate`).
+interval is widened to include it, and that is recorded. A difference (a level minus raw; one model minus another,
+:mod:`anyjev.numbers.compare`) is paired: its replicates are the differences of the two sides on the same resamples and
+the same jackknife rows. Reading a scored cell into K groups is the store's (:mod:`anyjev.run.records`); writing
+``metrics.json`` is the evaluate job's (:mod:`anyjev.run.evaluate`).
 """
 
 from __future__ import annotations
@@ -21,48 +24,26 @@ from typing import Any
 import numpy as np
 
 from anyjev.decision.layouts import GROUPS
-from anyjev.errors import ConfigError
-from anyjev.numbers.bootstrap import KGroup, cell_order, identity_index, jackknife, metric_replicates, replicates, resample_index
+from anyjev.numbers.bootstrap import (
+    KGroup,
+    calib_rows,
+    cell_order,
+    identity_index,
+    jackknife_index,
+    metric_replicates,
+    replicates,
+    resample_index,
+)
 from anyjev.numbers.levels import ALL_LEVELS, levels_resampled
-from anyjev.numbers.metrics import METRICS, MIN_BOOT, TIE_TOL, interval, jackknife_acceleration, metrics_batch
+from anyjev.numbers.metrics import METRICS, TIE_TOL, interval, jackknife_acceleration, metrics_batch
+from anyjev.numbers.options import EvaluationOptions
 from anyjev.numbers.temperature import at_bound
-from anyjev.schema import setting
 
 log = logging.getLogger(__name__)
 
-PRIOR_MODES = ("streaming", "batch", "content_free")
 RESAMPLED = ("test and calibration items (each split resampled within itself, per option count K); "
              "test prior, calibration prior and L1 temperature refit in every resample")
-
-
-@dataclass(frozen=True)
-class EvaluationOptions:
-    """Levels, priors and bootstrap of the offline evaluation (the config's ``evaluation.*``)."""
-
-    prior_strength: float = setting("evaluation", "prior_strength")
-    prior_min_items: int = setting("evaluation", "prior_min_items")
-    prior_mode: str = setting("evaluation", "prior_mode")
-    prior_batch_size: int | None = setting("evaluation", "prior_batch_size")
-    n_boot: int = setting("evaluation", "n_boot")
-    bootstrap_seed: int = setting("evaluation", "bootstrap_seed")
-
-    def __post_init__(self) -> None:
-        if self.prior_mode not in PRIOR_MODES:
-            raise ConfigError("evaluation.prior_mode", f"must be one of {', '.join(PRIOR_MODES)}, got {self.prior_mode!r}")
-        if self.prior_mode != "streaming" and self.prior_batch_size is not None:
-            raise ConfigError("evaluation.prior_batch_size", f"applies to prior_mode streaming only (batch uses the whole "
-                              f"split), got {self.prior_batch_size} with prior_mode {self.prior_mode!r}")
-        if self.n_boot < MIN_BOOT:
-            raise ConfigError("evaluation.n_boot", f"must be >= {MIN_BOOT}, got {self.n_boot}")
-
-    @property
-    def batch_size(self) -> int | None:
-        """Items scored together per step of the streaming prior (None: the whole split, the batch prior)."""
-        return (self.prior_batch_size or 1) if self.prior_mode == "streaming" else None
-
-    def level_settings(self) -> dict[str, Any]:
-        """The keyword settings of :func:`anyjev.numbers.levels.levels_resampled`."""
-        return {"strength": self.prior_strength, "min_items": self.prior_min_items, "batch_size": self.batch_size}
+BASELINE = "raw"  # the level every other level is compared with (level_minus_raw)
 
 
 @dataclass
@@ -90,6 +71,7 @@ class Evaluation:
     k_groups: list[dict[str, Any]]
     levels: list[str]
     metrics: dict[str, dict[str, dict[str, Any]]]
+    level_minus_raw: dict[str, dict[str, dict[str, Any]]]
     temperature: dict[str, dict[str, Any]]
     answer_mass: dict[str, Any] | None
     intervals_widened: int
@@ -106,48 +88,85 @@ class Evaluation:
         return out
 
 
+@dataclass
+class CellReplicates:
+    """A cell's levels at the point (cell order) and every metric of every level at the point, on each bootstrap
+    resample (``boot[level][metric]`` ``(n_boot,)``) and on each jackknife row (one entry per stratum)."""
+
+    levels: dict[str, dict[str, np.ndarray]]
+    gold: np.ndarray
+    log_t: dict[str, np.ndarray]
+    point: dict[str, dict[str, float]]
+    boot: dict[str, dict[str, np.ndarray]]
+    boot_t: dict[str, np.ndarray]
+    jack: list[dict[str, dict[str, np.ndarray]]]
+
+
+def with_calibration(groups: list[KGroup]) -> bool:
+    """Whether the cell has L1: calibration items in every K group."""
+    return all(g.inputs.n_calib > 0 for g in groups)
+
+
+def cell_replicates(groups: list[KGroup], options: EvaluationOptions, calib: list[bool] | None = None) -> CellReplicates:
+    """Every level and metric of the cell held in GROUPS at the point, on OPTIONS' bootstrap resamples and on the
+    jackknife rows. CALIB marks the K groups whose calibration items are resampled (default: those whose levels use
+    them); a comparison of two cells passes the same marks for both, so both are resampled on the same rows."""
+    with_l1 = with_calibration(groups)
+    calib = calib_rows(groups, with_l1) if calib is None else calib
+    levels, gold, log_t = replicates(groups, identity_index(groups, calib), with_l1, options)
+    order = cell_order(groups)
+    levels = {name: {g: v[:, order] for g, v in lv.items()} for name, lv in levels.items()}
+    gold = gold[:, order]
+    point = {name: {m: float(v[0]) for m, v in metrics_batch(lv["fwd"], gold, lv.get("rev")).items()}
+             for name, lv in levels.items()}
+    boot, boot_t = metric_replicates(groups, resample_index(groups, calib, options), with_l1, options)
+    jack = [metric_replicates(groups, idx, with_l1, options)[0] for idx in jackknife_index(groups, calib)]
+    return CellReplicates(levels, gold, log_t, point, boot, boot_t, jack)
+
+
+def summary(value: float, boot: np.ndarray, jack: list[np.ndarray], level: float) -> dict[str, Any]:
+    """A statistic's point VALUE with its BCa interval from its bootstrap replicates BOOT and its jackknife values
+    JACK (one array per stratum): ``{"value", "lo", "hi", "widened"}``."""
+    lo, hi, wide = interval(value, boot, accel=jackknife_acceleration(jack), level=level, method="bca")
+    return {"value": value, "lo": lo, "hi": hi, "widened": wide}
+
+
+def paired_difference(a: CellReplicates, level_a: str, b: CellReplicates, level_b: str, metric: str,
+                      level: float) -> dict[str, Any]:
+    """METRIC of A's LEVEL_A minus that of B's LEVEL_B, with the BCa interval of the difference: A and B were
+    resampled on the same rows, so each replicate is the difference on one resample (jackknife row) of both."""
+    return summary(a.point[level_a][metric] - b.point[level_b][metric],
+                   a.boot[level_a][metric] - b.boot[level_b][metric],
+                   [x[level_a][metric] - y[level_b][metric] for x, y in zip(a.jack, b.jack, strict=True)], level)
+
+
 def evaluate(groups: list[KGroup], options: EvaluationOptions, *, ids: Sequence[str], n_calib_items: int,
              answer_masses: Sequence[float | None], level: float = 0.95, source: str = "<cell>") -> Evaluation:
     """Levels and metrics of the test items held in GROUPS (one per K; cell order is restored from their
-    positions), with L1 fitted on their calibration items and refit-BCa intervals. IDS are the test items' ids in
-    cell order; N_CALIB_ITEMS the calibration items the cell holds; ANSWER_MASSES each test item's answer mass (None
-    where the cell did not read it)."""
+    positions), with L1 fitted on their calibration items and refit-BCa intervals, and each level minus raw with
+    the interval of the paired difference. IDS are the test items' ids in cell order; N_CALIB_ITEMS the calibration
+    items the cell holds; ANSWER_MASSES each test item's answer mass (None where the cell did not read it)."""
     if not groups:
         raise ValueError("no K group to evaluate")
-    settings = options.level_settings()
     prior_source = "/".join(sorted({g.prior_source for g in groups}))
-    with_l1 = all(g.inputs.n_calib > 0 for g in groups)
+    with_l1 = with_calibration(groups)
     if n_calib_items and not with_l1:
         missing = [g.k for g in groups if g.inputs.n_calib == 0]
         log.warning("%s: no calibration items with K=%s, so no L1 for this cell", source, missing)
 
-    # point values: every item once, in cell order
-    levels, gold, log_t = replicates(groups, identity_index(groups, with_l1), with_l1, settings)
-    order = cell_order(groups)
-    levels = {name: {g: v[:, order] for g, v in lv.items()} for name, lv in levels.items()}
-    gold = gold[:, order]
-    point = {name: metrics_batch(lv["fwd"], gold, lv.get("rev")) for name, lv in levels.items()}
-
-    boot, boot_t = metric_replicates(groups, resample_index(groups, with_l1, options.n_boot, options.bootstrap_seed),
-                                     with_l1, settings)
-    jack = jackknife(groups, with_l1, settings)
+    cell = cell_replicates(groups, options)
+    names = [name for name in ALL_LEVELS if name in cell.point]
     metrics: dict[str, dict[str, dict[str, Any]]] = {}
-    widened = 0
-    for name in ALL_LEVELS:
-        if name not in point:
-            continue
-        metrics[name] = {}
-        for metric in METRICS:
-            value = float(point[name][metric][0])
-            accel = jackknife_acceleration([s[name][metric] for s in jack])
-            lo, hi, wide = interval(value, boot[name][metric], accel=accel, level=level, method="bca")
-            widened += wide
-            metrics[name][metric] = {"value": value, "lo": lo, "hi": hi, "widened": wide}
+    for name in names:
+        metrics[name] = {m: summary(cell.point[name][m], cell.boot[name][m], [s[name][m] for s in cell.jack], level)
+                         for m in METRICS}
+    minus_raw = {name: {m: paired_difference(cell, name, cell, BASELINE, m, level) for m in METRICS}
+                 for name in names if name != BASELINE}
 
     temperature: dict[str, dict[str, Any]] = {}
-    for g, lt in log_t.items():
+    for g, lt in cell.log_t.items():
         t = math.exp(float(lt[0]))
-        lo, hi = np.percentile(np.exp(boot_t[g]), [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
+        lo, hi = np.percentile(np.exp(cell.boot_t[g]), [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
         temperature[g] = {"T": t, "log_T": float(lt[0]), "at_bound": at_bound(t), "lo": float(lo), "hi": float(hi)}
         if temperature[g]["at_bound"]:
             log.warning("%s: L1 temperature (%s layouts) T = %.4g (log T = %.6f) is at the search bound [-3, 3]: "
@@ -160,30 +179,33 @@ def evaluate(groups: list[KGroup], options: EvaluationOptions, *, ids: Sequence[
         k=ks[0] if len(ks) == 1 else f"mixed ({ks[0]}-{ks[-1]})",
         k_groups=[{"k": g.k, "n": g.inputs.n_test, "n_calib": g.inputs.n_calib, "prior_source": g.prior_source}
                   for g in groups],
-        levels=[lv for lv in ALL_LEVELS if lv in metrics],
+        levels=names,
         metrics=metrics,
+        level_minus_raw=minus_raw,
         temperature=temperature,
-        answer_mass=answer_mass_summary(answer_masses, n_boot=options.n_boot, seed=options.bootstrap_seed, level=level),
-        intervals_widened=int(widened),
-        settings={**dataclasses.asdict(options), "effective_batch_size": options.batch_size, "prior_source": prior_source,
-                  "interval": f"BCa {level:.0%}", "interval_level": level, "resampled": RESAMPLED, "tie_tolerance": TIE_TOL},
-        point=PointLevels(levels, {g: math.exp(float(v[0])) for g, v in log_t.items()}),
-        gold=gold[0],
+        answer_mass=answer_mass_summary(answer_masses, options, level=level),
+        intervals_widened=sum(v["widened"] for per in metrics.values() for v in per.values()),
+        settings={**dataclasses.asdict(options), "effective_batch_size": options.effective_batch_size,
+                  "prior_source": prior_source, "interval": f"BCa {level:.0%}", "interval_level": level,
+                  "resampled": RESAMPLED, "tie_tolerance": TIE_TOL},
+        point=PointLevels(cell.levels, {g: math.exp(float(v[0])) for g, v in cell.log_t.items()}),
+        gold=cell.gold[0],
         ids=list(ids),
     )
 
 
-def answer_mass_summary(values: Sequence[float | None], *, n_boot: int, seed: int, level: float) -> dict[str, Any] | None:
+def answer_mass_summary(values: Sequence[float | None], options: EvaluationOptions, *,
+                        level: float) -> dict[str, Any] | None:
     """Mean answer mass of the test items (the probability on the label tokens at all, read with
-    ``scoring.answer_mass``) with its BCa interval over resampled items; None when the cell did not read it."""
+    ``scoring.answer_mass``) with its BCa interval over resampled items (OPTIONS' ``n_boot`` and ``bootstrap_seed``);
+    None when the cell did not read it."""
     if not values or any(v is None for v in values):
         return None
     arr = np.asarray(values, dtype=np.float64)
     n = arr.size
-    boot = arr[np.random.default_rng(seed).integers(0, n, size=(n_boot, n))].mean(axis=1)
+    rows = np.random.default_rng(options.bootstrap_seed).integers(0, n, size=(options.n_boot, n))
     jack = (arr.sum() - arr) / (n - 1) if n > 1 else arr
-    lo, hi, wide = interval(float(arr.mean()), boot, accel=jackknife_acceleration([jack]), level=level, method="bca")
-    return {"value": float(arr.mean()), "lo": lo, "hi": hi, "widened": wide}
+    return summary(float(arr.mean()), arr[rows].mean(axis=1), [jack], level)
 
 
 @dataclass
@@ -214,16 +236,15 @@ class ItemLevels:
 def item_levels(groups: list[KGroup], options: EvaluationOptions, ids: Sequence[str]) -> ItemLevels:
     """Every level of every test item at the point (no bootstrap), by the code :func:`evaluate` uses for its point
     values, with the per-item priors and L1's temperature."""
-    settings = options.level_settings()
-    with_l1 = all(g.inputs.n_calib > 0 for g in groups)
-    idx = identity_index(groups, with_l1)
-    levels, gold, log_t = replicates(groups, idx, with_l1, settings)
+    with_l1 = with_calibration(groups)
+    idx = identity_index(groups, calib_rows(groups, with_l1))
+    levels, gold, log_t = replicates(groups, idx, with_l1, options)
     order = cell_order(groups)
     n = len(ids)
     test_prior: dict[str, list] = {}
     l1_prior: dict[str, list] = {}
     for grp, (it, ic) in zip(groups, idx, strict=True):
-        res = levels_resampled(grp.inputs, it, ic, fit=False, prior_source=grp.prior_source, **settings)
+        res = levels_resampled(grp.inputs, it, ic, options, fit=False, prior_source=grp.prior_source)
         for g, prior in res.test_prior.items():
             test_prior.setdefault(g, [None] * n)
             frozen = None

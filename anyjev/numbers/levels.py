@@ -31,16 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from anyjev.numbers.logprobs import check_gold, check_labels, check_lp, check_orders, log_softmax
-from anyjev.numbers.priors import (
-    PRIOR_MIN_ITEMS,
-    PRIOR_STRENGTH,
-    check_prior_args,
-    correct,
-    frozen_priors,
-    group_ids,
-    running_prior,
-    take_groups,
-)
+from anyjev.numbers.options import EvaluationOptions
+from anyjev.numbers.priors import correct, frozen_priors, group_ids, running_prior, take_groups
 from anyjev.numbers.temperature import fit_log_temperature
 
 LEVELS: tuple[str, ...] = ("raw", "L0-perm", "L0-bc", "L0", "L1")
@@ -93,7 +85,7 @@ class LevelResult:
     * ``temperature[group]``: the fitted L1 temperature (absent without calibration data).
     * ``test_prior[group]``: the batch prior applied to each test item, probabilities ``(N, S, K)``.
     * ``calib_prior[group]``: the frozen calibration prior per prior-group label, probabilities ``(S, K)``;
-      a label with fewer than ``min_items`` calibration items gets the uniform prior.
+      a label with fewer than ``prior_min_items`` calibration items gets the uniform prior.
 
     ``result[level]`` is a shortcut for ``result.levels[level]``.
     """
@@ -169,10 +161,10 @@ def _per_item(arr: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return arr if arr.ndim == 2 else arr[idx]
 
 
-def levels_resampled(inputs: LevelInputs, idx_test: np.ndarray, idx_calib: np.ndarray | None, *,
-                     strength: float = PRIOR_STRENGTH, min_items: int = PRIOR_MIN_ITEMS, batch_size: int | None = None,
-                     fit: bool = True, prior_source: str = "items") -> ResampledLevels:
-    """Every level for ``B`` resamples at once: rows of ``idx_test`` ``(B, n)`` / ``idx_calib`` ``(B, nc)``.
+def levels_resampled(inputs: LevelInputs, idx_test: np.ndarray, idx_calib: np.ndarray | None,
+                     options: EvaluationOptions, *, fit: bool = True, prior_source: str = "items") -> ResampledLevels:
+    """Every level for ``B`` resamples at once: rows of ``idx_test`` ``(B, n)`` / ``idx_calib`` ``(B, nc)``, under
+    OPTIONS' prior settings (``prior_strength``, ``prior_min_items``, and the running prior's batch size).
 
     Each resample refits everything that is fitted: the test prior (from the resampled test items, in their
     original order), the frozen calibration prior and L1's temperature (from the resampled calibration
@@ -205,21 +197,24 @@ def levels_resampled(inputs: LevelInputs, idx_test: np.ndarray, idx_calib: np.nd
         if prior_source == "content_free":
             prior = cf
         elif prior_source == "calibration":
-            frozen, _ = frozen_priors(np.exp(inputs.calib[g]), inputs.calib_gid, idx_calib, n_groups, min_items)
+            frozen, _ = frozen_priors(np.exp(inputs.calib[g]), inputs.calib_gid, idx_calib, n_groups,
+                                      options.prior_min_items)
             prior = take_groups(frozen, gid_test)
         else:
-            prior = running_prior(np.exp(lp), inputs.test_gid, idx_test, n_groups=n_groups, min_items=min_items,
-                                   batch_size=batch_size, read=read)
+            prior = running_prior(np.exp(lp), inputs.test_gid, idx_test, n_groups=n_groups,
+                                  prior_min_items=options.prior_min_items,
+                                  effective_batch_size=options.effective_batch_size, read=read)
         out.test_prior[g] = prior
         lp_b = lp[idx_test]
         opt = _option_space(lp_b, orders)
         levels["raw"][g] = log_softmax(opt[:, :, 0, :])
         levels["L0-perm"][g] = marginalise_read(opt, read_b)
-        levels["L0-bc"][g] = _option_space(correct(lp_b[:, :, :1], prior[:, :, :1], strength),
+        levels["L0-bc"][g] = _option_space(correct(lp_b[:, :, :1], prior[:, :, :1], options.prior_strength),
                                            orders[..., :1, :])[:, :, 0, :]
-        levels["L0"][g] = marginalise_read(_option_space(correct(lp_b, prior, strength), orders), read_b)
+        levels["L0"][g] = marginalise_read(_option_space(correct(lp_b, prior, options.prior_strength), orders), read_b)
         if cf is not None:
-            levels[CF_LEVEL][g] = marginalise_read(_option_space(correct(lp_b, cf, strength), orders), read_b)
+            levels[CF_LEVEL][g] = marginalise_read(_option_space(correct(lp_b, cf, options.prior_strength), orders),
+                                                   read_b)
         if use_calib:
             cal = inputs.calib[g]
             cal_orders = _per_item(inputs.calib_orders.get(g, inputs.orders[g]), idx_calib)
@@ -228,10 +223,12 @@ def levels_resampled(inputs: LevelInputs, idx_test: np.ndarray, idx_calib: np.nd
                 frozen, counts = inputs.calib_cf[g][idx_calib], np.zeros((0,))
                 cal_prior, test_frozen = frozen, cf
             else:
-                frozen, counts = frozen_priors(np.exp(cal), inputs.calib_gid, idx_calib, n_groups, min_items)
+                frozen, counts = frozen_priors(np.exp(cal), inputs.calib_gid, idx_calib, n_groups,
+                                               options.prior_min_items)
                 cal_prior, test_frozen = take_groups(frozen, cal_gid), take_groups(frozen, gid_test)
-            cal_l0 = marginalise_read(_option_space(correct(cal[idx_calib], cal_prior, strength), cal_orders))
-            test_l0 = marginalise_read(_option_space(correct(lp_b, test_frozen, strength), orders), read_b)
+            cal_l0 = marginalise_read(_option_space(correct(cal[idx_calib], cal_prior, options.prior_strength),
+                                                    cal_orders))
+            test_l0 = marginalise_read(_option_space(correct(lp_b, test_frozen, options.prior_strength), orders), read_b)
             out.calib_prior[g] = (frozen, counts)
             out.calib_l0[g] = cal_l0
             if fit:
@@ -239,8 +236,8 @@ def levels_resampled(inputs: LevelInputs, idx_test: np.ndarray, idx_calib: np.nd
                 levels["L1"][g] = log_softmax(test_l0 / np.exp(log_t)[:, None, None])
                 out.log_t[g] = log_t
         else:
-            test_l0 = marginalise_read(_option_space(correct(lp_b, np.full(lp_b.shape, 1.0 / lp_b.shape[-1]), strength),
-                                                 orders), read_b)
+            uniform = np.full(lp_b.shape, 1.0 / lp_b.shape[-1])
+            test_l0 = marginalise_read(_option_space(correct(lp_b, uniform, options.prior_strength), orders), read_b)
         out.frozen_l0[g] = test_l0
     if not (use_calib and fit):
         del levels["L1"]
@@ -358,9 +355,7 @@ def level_inputs(
 
 def compute_levels(
     *arrays: np.ndarray | Sequence[Hashable] | None,
-    strength: float = PRIOR_STRENGTH,
-    min_items: int = PRIOR_MIN_ITEMS,
-    batch_size: int | None = None,
+    options: EvaluationOptions | None = None,
     prior_source: str = "items",
     **calib: np.ndarray | Sequence[Hashable] | None,
 ) -> LevelResult:
@@ -370,7 +365,8 @@ def compute_levels(
     L1 is fitted on the calibration split (its prior over the whole split, then T on ``calib_gold``) and
     applied to the test items with that frozen prior, fwd and rev calibrated separately; without
     ``calib_fwd`` there is no L1. Score questions pass ``S = 1`` and no rev (then L0-perm equals raw).
-    ``batch_size=1`` gives the published streaming ("scored so far") prior, ``None`` the whole-split prior.
+    OPTIONS hold the prior settings (default: the schema's, the batch prior); ``prior_mode="streaming"`` gives the
+    published "scored so far" prior.
 
     ARRAYS and CALIB are :func:`level_inputs`'s: ``(test_fwd, test_rev, orders_fwd, orders_rev, groups_test)``
     and the keyword arrays (calibration, per-item orders, layouts read, content-free priors).
@@ -378,10 +374,9 @@ def compute_levels(
     ``"calibration"`` the calibration items' frozen prior.
     """
     inputs = level_inputs(*arrays, **calib)  # type: ignore[arg-type]
-    check_prior_args(min_items, batch_size)
     idx_calib = np.arange(inputs.n_calib)[None, :] if inputs.calib else None
-    res = levels_resampled(inputs, np.arange(inputs.n_test)[None, :], idx_calib, strength=strength,
-                           min_items=min_items, batch_size=batch_size, prior_source=prior_source)
+    res = levels_resampled(inputs, np.arange(inputs.n_test)[None, :], idx_calib, options or EvaluationOptions(),
+                           prior_source=prior_source)
     levels: dict[str, dict[str, np.ndarray | None]] = {
         name: {g: (res.levels[name][g][0] if g in res.levels[name] else None) for g in GROUPS}
         for name in res.levels

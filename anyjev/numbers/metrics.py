@@ -1,4 +1,5 @@
-"""Decision metrics (accuracy, macro-F1, NLL, Brier, ECE, flip, cov@5%, AURC, tie rate) with bootstrap intervals.
+"""Decision metrics (accuracy, macro-F1, NLL, Brier, ECE, flip, cov@5%, AURC, tie rate) and their bootstrap intervals
+(:func:`interval`, from replicates the bootstrap engine computes: :mod:`anyjev.numbers.bootstrap`).
 
 Inputs are option-space log-probs ``lp`` ``(N, K)``, gold option indices ``gold`` ``(N,)`` and, for the
 order-flip probe, the log-probs of the reversed layout ``lp_rev`` ``(N, K)``. A padded option (mixed K) has
@@ -23,20 +24,15 @@ from statistics import NormalDist
 import numpy as np
 
 from anyjev.numbers.logprobs import check_gold, log_softmax
-from anyjev.schema import default
 
 METRICS: tuple[str, ...] = ("acc", "macro_f1", "nll", "brier", "ece", "flip", "cov@5", "aurc", "tie_rate")
 NLL_CLIP = 1e-12
 ECE_BINS = 15
 COVERAGE_RISK = 0.05
-MIN_BOOT = 1000
 # Two log-probs closer than this are tied: p_k >= p_top * exp(-1e-12), a relative difference of 1e-12 in
 # probability. bf16 label log-probs come in steps of 0.125 nat, float64 noise after renormalising is ~1e-15.
 TIE_TOL = 1e-12
 INTERVAL_METHODS = ("bca", "percentile")
-# The config schema holds these defaults (evaluation.n_boot, evaluation.bootstrap_seed).
-N_BOOT: int = default("evaluation", "n_boot")
-BOOTSTRAP_SEED: int = default("evaluation", "bootstrap_seed")
 
 
 # ---------------------------------------------------------------------------------------------- checks
@@ -349,48 +345,3 @@ def interval(point: float, boot: np.ndarray, *, accel: float = 0.0, level: float
         hi, widened = point, True
     return lo, hi, widened
 
-
-def bootstrap(
-    lp: np.ndarray,
-    gold: np.ndarray,
-    lp_rev: np.ndarray | None = None,
-    *,
-    n_boot: int = N_BOOT,
-    seed: int = BOOTSTRAP_SEED,
-    level: float = 0.95,
-    method: str = "bca",
-) -> dict[str, tuple[float, float]]:
-    """Seeded bootstrap interval for every metric, resampling test items only (the levels held fixed).
-
-    The same resampled item indices serve all metrics (and ``lp_rev``), so intervals are comparable across
-    metrics. ``n_boot`` below 1000 is refused: the project promises at least 1000 resamples. To include the
-    fit of priors and temperature, use :func:`anyjev.numbers.evaluation.evaluate_records`.
-    """
-    if n_boot < MIN_BOOT:
-        raise ValueError(f"n_boot: must be >= {MIN_BOOT}, got {n_boot}")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level: must lie strictly between 0 and 1, got {level}")
-    arr, g, rev = _check_inputs(lp, gold, lp_rev)
-    n = len(g)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(n_boot, n))
-    values = metrics_batch(arr[idx], g[idx], None if rev is None else rev[idx])
-    point = _one(arr, g, rev)
-    jack: dict[str, np.ndarray] = {}
-    if method == "bca" and n >= 2:
-        loo = np.array([np.delete(np.arange(n), i) for i in range(n)])
-        jack = metrics_batch(arr[loo], g[loo], None if rev is None else rev[loo])
-    out: dict[str, tuple[float, float]] = {}
-    for name in METRICS:
-        accel = jackknife_acceleration([jack[name]]) if name in jack else 0.0
-        lo, hi, _ = interval(point[name], values[name], accel=accel, level=level, method=method)
-        out[name] = (lo, hi)
-    return out
-
-
-def summarise(lp: np.ndarray, gold: np.ndarray, lp_rev: np.ndarray | None = None,
-              **options: int | float | str) -> dict[str, dict[str, float]]:
-    """Point value and bootstrap interval per metric: ``{metric: {"value", "lo", "hi"}}`` (OPTIONS: bootstrap's)."""
-    values = metric_values(lp, gold, lp_rev)
-    intervals = bootstrap(lp, gold, lp_rev, **options)  # type: ignore[arg-type]
-    return {name: {"value": values[name], "lo": intervals[name][0], "hi": intervals[name][1]} for name in METRICS}

@@ -118,7 +118,7 @@ def certify_records(calib: Sequence[dict], *, target: float, confidence: float, 
             recs = [r for r in members if int(r["k"]) == k]
             lp, orders = _calibration_arrays(recs, group, k)
             labels = [r["group"] for r in recs]
-            per_item = batch_prior(lp, labels, min_items=PRIOR_MIN_ITEMS)
+            per_item = batch_prior(lp, labels, prior_min_items=PRIOR_MIN_ITEMS)
             for label, prior in zip(labels, per_item, strict=True):
                 priors.setdefault((group, k, label), prior)
         rule = StopRule(priors, {})

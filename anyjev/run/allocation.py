@@ -37,6 +37,7 @@ from anyjev.errors import (
 from anyjev.files import now_iso, write_json_atomic, write_text_atomic
 from anyjev.jobs import Job
 from anyjev.run.cell import ScoreJob, score_job
+from anyjev.schema import check_setting
 
 log = logging.getLogger(__name__)
 
@@ -50,16 +51,11 @@ ERROR_TYPES = {cls.__name__: cls for cls in (LabelTokenError, BackendError, Conf
                                              BatchCollisionError, ServerError)}
 
 
-SCORE_JOBS = ("cell", "model")
-
-
 def score_jobs_mode(setting: str) -> str:
-    """How scoring is cut into jobs (the config's ``score_jobs``): ``model`` (one job per model: one server start,
-    its cells scored one after the other, each published or failed by its own ``score_cell`` job) or ``cell`` (one
-    job per cell). The workflow and ``anyjev plan`` both ask this function."""
-    if setting not in SCORE_JOBS:
-        raise ConfigError("score_jobs", f"must be one of {', '.join(SCORE_JOBS)}, got {setting!r}")
-    return setting
+    """How scoring is cut into jobs (the config's ``score_jobs``, one of the schema's values): ``model`` (one job per
+    model: one server start, its cells scored one after the other, each published or failed by its own
+    ``score_cell`` job) or ``cell`` (one job per cell). The workflow and ``anyjev plan`` both ask this function."""
+    return check_setting(setting, "score_jobs")
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,28 @@
 """The evaluate job: a scored cell read back (:mod:`anyjev.run.records`), evaluated offline
-(:mod:`anyjev.numbers.evaluation`), and written as ``metrics.json`` and ``predictions.csv``; no server needed."""
+(:mod:`anyjev.numbers.evaluation`), and written as ``metrics.json`` and ``predictions.csv``; and two cells of one task
+compared (:func:`compare_cells`). No server needed."""
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import logging
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from anyjev.decision.layouts import GROUPS
+from anyjev.errors import TaskDataError
 from anyjev.files import write_json_atomic, write_text_atomic
 from anyjev.jobs import Job
-from anyjev.numbers.evaluation import Evaluation, EvaluationOptions, ItemLevels, evaluate
+from anyjev.numbers.compare import model_minus_model
+from anyjev.numbers.evaluation import RESAMPLED, Evaluation, ItemLevels, evaluate
 from anyjev.numbers.evaluation import item_levels as point_item_levels
 from anyjev.numbers.metrics import METRICS, TIE_TOL
+from anyjev.numbers.options import EvaluationOptions
 from anyjev.run.records import cell_groups
 from anyjev.run.store import read_cell
 
@@ -83,3 +89,39 @@ def evaluate_cell(job: EvaluateJob, scores: str, metrics_out: str, predictions_o
     if predictions_out:
         write_predictions(predictions_out, evaluation)
     return out
+
+
+ITEM_FIELDS = ("id", "split", "gold", "k")  # what two cells compared item by item must share
+
+
+def _items(records: list[dict]) -> list[tuple[Any, ...]]:
+    return [(r["id"], r.get("split") or "test", int(r["gold"]), int(r["k"])) for r in records]
+
+
+def compare_cells(scores_a: str, scores_b: str, options: EvaluationOptions | None = None, *,
+                  level: float = 0.95) -> dict[str, Any]:
+    """The cell scored in SCORES_A minus the cell scored in SCORES_B (two models on one task), under OPTIONS (the
+    evaluate job's ``evaluation``): every metric of every level both have, A's value minus B's with the BCa interval of
+    the paired difference, both cells resampled on the same items (:func:`anyjev.numbers.compare.model_minus_model`).
+
+    The cells must hold the same items, in the same order, with the same split, gold and K; a TaskDataError names the
+    first item of SCORES_B that differs, before anything is computed."""
+    options = options or EvaluationOptions()
+    (_, records_a, extras_a), (_, records_b, extras_b) = read_cell(scores_a), read_cell(scores_b)
+    mine, theirs = _items(records_a), _items(records_b)
+    for i, (x, y) in enumerate(zip(mine, theirs, strict=False)):
+        differ = [f"{name} {yv!r} where {scores_a} has {xv!r}" for name, xv, yv in zip(ITEM_FIELDS, x, y, strict=True)
+                  if xv != yv]
+        if differ:
+            raise TaskDataError(scores_b, f"item {i + 1} ({y[0]})", f"{'; '.join(differ)} (two cells are compared on "
+                                f"the same items, in the same order)")
+    if len(mine) != len(theirs):
+        raise TaskDataError(scores_b, "items", f"{len(theirs)} items where {scores_a} has {len(mine)} (two cells are "
+                            f"compared on the same items)")
+    a = cell_groups(records_a, extras_a, options.prior_mode, scores_a)
+    b = cell_groups(records_b, extras_b, options.prior_mode, scores_b)
+    differences = model_minus_model(a.groups, b.groups, options, level)
+    return {"a": scores_a, "b": scores_b, "n": len(a.ids), "n_calib": a.n_calib, "levels": list(differences),
+            "model_minus_model": differences,
+            "settings": {**dataclasses.asdict(options), "interval": f"BCa {level:.0%}", "interval_level": level,
+                         "resampled": f"{RESAMPLED}; the same items drawn for both cells"}}

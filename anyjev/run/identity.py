@@ -8,16 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from anyjev.decision.options import PromptOptions
-from anyjev.decision.prompts import PROMPT_SYSTEM_VERSION
-from anyjev.errors import ConfigError
 from anyjev.run.adaptive import rule_identity
 from anyjev.run.probes import CONTENT_FREE_PROBES
-from anyjev.schema import setting
+from anyjev.schema import check_settings, setting
 
-# Bump when the prompt text or layout scheme changes: partial scores made under another version are not resumed.
-PROMPT_VERSION = "1"
-# The values of the config key scoring.rotations (the schema's enum; a test keeps them equal).
-ROTATIONS = ("full", "adaptive")
+# The "prompt_version" every cell's identity has carried since before prompt profiles, kept as it was so that the scores
+# made since are still recognised. A prompt's version is its profile's (PromptProfile.version, in "prompt_profile").
+RECORDED_PROMPT_FIELD = {"prompt_version": "1.1"}
 
 
 @dataclass(frozen=True)
@@ -35,10 +32,7 @@ class ScoringOptions:
     content_free: bool = False
 
     def __post_init__(self) -> None:
-        if self.rotations not in ROTATIONS:
-            raise ConfigError("scoring.rotations", f"must be one of {', '.join(ROTATIONS)}, got {self.rotations!r}")
-        if self.rotations == "adaptive":
-            rule_identity(self.target_disagreement, self.confidence, self.rotations_per_round)
+        check_settings(self)
 
 
 def scoring_identity(options: ScoringOptions) -> dict[str, Any]:
@@ -46,7 +40,7 @@ def scoring_identity(options: ScoringOptions) -> dict[str, Any]:
 
     Settings at their defaults add nothing (a default cell's identity is what it always was); adaptive rotations add
     every setting the stopping rule depends on, so a changed target is never resumed."""
-    out: dict[str, Any] = {"prompt_version": f"{PROMPT_VERSION}.{PROMPT_SYSTEM_VERSION}", **options.prompt.identity(),
+    out: dict[str, Any] = {**RECORDED_PROMPT_FIELD, **options.prompt.identity(),
                            "answer_mass": bool(options.answer_mass)}
     if options.rotations == "adaptive":
         out["rotations"] = rule_identity(options.target_disagreement, options.confidence, options.rotations_per_round)

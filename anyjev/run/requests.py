@@ -10,22 +10,19 @@ import numpy as np
 
 from anyjev.backends.base import Backend
 from anyjev.decision.layouts import Layout
-from anyjev.errors import BackendError, LabelTokenError
+from anyjev.errors import LabelTokenError
 from anyjev.run.prepared import PreparedItem
 
 
 def answer_masses(backend: Backend, chunk: Sequence[PreparedItem]) -> list[float]:
     """Per item, the probability the model puts on its label tokens at all (full vocabulary), read from
     the raw layout (fwd/r0): one more prompt per item, from the same backend."""
-    vocab = getattr(backend, "vocab_logprobs", None)
-    if vocab is None:
-        raise BackendError(f"backend {backend.name!r} cannot read full-vocabulary log-probs; answer_mass needs one that can")
     out: list[float] = [math.nan] * len(chunk)
     by_labels: dict[tuple[int, ...], list[int]] = {}
     for i, p in enumerate(chunk):
         by_labels.setdefault(tuple(p.label_ids), []).append(i)
     for key, members in by_labels.items():
-        values = vocab([chunk[i].layouts[0][1] for i in members], list(key))
+        values = backend.vocab_logprobs([chunk[i].layouts[0][1] for i in members], list(key))
         for i, row in zip(members, values, strict=True):
             out[i] = float(math.exp(float(np.logaddexp.reduce(row))))
     return out

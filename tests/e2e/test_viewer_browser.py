@@ -331,7 +331,7 @@ def test_an_item_page_shows_its_scores_priors_levels_and_prompts(view, task, tas
                 assert row["top"] == int(np.argmax(want))
             # the prior L0 divided out: the batch prior of the test items (the library's primitive, per rotation)
             lp = np.array([[r["layouts"][n]["lp"] for n in layouts] for r in files["test"]])
-            prior = batch_prior(lp, [r["group"] for r in files["test"]], min_items=metrics["settings"]["prior_min_items"])[i]
+            prior = batch_prior(lp, [r["group"] for r in files["test"]], prior_min_items=metrics["settings"]["prior_min_items"])[i]
             shown = view.all(f"table.prior[data-group={g}]", "ts => ts.map(t => [...t.querySelectorAll('tbody tr')].map("
                              "r => [...r.querySelectorAll('td.v')].map(td => td.textContent)))")[0]
             assert np.allclose(np.array(shown, dtype=float), prior, atol=5e-4 + 1e-5)

@@ -28,9 +28,9 @@ from anyjev.numbers.certificate import (
     running_marginals,
     stop_index,
 )
-from anyjev.numbers.evaluation import EvaluationOptions
 from anyjev.numbers.levels import compute_levels, marginalise, to_option_space
 from anyjev.numbers.logprobs import log_softmax
+from anyjev.numbers.options import EvaluationOptions
 from anyjev.numbers.priors import prior_correct
 from anyjev.run.adaptive import CERTIFICATE_ID, certify_records
 from anyjev.run.evaluate import evaluate_records
@@ -541,10 +541,10 @@ def test_levels_from_partial_rotations_use_only_the_layouts_read() -> None:
     # a batch prior per rotation from the items that read it, pooled profile where too few did
     both = compute_levels(np.array([[r["layouts"][f"fwd/r{s}"]["lp"] for s in range(k)] for r in records]), None,
                           np.array([records[0]["layouts"][f"fwd/r{s}"]["order"] for s in range(k)]), None, ["q"] * n,
-                          read_fwd=np.ones((n, k), dtype=bool), min_items=3)
+                          read_fwd=np.ones((n, k), dtype=bool), options=EvaluationOptions(prior_min_items=3))
     plain = compute_levels(np.array([[r["layouts"][f"fwd/r{s}"]["lp"] for s in range(k)] for r in records]), None,
                            np.array([records[0]["layouts"][f"fwd/r{s}"]["order"] for s in range(k)]), None, ["q"] * n,
-                           min_items=3)
+                           options=EvaluationOptions(prior_min_items=3))
     np.testing.assert_array_equal(both["L0"]["fwd"], plain["L0"]["fwd"])
 
 

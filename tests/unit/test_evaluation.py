@@ -5,17 +5,20 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from anyjev.numbers.evaluation import EvaluationOptions
+from anyjev.errors import TaskDataError
 from anyjev.numbers.levels import LevelInputs, compute_levels, level_inputs, levels_resampled
 from anyjev.numbers.logprobs import log_softmax
 from anyjev.numbers.metrics import METRICS, metric_values
-from anyjev.run.evaluate import EvaluateJob, evaluate_cell, evaluate_records
+from anyjev.numbers.options import EvaluationOptions
+from anyjev.run.evaluate import EvaluateJob, compare_cells, evaluate_cell, evaluate_records
+from anyjev.run.store import write_scores
 from anyjev.schema import default
 from tests.conftest import REPO
 
@@ -51,13 +54,13 @@ def arrays(records: list[dict], g: str) -> tuple[np.ndarray, np.ndarray]:
     return lp, np.array([records[0]["layouts"][n]["order"] for n in names])
 
 
-def levels_of(records: list[dict], batch_size: int | None):
+def levels_of(records: list[dict], options: EvaluationOptions):
     test = [r for r in records if r["split"] == "test"]
     calib = [r for r in records if r["split"] == "calib"]
     (fwd, of), (rev, orv) = arrays(test, "fwd"), arrays(test, "rev")
     return compute_levels(fwd, rev, of, orv, [r["group"] for r in test], calib_fwd=arrays(calib, "fwd")[0],
                           calib_rev=arrays(calib, "rev")[0], calib_groups=[r["group"] for r in calib],
-                          calib_gold=np.array([r["gold"] for r in calib]), batch_size=batch_size)
+                          calib_gold=np.array([r["gold"] for r in calib]), options=options)
 
 
 # ------------------------------------------------------------------------------------------ refit core
@@ -74,14 +77,14 @@ def test_each_resample_refits_priors_and_temperature() -> None:
                                        calib_gold=np.array([r["gold"] for r in calib]))
     idx_t = np.sort(rng.integers(0, 30, size=(3, 30)), axis=1)
     idx_c = np.sort(rng.integers(0, 20, size=(3, 20)), axis=1)
-    for batch_size in (None, 1):
-        res = levels_resampled(inputs, idx_t, idx_c, batch_size=batch_size)
+    for options in (EvaluationOptions(), EvaluationOptions(prior_mode="streaming")):
+        res = levels_resampled(inputs, idx_t, idx_c, options)
         for b in range(3):
             t_rows = [test[i] for i in idx_t[b]]
             c_rows = [calib[i] for i in idx_c[b]]
             # duplicates need distinct positions only for the ids; the arrays are what count
             alone = levels_of([dict(r, split="test") for r in t_rows] + [dict(r, split="calib") for r in c_rows],
-                              batch_size)
+                              options)
             assert math.exp(res.log_t["fwd"][b]) == pytest.approx(alone.temperature["fwd"], rel=1e-9)
             for level in ("raw", "L0-perm", "L0-bc", "L0", "L1"):
                 for g in ("fwd", "rev"):
@@ -90,14 +93,130 @@ def test_each_resample_refits_priors_and_temperature() -> None:
         assert np.ptp(res.log_t["fwd"]) > 1e-3
 
 
+def test_level_minus_raw_is_the_paired_bootstrap_of_the_difference_computed_by_hand() -> None:
+    """Each level minus raw: the point is the difference of the two levels' own values; the interval is the BCa
+    interval of the difference on the same resamples (the test and the calibration items drawn as the bootstrap
+    engine draws them, each resample's priors and temperature refit by compute_levels), with the acceleration of
+    the leave-one-out differences."""
+    from anyjev.numbers.metrics import interval, jackknife_acceleration
+
+    n_test, n_calib = 15, 10
+    recs = make_records(np.random.default_rng(5), n_test, n_calib, 3)
+    options = EvaluationOptions()
+    ev = evaluate_records(recs, options)
+    assert set(ev.level_minus_raw) == set(ev.levels) - {"raw"}
+    for name, per in ev.level_minus_raw.items():
+        assert tuple(per) == METRICS
+        for m, v in per.items():
+            assert v["value"] == ev.metrics[name][m]["value"] - ev.metrics["raw"][m]["value"], (name, m)
+    assert "level_minus_raw" in ev.to_json()
+
+    test = [r for r in recs if r["split"] == "test"]
+    calib = [r for r in recs if r["split"] == "calib"]
+    names, checked = ("L0", "L1"), ("acc", "nll", "ece", "flip")
+
+    def minus_raw(t_rows: list[dict], c_rows: list[dict]) -> dict[str, dict[str, float]]:
+        levels = levels_of([dict(r, split="test") for r in t_rows] + [dict(r, split="calib") for r in c_rows], options)
+        gold = np.array([r["gold"] for r in t_rows])
+        raw = metric_values(levels["raw"]["fwd"], gold, levels["raw"]["rev"])
+        return {name: {m: metric_values(levels[name]["fwd"], gold, levels[name]["rev"])[m] - raw[m] for m in checked}
+                for name in names}
+
+    draw = np.random.default_rng(options.bootstrap_seed)  # the engine's rows: test, then calibration, sorted
+    rows_test = np.sort(draw.integers(0, n_test, size=(options.n_boot, n_test)), axis=1)
+    rows_calib = np.sort(draw.integers(0, n_calib, size=(options.n_boot, n_calib)), axis=1)
+    boot = [minus_raw([test[i] for i in rt], [calib[i] for i in rc]) for rt, rc in zip(rows_test, rows_calib, strict=True)]
+    jack_test = [minus_raw(test[:i] + test[i + 1:], calib) for i in range(n_test)]
+    jack_calib = [minus_raw(test, calib[:i] + calib[i + 1:]) for i in range(n_calib)]
+    for name in names:
+        for m in checked:
+            value = ev.level_minus_raw[name][m]["value"]
+            accel = jackknife_acceleration([np.array([d[name][m] for d in jack]) for jack in (jack_test, jack_calib)])
+            lo, hi, _ = interval(value, np.array([d[name][m] for d in boot]), accel=accel)
+            assert (ev.level_minus_raw[name][m]["lo"], ev.level_minus_raw[name][m]["hi"]) == pytest.approx((lo, hi), abs=1e-9), (name, m)
+
+
+def two_models(tmp_path: Path, n_test: int, n_calib: int) -> tuple[str, str, list[dict], list[dict]]:
+    """Two cells of one task: the same items and gold (one seed), model B's log-probs with less signal and bias."""
+    a = make_records(np.random.default_rng(7), n_test, n_calib, 3)
+    b = make_records(np.random.default_rng(7), n_test, n_calib, 3, signal=0.5, bias=0.5)
+    paths = []
+    for name, recs in (("a", a), ("b", b)):
+        paths.append(str(tmp_path / f"{name}.jsonl"))
+        write_scores(paths[-1], {"model": name, "task": "t"}, recs)
+    return paths[0], paths[1], a, b
+
+
+def test_model_minus_model_is_the_paired_bootstrap_of_the_difference_computed_by_hand(tmp_path) -> None:
+    """Model A minus model B on the same items: the point is the difference of the two cells' own values; the
+    interval is the BCa interval of the difference with both cells resampled on the same items (the engine's rows,
+    each cell's priors and temperature refit by compute_levels), accelerated by leaving the same item out of both."""
+    from anyjev.numbers.metrics import interval, jackknife_acceleration
+
+    n_test, n_calib = 12, 8
+    path_a, path_b, recs_a, recs_b = two_models(tmp_path, n_test, n_calib)
+    options = EvaluationOptions()
+    out = compare_cells(path_a, path_b, options)
+    ev_a, ev_b = evaluate_records(recs_a, options), evaluate_records(recs_b, options)
+    assert out["levels"] == ev_a.levels == ["raw", "L0-perm", "L0-bc", "L0", "L1"]
+    assert (out["n"], out["n_calib"]) == (n_test, n_calib)
+    for name, per in out["model_minus_model"].items():
+        assert tuple(per) == METRICS
+        for m, v in per.items():
+            assert v["value"] == ev_a.metrics[name][m]["value"] - ev_b.metrics[name][m]["value"], (name, m)
+    assert json.loads(json.dumps(out)) == out
+
+    names, checked = ("raw", "L1"), ("acc", "nll", "ece")
+
+    def values(recs: list[dict], t: Sequence[int], c: Sequence[int]) -> dict[str, dict[str, float]]:
+        test = [r for r in recs if r["split"] == "test"]
+        calib = [r for r in recs if r["split"] == "calib"]
+        t_rows, c_rows = [test[i] for i in t], [calib[i] for i in c]
+        levels = levels_of([dict(r, split="test") for r in t_rows] + [dict(r, split="calib") for r in c_rows], options)
+        gold = np.array([r["gold"] for r in t_rows])
+        return {name: metric_values(levels[name]["fwd"], gold, levels[name]["rev"]) for name in names}
+
+    def a_minus_b(t: Sequence[int], c: Sequence[int]) -> dict[str, dict[str, float]]:
+        va, vb = values(recs_a, t, c), values(recs_b, t, c)
+        return {name: {m: va[name][m] - vb[name][m] for m in checked} for name in names}
+
+    draw = np.random.default_rng(options.bootstrap_seed)  # the engine's rows: test, then calibration, sorted
+    rows_test = np.sort(draw.integers(0, n_test, size=(options.n_boot, n_test)), axis=1)
+    rows_calib = np.sort(draw.integers(0, n_calib, size=(options.n_boot, n_calib)), axis=1)
+    boot = [a_minus_b(rt, rc) for rt, rc in zip(rows_test, rows_calib, strict=True)]
+    every_test, every_calib = list(range(n_test)), list(range(n_calib))
+    jack = [[a_minus_b(every_test[:i] + every_test[i + 1:], every_calib) for i in range(n_test)],
+            [a_minus_b(every_test, every_calib[:i] + every_calib[i + 1:]) for i in range(n_calib)]]
+    for name in names:
+        for m in checked:
+            got = out["model_minus_model"][name][m]
+            accel = jackknife_acceleration([np.array([d[name][m] for d in stratum]) for stratum in jack])
+            lo, hi, _ = interval(got["value"], np.array([d[name][m] for d in boot]), accel=accel)
+            assert (got["lo"], got["hi"]) == pytest.approx((lo, hi), abs=1e-9), (name, m)
+
+
+def test_cells_compared_must_hold_the_same_items(tmp_path) -> None:
+    path_a, path_b, _, recs_b = two_models(tmp_path, 6, 4)
+    for change, message in (
+        (lambda recs: recs[2].update(gold=(recs[2]["gold"] + 1) % 3), r"b\.jsonl:item 3 \(2\): gold \d where .*a\.jsonl has \d"),
+        (lambda recs: recs[0].update(id="x0"), r"b\.jsonl:item 1 \(x0\): id 'x0' where .*a\.jsonl has '0'"),
+        (lambda recs: recs.pop(), r"b\.jsonl:items: 9 items where .*a\.jsonl has 10"),
+    ):
+        changed = [dict(r) for r in recs_b]
+        change(changed)
+        write_scores(path_b, {"model": "b", "task": "t"}, changed)
+        with pytest.raises(TaskDataError, match=message):
+            compare_cells(path_a, path_b)
+
+
 def test_streaming_prior_with_repeated_items_counts_them_in_order() -> None:
     from anyjev.numbers.priors import running_prior
 
     probs = np.array([[[0.9, 0.1]], [[0.5, 0.5]], [[0.2, 0.8]]])
     idx = np.array([[0, 0, 2]])  # item 0 drawn twice, item 1 not at all
-    prior = running_prior(probs, np.zeros(3, dtype=np.intp), idx, n_groups=1, min_items=1, batch_size=1)
+    prior = running_prior(probs, np.zeros(3, dtype=np.intp), idx, n_groups=1, prior_min_items=1, effective_batch_size=1)
     np.testing.assert_allclose(prior[0, :, 0, 0], [0.9, 0.9, (0.9 + 0.9 + 0.2) / 3])
-    prior = running_prior(probs, np.zeros(3, dtype=np.intp), idx, n_groups=1, min_items=3, batch_size=1)
+    prior = running_prior(probs, np.zeros(3, dtype=np.intp), idx, n_groups=1, prior_min_items=3, effective_batch_size=1)
     np.testing.assert_allclose(prior[0, :, 0, 0], [0.5, 0.5, (0.9 + 0.9 + 0.2) / 3])  # uniform until 3 seen
 
 
@@ -129,7 +248,7 @@ def test_evaluation_intervals_contain_points_and_state_what_is_resampled() -> No
 
 
 def test_refit_interval_is_wider_than_a_held_fit_interval() -> None:
-    from anyjev.numbers.metrics import bootstrap
+    from tests.items_bootstrap import bootstrap
 
     recs = make_records(np.random.default_rng(2), 60, 16, 3)
     ev = evaluate_records(recs)
@@ -142,7 +261,7 @@ def test_prior_modes_match_compute_levels() -> None:
     recs = make_records(np.random.default_rng(3), 30, 12, 3)
     for mode, batch_size in (("streaming", 1), ("batch", None)):
         ev = evaluate_records(recs, EvaluationOptions(prior_mode=mode))
-        ref = levels_of(recs, batch_size)
+        ref = levels_of(recs, EvaluationOptions(prior_mode=mode))
         for level in ("L0", "L0-bc", "L1"):
             np.testing.assert_allclose(ev.point[level]["fwd"], ref[level]["fwd"], atol=1e-12)
         assert ev.settings["effective_batch_size"] == batch_size
@@ -244,7 +363,7 @@ def test_answer_mass_is_summarised_per_cell_with_an_interval() -> None:
 
     rng = np.random.default_rng(3)
     values = rng.uniform(0.2, 0.9, size=60)
-    s = answer_mass_summary(list(values), n_boot=1000, seed=0, level=0.95)
+    s = answer_mass_summary(list(values), EvaluationOptions(), level=0.95)
     assert s["value"] == pytest.approx(values.mean())
     assert s["lo"] < s["value"] < s["hi"] and s["hi"] - s["lo"] < 0.2
-    assert answer_mass_summary([0.5, None], n_boot=1000, seed=0, level=0.95) is None
+    assert answer_mass_summary([0.5, None], EvaluationOptions(), level=0.95) is None

@@ -18,7 +18,7 @@ from anyjev.backends.vllm import VLLMBackend
 from anyjev.data.tasks import Item
 from anyjev.decision.prompts import prompt_hash
 from anyjev.decision.questions import choice, noul
-from anyjev.errors import BackendError, ConfigError, LabelTokenError
+from anyjev.errors import ConfigError, LabelTokenError
 from anyjev.numbers.logprobs import log_softmax
 from anyjev.run.identity import ScoringOptions, scoring_identity
 from anyjev.run.prepared import prepare_items
@@ -148,14 +148,41 @@ def test_answer_mass_is_stored_per_item_from_the_raw_layout(smollm2_tokenizer, t
     assert counts["prompts"] == sum(len({lay["prompt_sha"] for lay in r["layouts"].values()}) for r in records) + len(its)
 
 
-def test_answer_mass_off_adds_nothing_and_needs_a_capable_backend(smollm2_tokenizer, tmp_path) -> None:
+def test_answer_mass_off_adds_nothing(smollm2_tokenizer, tmp_path) -> None:
     backend, its = MassBackend(), items()
     score(backend, smollm2_tokenizer, its, tmp_path / "a.jsonl", ScoringOptions())
     assert backend.vocab_calls == []
     assert all("answer_mass" not in r for r in read_scores(tmp_path / "a.jsonl")[1])
 
-    class LabelsOnly(MassBackend):
-        vocab_logprobs = None  # type: ignore[assignment]
 
-    with pytest.raises(BackendError, match="'mass' cannot read full-vocabulary log-probs"):
-        score(LabelsOnly(), smollm2_tokenizer, its, tmp_path / "b.jsonl", MASS)
+def test_the_backend_protocol_declares_what_the_library_asks_of_a_backend() -> None:
+    """Code written against the Backend protocol calls only what the protocol declares (answer mass reads
+    vocab_logprobs, which every backend has), and never looks a method up by name."""
+    import ast
+    import inspect
+
+    from anyjev.backends.base import Backend
+    from anyjev.backends.hf import HFBackend
+    from anyjev.backends.vllm import VLLMBackend
+    from tests.conftest import REPO
+
+    declared = {n for n in vars(Backend) if not n.startswith("_")} | set(Backend.__annotations__)
+    assert "vocab_logprobs" in declared
+    for impl in (VLLMBackend, HFBackend):
+        assert all(callable(getattr(impl, n)) for n in declared - set(Backend.__annotations__)), impl
+    used, looked_up = set(), []
+    for path in sorted((REPO / "anyjev").rglob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            typed = {a.arg for a in fn.args.args + fn.args.kwonlyargs
+                     if a.annotation is not None and ast.unparse(a.annotation) == "Backend"}
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in typed:
+                    used.add(node.attr)
+                if (isinstance(node, ast.Call) and ast.unparse(node.func) in ("getattr", "hasattr") and node.args
+                        and ast.unparse(node.args[0]) in typed):
+                    looked_up.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert "vocab_logprobs" in used and used <= declared, used - declared
+    assert not looked_up, f"a backend's method looked up by name: {looked_up}"
+    assert inspect.signature(Backend.vocab_logprobs) == inspect.signature(Backend.label_logprobs)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from anyjev.numbers.levels import LEVELS, compute_levels, log_softmax, marginalise, to_option_space
+from anyjev.numbers.options import EvaluationOptions
 from anyjev.numbers.priors import batch_prior, prior_correct
 from anyjev.numbers.temperature import apply_temperature, fit_temperature
 
@@ -89,10 +90,10 @@ def test_batch_prior_min_items_threshold() -> None:
     rng = np.random.default_rng(3)
     lp = random_lp(rng, (15, 1, 4), scale=2.0)
     groups = np.array(["a"] * 8 + ["b"] * 7)
-    prior = batch_prior(lp, groups, min_items=8)
+    prior = batch_prior(lp, groups, prior_min_items=8)
     np.testing.assert_allclose(prior[:8], np.broadcast_to(np.exp(lp[:8]).mean(axis=0), (8, 1, 4)), atol=1e-12)
     np.testing.assert_allclose(prior[8:], 0.25)  # 7 items: uniform, no correction
-    prior7 = batch_prior(lp[:7], ["a"] * 7, min_items=8)
+    prior7 = batch_prior(lp[:7], ["a"] * 7, prior_min_items=8)
     np.testing.assert_allclose(prior7, 0.25)
 
 
@@ -100,7 +101,7 @@ def test_batch_prior_sequential_batches_by_hand() -> None:
     # items 0..5, groups a b a a b b, batches of 2, min_items 2
     p = np.array([[0.9, 0.1], [0.2, 0.8], [0.7, 0.3], [0.5, 0.5], [0.4, 0.6], [0.1, 0.9]])
     lp = np.log(p)[:, None, :]
-    prior = batch_prior(lp, ["a", "b", "a", "a", "b", "b"], min_items=2, batch_size=2)[:, 0, :]
+    prior = batch_prior(lp, ["a", "b", "a", "a", "b", "b"], prior_min_items=2, effective_batch_size=2)[:, 0, :]
     np.testing.assert_allclose(prior[0], [0.5, 0.5])  # batch 0: one "a" seen
     np.testing.assert_allclose(prior[1], [0.5, 0.5])  # batch 0: one "b" seen
     a_mean = (p[0] + p[2] + p[3]) / 3  # batch 1 includes items 2 and 3
@@ -110,14 +111,14 @@ def test_batch_prior_sequential_batches_by_hand() -> None:
     np.testing.assert_allclose(prior[4], b_mean)
     np.testing.assert_allclose(prior[5], b_mean)
     # one batch: everything seen at once
-    whole = batch_prior(lp, ["a", "b", "a", "a", "b", "b"], min_items=2)[:, 0, :]
+    whole = batch_prior(lp, ["a", "b", "a", "a", "b", "b"], prior_min_items=2)[:, 0, :]
     np.testing.assert_allclose(whole[0], a_mean)
     np.testing.assert_allclose(whole[1], b_mean)
 
 
 def test_batch_prior_growing_single_group() -> None:
     p = np.array([[0.9, 0.1], [0.5, 0.5], [0.3, 0.7], [0.6, 0.4], [0.2, 0.8]])
-    prior = batch_prior(np.log(p)[:, None, :], ["q"] * 5, min_items=1, batch_size=2)[:, 0, :]
+    prior = batch_prior(np.log(p)[:, None, :], ["q"] * 5, prior_min_items=1, effective_batch_size=2)[:, 0, :]
     np.testing.assert_allclose(prior[:2], np.broadcast_to(p[:2].mean(0), (2, 2)))
     np.testing.assert_allclose(prior[2:4], np.broadcast_to(p[:4].mean(0), (2, 2)))
     np.testing.assert_allclose(prior[4], p.mean(0))
@@ -138,13 +139,13 @@ def test_prior_correct_divides_out_a_known_prior() -> None:
     observed = log_softmax(truth + 0.75 * np.log(prior))
     np.testing.assert_allclose(prior_correct(observed, prior), truth, atol=1e-12)
     observed1 = log_softmax(truth + np.log(prior))
-    np.testing.assert_allclose(prior_correct(observed1, prior, strength=1.0), truth, atol=1e-12)
+    np.testing.assert_allclose(prior_correct(observed1, prior, prior_strength=1.0), truth, atol=1e-12)
     assert not np.allclose(prior_correct(observed1, prior), truth, atol=1e-3)  # strength matters
 
 
 def test_prior_correct_floors_prior_and_q() -> None:
     lp = np.log(np.array([[[0.5, 0.5]]]))
-    out = prior_correct(lp, np.array([0.0, 1.0]), strength=1.0)
+    out = prior_correct(lp, np.array([0.0, 1.0]), prior_strength=1.0)
     w = np.array([0.5 / 1e-8, 0.5 / 1.0])
     np.testing.assert_allclose(np.exp(out[0, 0]), w / w.sum(), rtol=1e-12)
     lp0 = np.array([[[0.0, -np.inf]]])  # q = 0 is floored at 1e-8
@@ -285,7 +286,7 @@ def test_l1_uses_frozen_calibration_prior_per_group() -> None:
         calib_rev=calib_rev,
         calib_groups=np.array(["q"] * n_cal),
         calib_gold=calib_gold,
-        batch_size=4,
+        options=EvaluationOptions(prior_mode="streaming", prior_batch_size=4),
     )
     assert tuple(res.levels) == LEVELS
     for g, cal, test, o in (("fwd", calib_fwd, test_fwd, orders), ("rev", calib_rev, test_rev, orders_rev)):

@@ -1,4 +1,4 @@
-"""Metrics on hand-worked examples, and the seeded bootstrap."""
+"""Metrics on hand-worked examples, and bootstrap intervals of them over resampled items."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from anyjev.numbers.metrics import (
     METRICS,
     accuracy,
     aurc,
-    bootstrap,
     brier,
     coverage_at_risk,
     ece,
@@ -19,8 +18,8 @@ from anyjev.numbers.metrics import (
     macro_f1,
     metric_values,
     nll,
-    summarise,
 )
+from tests.items_bootstrap import bootstrap
 
 # Four items, K = 3.  pred = [0, 1, 2, 0], gold = [0, 2, 2, 1]: correct = [T, F, T, F]; conf = [.7, .6, .5, .45]
 P = np.array([[0.7, 0.2, 0.1], [0.1, 0.6, 0.3], [0.2, 0.3, 0.5], [0.45, 0.35, 0.2]])
@@ -172,25 +171,12 @@ def test_bootstrap_matches_metric_values_on_each_resample() -> None:
         assert ci[name] == pytest.approx((lo, hi), abs=1e-12), name
 
 
-def test_bootstrap_without_rev_and_bad_n_boot() -> None:
+def test_bootstrap_without_rev_and_bad_level() -> None:
     lp, gold, _ = _typical(1)
     ci = bootstrap(lp, gold)
     assert all(math.isnan(v) for v in ci["flip"])
-    with pytest.raises(ValueError, match="n_boot"):
-        bootstrap(lp, gold, n_boot=999)
     with pytest.raises(ValueError, match="level"):
         bootstrap(lp, gold, level=1.5)
-
-
-def test_summarise_shape() -> None:
-    lp, gold, rev = _typical(2)
-    out = summarise(lp, gold, rev)
-    assert tuple(out) == METRICS
-    values = metric_values(lp, gold, rev)
-    for name in METRICS:
-        assert set(out[name]) == {"value", "lo", "hi"}
-        assert out[name]["value"] == values[name]
-        assert out[name]["lo"] <= out[name]["value"] <= out[name]["hi"]
 
 
 def test_reliability_bins_are_the_bins_ece_uses():

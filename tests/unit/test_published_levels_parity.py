@@ -20,8 +20,8 @@ import json
 import numpy as np
 import pytest
 
-from anyjev.numbers.evaluation import EvaluationOptions
 from anyjev.numbers.logprobs import log_softmax
+from anyjev.numbers.options import EvaluationOptions
 from anyjev.run.evaluate import evaluate_records
 from tests.conftest import REPO
 from tests.published import require_published

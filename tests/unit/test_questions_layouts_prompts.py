@@ -255,3 +255,24 @@ def test_render_without_chat_template() -> None:
     text = DEFAULT.render(NoTemplate(), q, "Buy now!", DEFAULT.layouts(q)["fwd"][0], ["Yes", "No"])
     assert not has_chat_template(NoTemplate())
     assert text == f"{SYSTEM_PROMPT}\n\nState:\nBuy now!\n\nQuestion: Is it spam?\nAnswer Yes or No.\nAnswer:"
+
+
+def test_a_prompt_has_one_version_its_profiles_and_the_committed_identities_stand() -> None:
+    """A prompt's version is its profile's (no second or third version constant beside it), and a cell scored now
+    gets the identity the committed reference cells carry, so their scores are still recognised."""
+    import json
+
+    import anyjev.decision.prompts
+    import anyjev.run.identity
+    from anyjev.run.identity import ScoringOptions, scoring_identity
+    from tests.conftest import REPO
+
+    constants = [f"{m.__name__}.{n}" for m in (anyjev.decision.prompts, anyjev.run.identity) for n in vars(m)
+                 if n.isupper() and n.endswith("VERSION")]
+    assert constants == [], f"prompt versions beside the profiles': {constants}"
+    cells = sorted((REPO / "results" / "cells").glob("*/*/scores.jsonl"))
+    assert cells
+    for scores in cells:
+        identity = json.loads(scores.read_text(encoding="utf-8").split("\n", 1)[0])["identity"]
+        ours = scoring_identity(ScoringOptions(answer_mass=identity["answer_mass"]))
+        assert {k: identity.get(k) for k in ours} == ours, scores

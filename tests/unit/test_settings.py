@@ -27,16 +27,16 @@ from anyjev import cli
 from anyjev.config import validate_config
 from anyjev.data.hub import FetchJob
 from anyjev.data.prepare import PrepareJob
-from anyjev.decision.layouts import OPTION_ORDERS
+from anyjev.decision.options import PromptOptions
 from anyjev.decision.prompts import PROFILES
-from anyjev.decision.questions import KINDS
+from anyjev.decision.questions import KINDS, Question
 from anyjev.errors import ConfigError
 from anyjev.jobs import Job
-from anyjev.numbers.evaluation import PRIOR_MODES
-from anyjev.run.allocation import SCORE_JOBS, ScoreModelJob
+from anyjev.numbers.options import EvaluationOptions
+from anyjev.run.allocation import ScoreModelJob, score_jobs_mode
 from anyjev.run.cell import ScoreJob
 from anyjev.run.evaluate import EvaluateJob
-from anyjev.run.identity import ROTATIONS
+from anyjev.run.identity import ScoringOptions
 from anyjev.schema import SCHEMA_KEY, schema, schema_node
 from anyjev.serving.build import AUTO_DTYPE, server_build
 from anyjev.serving.models import ModelJob
@@ -143,6 +143,66 @@ def test_no_function_parameter_restates_a_setting_by_hand() -> None:
     assert not bad, f"literal defaults for settings (read them with anyjev.schema.default): {bad}"
 
 
+# Keyword arrays spread into a call in anyjev/numbers that are not settings (a reason each).
+SPREAD_ARRAYS = {"calib": "compute_levels hands its keyword arrays (calibration, orders, reads) to level_inputs",
+                 "data": "a certificate read back from the fields it recorded"}
+
+
+def test_evaluation_settings_reach_the_math_by_their_schema_names() -> None:
+    """The evaluation settings travel as the typed EvaluationOptions down to the functions that use them: no function
+    of anyjev/numbers takes one under another name (its ``prior_`` prefix dropped: strength, min_items, ...), and no
+    dict of settings is spread into a call, where this test could not see the names."""
+    renamed = {key.removeprefix("prior_") for key in schema_node("evaluation")["properties"] if key.startswith("prior_")}
+    assert {"strength", "min_items", "batch_size"} <= renamed
+    bad = []
+    for path in sorted((REPO / "anyjev" / "numbers").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(REPO)}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.FunctionDef):
+                params = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+                bad += [f"{where} {node.name}({a.arg})" for a in params if a.arg in renamed]
+            if isinstance(node, ast.Call):
+                bad += [f"{where} {ast.unparse(node.func)}(**{ast.unparse(k.value)})" for k in node.keywords
+                        if k.arg is None and ast.unparse(k.value) not in SPREAD_ARRAYS]
+    assert not bad, f"evaluation settings renamed or hidden in a dict on the way to the math: {bad}"
+
+
+# Lookups that fall back to a setting's schema default by hand, left to the code that owns them (a reason each).
+SECOND_DEFAULTS = {
+    ("anyjev/outputs/tables.py", "prior_mode"): "the tables are being rewritten onto one run reader (issue 31.3/28.4)",
+    ("anyjev/outputs/viewer.py", "prior_mode"): "the viewer is being rewritten onto one run reader (issue 31.3/28.4)",
+}
+
+
+def test_no_lookup_falls_back_to_a_settings_default_by_hand() -> None:
+    """A record read back without a setting's key gets the schema's default from the schema (or the field that holds
+    it), never from a second literal such as ``identity.get("option_order", "as_given")``."""
+    defaults: dict[str, set[str]] = {}
+    for path, value in schema_defaults(schema()).items():
+        defaults.setdefault(path[-1], set()).add(repr(value))
+    bad = []
+    for path in sorted((REPO / "anyjev").rglob("*.py")):
+        name = str(path.relative_to(REPO))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                    and len(node.args) == 2 and all(isinstance(a, ast.Constant) for a in node.args)):
+                key, fallback = node.args[0].value, node.args[1].value
+                if repr(fallback) in defaults.get(key, set()) and (name, key) not in SECOND_DEFAULTS:
+                    bad.append(f"{name}:{node.lineno} .get({key!r}, {fallback!r})")
+    assert not bad, f"second defaults of settings written by hand: {bad}"
+
+
+def test_prompt_options_read_back_from_a_cells_identity() -> None:
+    """A cell's identity records its option order only off the default; reading it back gives the options it was
+    scored with, the committed reference cells' included."""
+    for options in (PromptOptions(), PromptOptions(option_order="canonical"), PromptOptions(permute=False, flip=False)):
+        assert PromptOptions.from_identity(options.identity()) == options
+    assert "option_order" not in PromptOptions().identity()
+    for scores in (REPO / "results" / "cells").glob("*/*/scores.jsonl"):
+        identity = __import__("json").loads(scores.read_text().split("\n", 1)[0])["identity"]
+        assert PromptOptions.from_identity(identity) == PromptOptions(), scores
+
+
 def test_server_spec_defaults_are_the_schemas() -> None:
     spec = ServerSpec(name="m", model="/m", served_name="m")
     expected = {"dtype": ("models", "*", "dtype"), "max_model_len": ("models", "*", "max_model_len"),
@@ -226,20 +286,75 @@ def test_a_job_with_an_unknown_or_missing_key_is_refused_naming_it() -> None:
     del data["managed"]["spec"]["model"]
     with pytest.raises(ConfigError, match=r"job\.managed\.spec\.model: missing"):
         ScoreJob.from_json(__import__("json").dumps(data))
-    with pytest.raises(ConfigError, match=r"job\.n_boot|job\.evaluation\.n_boot: expected an integer"):
-        EvaluateJob.from_json('{"evaluation": {"n_boot": "many"}}')
+    evaluate = __import__("json").loads(EvaluateJob().to_json())
+    evaluate["evaluation"]["n_boot"] = "many"
+    with pytest.raises(ConfigError, match=r"job\.evaluation\.n_boot: expected an integer"):
+        EvaluateJob.from_json(__import__("json").dumps(evaluate))
+
+
+def test_a_job_missing_a_key_that_has_a_default_is_refused_not_filled() -> None:
+    """A rule writes every field of its job; a key the JSON lacks was lost on the way, so it is refused (as the job
+    contract says), not filled with the field's default."""
+    settings = Settings.from_config(validate_config({"models": {"m": {"source": "smollm2"}}, "tasks": {"mmlu": {"source": "builtin"}}}))
+    data = __import__("json").loads(settings.score_job("m", "mmlu", **PATHS).to_json())
+    del data["scoring"]["prompt"]["option_order"]
+    with pytest.raises(ConfigError, match=r"job\.scoring\.prompt\.option_order: missing"):
+        ScoreJob.from_json(__import__("json").dumps(data))
+    with pytest.raises(ConfigError, match=r"job\.evaluation\.bootstrap_seed: missing"):
+        EvaluateJob.from_json('{"evaluation": {"prior_strength": 0.75, "prior_min_items": 8, "prior_mode": "batch", '
+                              '"prior_batch_size": null, "n_boot": 1000}}')
 
 
 # --------------------------------------------------------------------------------------------- names and messages
 
 
-def test_library_enumerations_are_the_schemas() -> None:
-    assert set(OPTION_ORDERS) == set(schema_node("scoring", "option_order")["enum"])
-    assert set(PROFILES) == set(schema_node("scoring", "prompt_profile")["enum"])
-    assert set(ROTATIONS) == set(schema_node("scoring", "rotations")["enum"])
-    assert set(PRIOR_MODES) == set(schema_node("evaluation", "prior_mode")["enum"])
-    assert set(SCORE_JOBS) == set(schema_node("score_jobs")["enum"])
-    assert set(KINDS) == set(schema_node("tasks", "*", "hub", "kind")["enum"])
+def schema_enums(node: dict, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], list]:
+    """Every enumeration of the schema by key path (``*`` a name-keyed mapping, ``[]`` a list's items)."""
+    found = {path: node["enum"]} if "enum" in node else {}
+    for name, sub in node.get("properties", {}).items():
+        found |= schema_enums(sub, path + (name,))
+    for key, step in (("additionalProperties", "*"), ("items", "[]")):
+        if isinstance(node.get(key), dict):
+            found |= schema_enums(node[key], path + (step,))
+    return found
+
+
+def test_the_schema_is_the_one_list_of_each_enumeration() -> None:
+    """The library checks a setting's value against the schema and reads the allowed values from it: no module spells
+    a schema enumeration again as a literal list (a tuple, list, set or Literal of exactly its values), which could
+    drift from it. The prompt profiles are a registry of implementations, so their names are held equal instead."""
+    enums = {path: {str(v) for v in values} for path, values in schema_enums(schema()).items()}
+    assert len(enums) >= 10 and ("evaluation", "prior_mode") in enums and ("score_jobs",) in enums
+    restated = []
+    for path in sorted((REPO / "anyjev").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Tuple | ast.List | ast.Set) and all(isinstance(e, ast.Constant) for e in node.elts):
+                values = {str(e.value) for e in node.elts}
+                restated += [f"{path.relative_to(REPO)}:{node.lineno} {'.'.join(key)}" for key, allowed in enums.items()
+                             if values == allowed]
+    assert not restated, f"schema enumerations restated in the library: {restated}"
+    assert set(PROFILES) == enums[("scoring", "prompt_profile")]
+    assert KINDS == tuple(schema_node("tasks", "*", "hub", "kind")["enum"])
+
+
+@pytest.mark.parametrize(("build", "key", "value"), [
+    (lambda v: PromptOptions(option_order=v), "scoring.option_order", "sorted"),
+    (lambda v: PromptOptions(prompt_profile=v), "scoring.prompt_profile", "nope"),
+    (lambda v: ScoringOptions(rotations=v), "scoring.rotations", "some"),
+    (lambda v: EvaluationOptions(prior_mode=v), "evaluation.prior_mode", "running"),
+    (score_jobs_mode, "score_jobs", "task"),
+])
+def test_a_typed_setting_outside_the_schema_is_refused_naming_the_schemas_values(build, key, value) -> None:
+    """However the options are built (a job's JSON, by hand), a value the schema does not allow is refused as in a config
+    file, naming the key and the values the schema allows."""
+    allowed = ", ".join(map(str, schema_node(*key.split("."))["enum"]))
+    with pytest.raises(ConfigError, match=re.escape(f"config key {key}: {value!r} is not one of {allowed}")):
+        build(value)
+
+
+def test_a_question_kind_outside_the_schema_is_refused() -> None:
+    with pytest.raises(ValueError, match=re.escape(f"must be one of {', '.join(KINDS)}")):
+        Question.from_dict({"kind": "yesno", "text": "Is it?"})
 
 
 def test_the_cli_has_no_defaults_of_its_own_for_config_settings() -> None:
