@@ -187,7 +187,7 @@ def test_a_failed_run_of_another_config_leaves_a_finished_runs_files_as_they_wer
     (work / "other").mkdir(exist_ok=True)
     (work / "other" / "broken.jsonl").write_text('{"id": "b0", "state": "s", "question": "q?", "kind": "noul", "gold": 0}\n'
                                                  "not json\n")
-    broken = {"source": "file", "path": "other/broken.jsonl", "n_test": 1, "n_calib": 0}
+    broken = {"source": "file", "path": "other/broken.jsonl", "n_test": 1, "n_calib": 1}
     configs = {"every cell fails": {"broken": broken},
                "a shared cell": {"mmlu": finished_run["config"]["tasks"]["mmlu"], "broken": broken}}
     before = {p: p.read_bytes() for p in (work / "results").rglob("*") if p.is_file()}
