@@ -146,8 +146,8 @@ def cmd_ls(args: argparse.Namespace) -> None:
 
 
 def cmd_viewer(args: argparse.Namespace) -> None:
-    from anyjev.outputs.cells import CellLayout
     from anyjev.outputs.viewer import ViewerJob, write_viewer
+    from anyjev.results import CellLayout
     from anyjev.settings import Settings
 
     if args.job:

@@ -27,6 +27,11 @@ class TaskDataError(AnyjevError, ValueError):
         super().__init__(f"{path}:{where}: {why}")
 
 
+class FileFormatError(TaskDataError):
+    """A file anyjev reads back (a run's ``metrics.json``, ``predictions.csv``, ``scores.jsonl``, a table made from
+    them, the viewer's page template) is missing, empty or not in its format; names the file and where in it."""
+
+
 class ConfigError(AnyjevError, ValueError):
     """A configuration value is invalid; names the key path."""
 

@@ -25,7 +25,6 @@ from anyjev.data.split import split_items
 from anyjev.data.tasks import Item
 from anyjev.decision.labels import LabelChecker, label_strings
 from anyjev.decision.options import PromptOptions
-from anyjev.decision.prompts import user_message
 from anyjev.decision.questions import choice, noul
 from anyjev.errors import BackendError, ConfigError, LabelTokenError, TaskDataError
 from anyjev.run.allocation import score_jobs_mode
@@ -97,15 +96,15 @@ def item_counts(item: Item, options: PromptOptions, tokenizer=None, checker=None
                 ) -> tuple[int, int, int | None, int | None]:
     """(layouts, prompts, prompt tokens, longest prompt's tokens) of one item: with a tokenizer, as scoring renders
     (under the cell's prompt OPTIONS) and counts them (:func:`anyjev.run.requests.sent_counts`: distinct token-id
-    prompts, plus one for the answer mass); without, distinct user turns (one chat template renders distinct turns to
-    distinct ids) and no token counts."""
+    prompts, plus one for the answer mass); without, distinct prompt texts rendered under OPTIONS without a chat template
+    (one chat template renders distinct texts to distinct ids) and no token counts."""
     if tokenizer is not None:
         p = prepare_item(tokenizer, checker, item, "", options)
         prompts, tokens = sent_counts(p, answer_mass=answer_mass)
         return len(p.layouts), prompts, tokens, max(len(ids) for _, ids in p.layouts)
     labels = label_strings(item.question, "default")
     layouts = [lay for group in options.layouts(item.question).values() for lay in group]
-    distinct = {user_message(item.question, item.state, lay, labels) for lay in layouts}
+    distinct = {options.render(None, item.question, item.state, lay, labels) for lay in layouts}
     return len(layouts), len(distinct) + int(answer_mass), None, None
 
 

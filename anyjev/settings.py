@@ -23,8 +23,8 @@ from anyjev.errors import ConfigError
 from anyjev.jobs import from_data
 from anyjev.lock import Lock
 from anyjev.numbers.options import EvaluationOptions
-from anyjev.outputs.cells import CellLayout
 from anyjev.outputs.viewer import ViewerJob
+from anyjev.results import CellLayout
 from anyjev.run.allocation import ModelCell, ScoreModelJob
 from anyjev.run.cell import ExternalServer, ManagedServer, ScoreJob
 from anyjev.run.evaluate import EvaluateJob

@@ -37,8 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from anyjev.jobs import from_data  # noqa: E402
-from anyjev.outputs.cells import CellLayout  # noqa: E402
 from anyjev.outputs.viewer import ViewerJob  # noqa: E402
+from anyjev.results import CellLayout  # noqa: E402
 
 CHROMIUM = Path(os.environ.get("ANYJEV_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",

@@ -9,7 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
-from anyjev.outputs.cells import CellLayout
+from anyjev.results import CellLayout
 from tests.conftest import REPO
 
 RESULTS = REPO / "results"

@@ -41,7 +41,9 @@ class PromptOptions:
         return layouts_for(question, permute=self.permute, flip=self.flip, option_order=self.option_order)
 
     def render(self, tokenizer, question: Question, state: str, layout: Layout, labels: Sequence[str]) -> str:
-        """The exact prompt text of one layout (chat template applied, generation prompt appended)."""
+        """The exact prompt text of one layout (chat template applied, generation prompt appended); without a
+        TOKENIZER (None), the profile's text without a chat template (what ``anyjev plan`` compares when the model's
+        tokenizer is not prepared)."""
         return render_text(tokenizer, question, state, layout, labels, self.profile)
 
     def identity(self) -> dict[str, Any]:

@@ -2,25 +2,33 @@
 hashes), how (vLLM version, argv, system fingerprints, git commit) and what the evaluation fitted (tie
 rates, temperatures, interval settings), from each cell's provenance.json and metrics.json.
 
-Written as Markdown (readable on GitHub) and HTML (shown inside the Snakemake report). Every optional
-field is read with ``.get`` and shown only when present, so older or newer files still render.
+Written as Markdown (readable on GitHub) and HTML (shown inside the Snakemake report), from a run read by
+:mod:`anyjev.results`. A provenance field is shown when the cell recorded it (a cell scored outside the workflow has
+no provenance.json).
 """
 
 from __future__ import annotations
 
 import html
 import json
-import os
 import shlex
 from collections.abc import Sequence
-from pathlib import Path
 
 import yaml
 
 from anyjev.files import write_text_atomic
-from anyjev.outputs.tables import Failures, cell_of, scalar
+from anyjev.results import Run
 
 Section = tuple[str, list[str], list[list[str]]]  # title, table header, rows (or a preformatted block)
+
+
+def scalar(entry: object) -> float | None:
+    """A number from a metrics.json entry: a bare number, or an object's ``value``."""
+    if isinstance(entry, dict):
+        entry = entry.get("value")
+    if isinstance(entry, bool) or not isinstance(entry, int | float):
+        return None
+    return float(entry)
 
 
 def _short(h: object, n: int = 12) -> str:
@@ -73,15 +81,13 @@ def _settings(metrics: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(s.items())) or "–"
 
 
-def provenance_sections(config: dict, cells: Sequence[tuple[str | os.PathLike, str | os.PathLike]]) -> list[Section]:
-    """Sections from the config as run and, per cell, (provenance.json, metrics.json) paths."""
+def provenance_sections(config: dict, run: Run) -> list[Section]:
+    """Sections from the config as run and each finished cell of RUN (its provenance.json and metrics.json)."""
     sections: list[Section] = [("Config as run (validated, defaults filled in)", [], [[yaml.safe_dump(config, sort_keys=False)]])]
     prov_rows, eval_rows, argv_rows = [], [], []
     argvs: dict[str, str] = {}
-    for prov_path, metrics_path in cells:
-        model, task = cell_of(metrics_path)
-        prov = json.loads(Path(prov_path).read_text()) if Path(prov_path).is_file() else {}
-        metrics = json.loads(Path(metrics_path).read_text())
+    for cell in run.finished:
+        model, task, prov, metrics = cell.model, cell.task, cell.provenance, cell.metrics
         server = prov.get("server") or {}
         git = prov.get("git") or {}
         task_file = prov.get("task_file") or {}
@@ -145,17 +151,14 @@ def sections_html(sections: Sequence[Section]) -> str:
     return "\n".join(out) + "\n"
 
 
-def write_provenance(config: dict, provenance_files: Sequence[str], metrics_files: Sequence[str], md_out: str,
-                     html_out: str | None = None, failed: Failures | None = None) -> list[Section]:
-    """results/tables/provenance.md (and .html for the report) from the cells' files, paired in order; the FAILED
-    cells get a section of their own."""
-    if len(provenance_files) != len(metrics_files):
-        raise ValueError(f"{len(provenance_files)} provenance files but {len(metrics_files)} metrics files")
-    sections = provenance_sections(config, list(zip(provenance_files, metrics_files, strict=True)))
-    if failed:
-        sections.insert(1, (f"Failed cells ({len(failed)}): not in the tables until a run completes them",
+def write_provenance(config: dict, run: Run, md_out: str, html_out: str | None = None) -> list[Section]:
+    """results/tables/provenance.md (and .html for the report) from RUN's finished cells; its failed cells get a
+    section of their own."""
+    sections = provenance_sections(config, run)
+    if run.failures:
+        sections.insert(1, (f"Failed cells ({len(run.failures)}): not in the tables until a run completes them",
                             ["model", "task", "error (first line)", "log"],
-                            [[m, t, f["error"], f["log"]] for (m, t), f in failed.items()]))
+                            [[m, t, f["error"], f["log"] or "–"] for (m, t), f in run.failures.items()]))
     write_text_atomic(md_out, sections_markdown(sections))
     if html_out:
         write_text_atomic(html_out, sections_html(sections))

@@ -13,20 +13,25 @@ rewrites them through the rules, whole.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
+from anyjev.errors import FileFormatError
 from anyjev.files import write_text_atomic
-from anyjev.outputs.cells import CellLayout
 from anyjev.outputs.plots import plot_failed_cell, plot_flip, plot_metrics_by_level, plot_reliability, plot_vs_published
 from anyjev.outputs.provenance import write_provenance
-from anyjev.outputs.tables import published_overlap, read_published, vs_published_frame, vs_published_markdown, write_summary
+from anyjev.outputs.tables import (
+    published_overlap,
+    read_published,
+    read_summary,
+    vs_published_frame,
+    vs_published_markdown,
+    write_summary,
+)
 from anyjev.outputs.viewer import ViewerJob, write_viewer
+from anyjev.results import CellLayout, read_layout
 
 log = logging.getLogger(__name__)
 
@@ -80,39 +85,37 @@ def kept_as_they_are(job: RunOutputs) -> str | None:
 
 
 def summary_cells(path: str | Path) -> set[tuple[str, str]]:
-    """The (model, task) cells a summary table shows; none when there is no readable table."""
+    """The (model, task) cells a summary table shows; none when there is no table, or none that reads."""
+    if not Path(path).is_file():
+        return set()
     try:
-        table = pd.read_csv(path, usecols=["model", "task"], dtype=str)
-    except (OSError, ValueError, pd.errors.EmptyDataError):
+        table = read_summary(path)
+    except FileFormatError:
         return set()
     return set(zip(table["model"], table["task"], strict=True))
 
 
-def write_run_outputs(job: RunOutputs) -> dict[tuple[str, str], dict[str, str]]:
+def write_run_outputs(job: RunOutputs) -> dict[tuple[str, str], dict[str, str | None]]:
     """Write JOB's outputs from the cells that finished, listing the others; returns the failed cells."""
-    done = job.layout.finished(job.cells)
-    failed = {(m, t): job.layout.failure(m, t) for m, t in job.cells if (m, t) not in done}
-    metrics = [str(job.layout.dir(m, t) / "metrics.json") for m, t in done]
-    summary = write_summary(metrics, job.levels, job.summary["csv"], job.summary["md"], job.summary["tex"], failed)
-    write_provenance(job.config, [str(job.layout.dir(m, t) / "provenance.json") for m, t in done], metrics,
-                     job.provenance["md"], job.provenance["html"], failed)
+    run = read_layout(job.layout, job.cells)
+    failed = run.failures
+    summary = write_summary(run, job.levels, job.summary["csv"], job.summary["md"], job.summary["tex"])
+    write_provenance(job.config, run, job.provenance["md"], job.provenance["html"])
     for (m, t), why in failed.items():
         fig = job.reliability.of(m, t)
         plot_failed_cell(f"{m} / {t}", why["error"], why["log"], fig.png, fig.pdf)
-    if done:
+    if run.finished:
         plot_metrics_by_level(summary, job.metrics_by_level.png, job.metrics_by_level.pdf)
         plot_flip(summary, job.flip_by_level.png, job.flip_by_level.pdf)
-        for m, t in done:
-            cell = job.layout.dir(m, t)
-            meta = json.loads((cell / "metrics.json").read_text())
-            fig = job.reliability.of(m, t)
-            plot_reliability(pd.read_csv(cell / "predictions.csv"), job.levels, fig.png, fig.pdf, k=meta.get("k"),
-                             title=f"{m} / {t}", ece_intervals={lv: (meta["metrics"].get(lv) or {}).get("ece") for lv in job.levels})
-    if done and job.published and Path(job.published).is_file():
+        for cell in run.finished:
+            fig = job.reliability.of(cell.model, cell.task)
+            plot_reliability(cell.predictions, job.levels, fig.png, fig.pdf, k=cell.metrics["k"], title=f"{cell.model} / {cell.task}",
+                             ece_intervals={lv: (cell.metrics["metrics"].get(lv) or {}).get("ece") for lv in job.levels})
+    if run.finished and job.published and Path(job.published).is_file():
         table = vs_published_frame(summary, read_published(job.published))
         write_text_atomic(job.vs_published["csv"], table.to_csv(index=False, float_format="%.6f"))
         write_text_atomic(job.vs_published["md"], vs_published_markdown(table))
         if len(published_overlap(read_published(job.published), job.cells, job.levels)):
             plot_vs_published(table, job.vs_published_plot.png, job.vs_published_plot.pdf)
-    write_viewer(job.viewer, job.viewer_out)
+    write_viewer(job.viewer, job.viewer_out, run=run)
     return failed

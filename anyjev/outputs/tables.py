@@ -1,26 +1,24 @@
 """Tables across cells: the summary (one row per model, task, level) as CSV, Markdown and LaTeX, the
-README's excerpt of it, and the comparison with published numbers. Built from the per-cell metrics
-files, so they can be rebuilt without a server.
-
-Readers use ``.get`` on everything beyond the core keys of ``metrics.json`` (``n``, ``k``, ``metrics``):
-optional entries (per-level ``tie_rate``, fitted temperatures, interval settings) are shown when present.
+README's excerpt of it, and the comparison with published numbers. Built from a run's frames
+(:mod:`anyjev.results`), so they can be rebuilt without a server.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 
 import pandas as pd
 
+from anyjev.decision.layouts import GROUPS
 from anyjev.files import write_text_atomic
 from anyjev.numbers.metrics import METRICS
+from anyjev.results import Run
+from anyjev.results.files import read_csv
 
 TABLE_METRICS = ("acc", "macro_f1", "nll", "brier", "ece", "flip", "cov@5", "aurc")
 METRIC_TITLES = {"acc": "acc", "macro_f1": "macro-F1", "nll": "NLL", "brier": "Brier", "ece": "ECE", "flip": "flip",
@@ -29,15 +27,19 @@ METRIC_TITLES = {"acc": "acc", "macro_f1": "macro-F1", "nll": "NLL", "brier": "B
 HIGHER_IS_BETTER = {"acc": True, "macro_f1": True, "nll": False, "brier": False, "ece": False, "flip": False,
                     "cov@5": True, "aurc": False}
 README_METRICS = ("acc", "macro_f1", "nll", "brier", "ece", "flip")
-INTERVAL_NOTE = "bootstrap 95% intervals (see metrics.json settings)"
+INTERVAL_NOTE = "bootstrap 95% intervals (see metrics.json settings)"  # a table of no finished cell
+# summary.csv's columns that every table row has, and their kinds (anyjev.results.files.read_csv)
+SUMMARY_COLUMNS = {"model": "text", "task": "text", "level": "text", "n": "int", "K": "text"} | {
+    f"{m}{end}": "float?" for m in TABLE_METRICS for end in ("", "_lo", "_hi")}
+PUBLISHED_COLUMNS = {"model": "text", "task": "text", "level": "text", "metric": "text", "value": "float"}
 
 
-def interval_note(settings: dict | None) -> str:
-    """How the cells' intervals were computed and which label prior they used, from metrics.json's settings."""
-    if not settings or "interval" not in settings:
+def interval_note(cell: Mapping | None) -> str:
+    """How the cells' intervals were computed and which label prior they used: from a row of a run's cells frame."""
+    if cell is None:
         return INTERVAL_NOTE
-    return (f"{settings['interval']} bootstrap intervals ({settings.get('n_boot')} resamples of the "
-            f"{settings.get('resampled', 'test items')}); label prior: {settings.get('prior_mode', 'batch')}")
+    return (f"{cell['interval']} bootstrap intervals ({cell['n_boot']} resamples of the {cell['resampled']}); "
+            f"label prior: {cell['prior_mode']}")
 assert set(TABLE_METRICS) <= set(METRICS) and set(HIGHER_IS_BETTER) == set(TABLE_METRICS)
 
 
@@ -50,21 +52,6 @@ def metric_header(metric: str) -> str:
     return f"{METRIC_TITLES[metric]} {arrow(metric)}"
 
 
-def cell_of(path: str | os.PathLike) -> tuple[str, str]:
-    """(model, task) from ``results/cells/{model}/{task}/metrics.json``."""
-    p = Path(path)
-    return p.parent.parent.name, p.parent.name
-
-
-def scalar(entry: object) -> float | None:
-    """A number from an optional metrics.json entry: a bare number, or a dict with ``value``."""
-    if isinstance(entry, dict):
-        entry = entry.get("value")
-    if isinstance(entry, bool) or not isinstance(entry, int | float):
-        return None
-    return float(entry)
-
-
 def k_range(k: object) -> tuple[int, int] | None:
     """(smallest, largest) K from metrics.json's ``k``: an int, or a string such as ``"mixed (2-5)"``."""
     if isinstance(k, bool):
@@ -75,38 +62,42 @@ def k_range(k: object) -> tuple[int, int] | None:
     return (min(nums), max(nums)) if nums else None
 
 
-def summary_frame(metrics_files: Sequence[str | os.PathLike], levels: Sequence[str]) -> pd.DataFrame:
-    """One row per (model, task, level) with each metric's value and interval; ``tie_rate`` when the
-    metrics file has it for that level."""
+def finished_cells(run: Run) -> list[dict]:
+    """The run's finished cells as rows of its cells frame, in the run's order."""
+    return run.cells[run.cells["status"] == "done"].to_dict("records")
+
+
+def summary_frame(run: Run, levels: Sequence[str]) -> pd.DataFrame:
+    """One row per (model, task, level) of the run's finished cells, for each of LEVELS the cell has: each table
+    metric's value and interval, the tie rate, the cell's answer mass, and on L1's row its fitted temperatures."""
+    entries = {(r["model"], r["task"], r["level"], r["metric"]): r for r in run.metrics.to_dict("records")}
     rows = []
-    for path in metrics_files:
-        model, task = cell_of(path)
-        data = json.loads(Path(path).read_text())
+    for cell in finished_cells(run):
+        key = (cell["model"], cell["task"])
         for level in levels:
-            lvl = data["metrics"].get(level)
-            if lvl is None:
+            if (*key, level, TABLE_METRICS[0]) not in entries:
                 continue
-            row = {"model": model, "task": task, "level": level, "n": data["n"], "K": data["k"]}
+            row = {"model": key[0], "task": key[1], "level": level, "n": cell["n"], "K": cell["K"]}
             for m in TABLE_METRICS:
-                v = lvl[m]
-                row[m], row[f"{m}_lo"], row[f"{m}_hi"] = v["value"], v["lo"], v["hi"]
-            tie = scalar(lvl.get("tie_rate", (data.get("tie_rate") or {}).get(level)))
-            if tie is not None:
-                row["tie_rate"] = tie
-            mass = data.get("answer_mass")
-            if isinstance(mass, dict):  # the cell's answer mass (scoring.answer_mass), on every row of the cell
-                row["answer_mass"], row["answer_mass_lo"], row["answer_mass_hi"] = mass["value"], mass["lo"], mass["hi"]
+                e = entries[(*key, level, m)]
+                row[m], row[f"{m}_lo"], row[f"{m}_hi"] = e["value"], e.get("lo"), e.get("hi")
+            tie = entries.get((*key, level, "tie_rate"))
+            if tie is not None and not _missing(tie["value"]):
+                row["tie_rate"] = tie["value"]
+            if not _missing(cell.get("answer_mass")):  # the cell's answer mass (scoring.answer_mass), on every row
+                row["answer_mass"], row["answer_mass_lo"], row["answer_mass_hi"] = (
+                    cell["answer_mass"], cell["answer_mass_lo"], cell["answer_mass_hi"])
             if level == "L1":  # L1's fitted temperature per layout group, flagged at the search bound
-                for group, fit in (data.get("temperature") or {}).items():
-                    if isinstance(fit, dict) and "T" in fit:
-                        row[f"T_{group}"] = fit["T"]
-                        row[f"T_{group}_at_bound"] = bool(fit.get("at_bound"))
+                for group in GROUPS:
+                    if not _missing(cell.get(f"T_{group}")):
+                        row[f"T_{group}"] = cell[f"T_{group}"]
+                        row[f"T_{group}_at_bound"] = bool(cell[f"T_{group}_at_bound"])
             rows.append(row)
     return pd.DataFrame(rows)
 
 
 def _missing(v: object) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
 
 
 def _fmt(v: float, lo: float, hi: float) -> str:
@@ -125,25 +116,31 @@ def _markdown(df: pd.DataFrame, keys: Sequence[str], metrics: Sequence[str]) -> 
 
 
 # A cell that failed, as every cross-cell output lists it: (model, task) -> {"error": first line, "log": path}.
-Failures = Mapping[tuple[str, str], Mapping[str, str]]
+Failures = Mapping[tuple[str, str], Mapping[str, str | None]]
 
 
 def failed_markdown(failed: Failures) -> str:
     """The failed cells, for a table's reader: the cell, the first line of its error, its log."""
     if not failed:
         return ""
-    rows = "".join(f"| {m} | {t} | {_md_escape(f['error'])} | `{f['log']}` |\n" for (m, t), f in failed.items())
+    rows = "".join(f"| {m} | {t} | {_md_escape(f['error'])} | {_log_text(f['log'])} |\n" for (m, t), f in failed.items())
     return (f"\n**{len(failed)} cell(s) failed** and are not in the table above (a later run that completes them makes it "
             "whole):\n\n| model | task | error | log |\n|---|---|---|---|\n" + rows)
+
+
+def _log_text(log: str | None) -> str:
+    return f"`{log}`" if log else "–"
 
 
 def _md_escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def summary_markdown(df: pd.DataFrame, settings: dict | None = None, failed: Failures | None = None) -> str:
+def summary_markdown(df: pd.DataFrame, cell: Mapping | None = None, failed: Failures | None = None) -> str:
+    """summary.md: the table, how its intervals were made (CELL: a row of the run's cells frame), the tie rates,
+    temperatures and answer masses, and the FAILED cells."""
     lines = _markdown(df, ["model", "task", "level", "n", "K"], TABLE_METRICS)
-    note = (f"\nValues with their {interval_note(settings)}. ↑: higher is better, ↓: lower is better. "
+    note = (f"\nValues with their {interval_note(cell)}. ↑: higher is better, ↓: lower is better. "
             "flip: share of items whose answer changes when the option order is reversed (Yes/No: the phrasing "
             "swapped). cov@5%: share of items answerable at <= 5% error, most confident first.\n")
     if "tie_rate" in df.columns and df["tie_rate"].notna().any():
@@ -210,8 +207,8 @@ def readme_markdown(df: pd.DataFrame) -> str:
 
 
 def read_summary(path: str | os.PathLike) -> pd.DataFrame:
-    """summary.csv with K kept as text (it may be ``mixed (2-5)``)."""
-    return pd.read_csv(path, dtype={"K": str, "model": str, "task": str, "level": str})
+    """summary.csv, checked, with K kept as text (it may be ``mixed (2-5)``)."""
+    return read_csv(path, SUMMARY_COLUMNS)
 
 
 # ------------------------------------------------------------------------------------------------ LaTeX
@@ -229,13 +226,13 @@ def _tex_value(v: float, lo: float, hi: float) -> str:
     return f"{v:.3f} {{\\scriptsize [{lo:.3f}, {hi:.3f}]}}"
 
 
-def summary_latex(df: pd.DataFrame, settings: dict | None = None, failed: Failures | None = None) -> str:
+def summary_latex(df: pd.DataFrame, cell: Mapping | None = None, failed: Failures | None = None) -> str:
     """A plain ``tabular`` (no packages beyond LaTeX itself) with the same rows as summary.md, for
     ``\\input`` in a paper; wrap it in ``\\resizebox`` or a ``table*`` where it is too wide."""
     keys = ["model", "task", "level", "n", "K"]
     tex_arrow = {True: r"$\uparrow$", False: r"$\downarrow$"}
     heads = [tex_escape(k) for k in keys] + [f"{tex_escape(METRIC_TITLES[m])} {tex_arrow[HIGHER_IS_BETTER[m]]}" for m in TABLE_METRICS]
-    lines = [f"% anyjev summary: values with their {interval_note(settings)}; generated from summary.csv, do not edit.",
+    lines = [f"% anyjev summary: values with their {interval_note(cell)}; generated from summary.csv, do not edit.",
              "\\begin{tabular}{lllrr" + "l" * len(TABLE_METRICS) + "}", "\\hline", " & ".join(heads) + " \\\\", "\\hline"]
     previous = None
     for _, r in df.iterrows():
@@ -252,22 +249,22 @@ def summary_latex(df: pd.DataFrame, settings: dict | None = None, failed: Failur
     return "\n".join(lines) + "\n"
 
 
-def write_summary(metrics_files: Sequence[str], levels: Sequence[str], csv_out: str, md_out: str,
-                  tex_out: str | None = None, failed: Failures | None = None) -> pd.DataFrame:
-    """The summary table of the cells whose METRICS_FILES are given (CSV, Markdown, LaTeX); the FAILED cells are
-    listed beside it (a run whose cells all finished has none)."""
-    df = summary_frame(metrics_files, levels)
-    settings = json.loads(Path(metrics_files[0]).read_text()).get("settings") if metrics_files else None
+def write_summary(run: Run, levels: Sequence[str], csv_out: str, md_out: str, tex_out: str | None = None) -> pd.DataFrame:
+    """The summary table of RUN's finished cells (CSV, Markdown, LaTeX); its failed cells are listed beside it."""
+    df = summary_frame(run, levels)
+    cells = finished_cells(run)
+    first = cells[0] if cells else None
     write_text_atomic(csv_out, df.to_csv(index=False, float_format="%.6f"))
-    write_text_atomic(md_out, summary_markdown(df, settings, failed))
+    write_text_atomic(md_out, summary_markdown(df, first, run.failures))
     if tex_out:
-        write_text_atomic(tex_out, summary_latex(df, settings, failed))
+        write_text_atomic(tex_out, summary_latex(df, first, run.failures))
     return df
 
 
 # -------------------------------------------------------------------------------------------- published
 def read_published(path: str | os.PathLike) -> pd.DataFrame:
-    return pd.read_csv(path, comment="#")
+    """A table of published numbers (long form: model, task, level, metric, value; ``#`` starts a comment)."""
+    return read_csv(path, PUBLISHED_COLUMNS, comment="#")
 
 
 def published_overlap(published: pd.DataFrame, cells: Iterable[tuple[str, str]], levels: Sequence[str]) -> pd.DataFrame:

@@ -28,6 +28,10 @@ from anyjev.run.store import read_cell
 
 log = logging.getLogger(__name__)
 
+# predictions.csv's columns and what each holds (the run reader, anyjev.results, reads them back as these types).
+PREDICTION_COLUMNS = {"item_id": "text", "level": "text", "group": "text", "gold": "int", "pred": "int", "conf": "float",
+                      "p_gold": "float", "n_top": "int"}
+
 
 @dataclass(frozen=True)
 class EvaluateJob(Job):
@@ -62,7 +66,7 @@ def write_predictions(path: str | os.PathLike, evaluation: Evaluation) -> None:
     """
     buf = io.StringIO(newline="")
     w = csv.writer(buf)
-    w.writerow(["item_id", "level", "group", "gold", "pred", "conf", "p_gold", "n_top"])
+    w.writerow(list(PREDICTION_COLUMNS))
     gold = evaluation.gold
     for level in evaluation.levels:
         for group in GROUPS:

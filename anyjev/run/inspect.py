@@ -1,8 +1,8 @@
 """Looking inside a run without re-running it: the exact prompt of any item and layout, the configured
 tasks with their kind, K and sizes, and the per-item scores with the prompt text beside them.
 
-Every prompt here is built by :func:`anyjev.run.prepared.prepare_item`, the function scoring uses, under the
-cell's :class:`~anyjev.decision.options.PromptOptions`, so the token ids shown are the ids that were scored;
+Every prompt here is rebuilt by :mod:`anyjev.run.rebuild` (the scoring code, under the cell's
+:class:`~anyjev.decision.options.PromptOptions`), so the token ids shown are the ids that were scored;
 :func:`export_scores_with_prompts` proves it item by item against the prompt hash stored in ``scores.jsonl`` and
 refuses the export on any mismatch.
 """
@@ -13,44 +13,21 @@ import json
 import logging
 import os
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 from anyjev.data.taskfile import load_task_file
 from anyjev.data.tasks import Item, Task
 from anyjev.decision.labels import LabelChecker
 from anyjev.decision.options import PromptOptions
-from anyjev.decision.prompts import encode, prompt_hash
 from anyjev.errors import TaskDataError
 from anyjev.files import file_sha256, write_text_atomic
-from anyjev.run.prepared import PreparedItem, prepare_item
+from anyjev.run.prepared import prepare_item
+from anyjev.run.rebuild import RenderedPrompt, render_prepared, scored_prompts
 from anyjev.run.store import read_scores
 
 log = logging.getLogger(__name__)
 
 EXPORT_FORMAT = "anyjev.scores_with_prompts/1"
-
-
-@dataclass
-class RenderedPrompt:
-    """One layout of one item as the model received it."""
-
-    item_id: str
-    layout: str
-    order: list[int]
-    swapped: bool
-    labels: list[str]
-    label_ids: list[int]
-    text: str
-    ids: list[int]
-
-    @property
-    def n_tokens(self) -> int:
-        return len(self.ids)
-
-    @property
-    def prompt_sha(self) -> str:
-        return prompt_hash(self.ids)
 
 
 def _find_item(task: Task, item_id: str) -> tuple[int, Item]:
@@ -62,24 +39,11 @@ def _find_item(task: Task, item_id: str) -> tuple[int, Item]:
                         f"no such item id in task {task.name!r} ({len(task.items)} items, e.g. {sample})")
 
 
-def render_prepared(tokenizer, p: PreparedItem, options: PromptOptions) -> list[RenderedPrompt]:
-    """The text of every layout of a prepared item; its encoding must equal the prepared ids (the
-    prompt that was scored), which is checked rather than assumed."""
-    out = []
-    for layout, ids in p.layouts:
-        text = options.render(tokenizer, p.item.question, p.item.state, layout, p.labels)
-        if encode(tokenizer, text) != ids:
-            raise AssertionError(f"item {p.item.id!r} {layout.name}: rendered text does not encode to the scored ids")
-        out.append(RenderedPrompt(p.item.id, layout.name, list(layout.order), layout.swapped, list(p.labels),
-                                  list(p.label_ids), text, list(ids)))
-    return out
-
-
 def item_prompts(task: Task, item_id: str, tokenizer, options: PromptOptions) -> list[RenderedPrompt]:
     """Every layout of one task item, rendered for ``tokenizer`` exactly as scoring renders it under OPTIONS."""
     i, item = _find_item(task, item_id)
     p = prepare_item(tokenizer, LabelChecker(tokenizer), item, task.prior_groups()[i], options)
-    return render_prepared(tokenizer, p, options)
+    return render_prepared(tokenizer, p, options, source=str(task.source.get("path", task.name)))
 
 
 def show_prompt(task_file: str | os.PathLike, item_id: str, tokenizer, options: PromptOptions, layout: str = "fwd/r0", *,
@@ -165,29 +129,15 @@ def export_scores_with_prompts(scores_path: str | os.PathLike, task_file: str | 
         # prompt is checked against its stored hash below.
         log.warning("%s: sha256 %s differs from the task file scored (%s, in %s); checking every prompt hash",
                     task_file, have[:12], want[:12], scores_path)
-    options = PromptOptions.from_identity(identity)  # the prompts as this cell made them
-    checker = LabelChecker(tokenizer)
-    index = {it.id: i for i, it in enumerate(task.items)}
-    groups = task.prior_groups()
+    prompts = scored_prompts(scores_path, records, task, task_file, tokenizer, PromptOptions.from_identity(identity))
     lines = [json.dumps({"type": "header", "format": EXPORT_FORMAT, "identity": identity, "scores": str(scores_path),
                          "task_file": str(task_file), "tokenizer": getattr(tokenizer, "name_or_path", "")},
                         sort_keys=True, ensure_ascii=False)]
-    for n, rec in enumerate(records, start=2):
-        if rec["id"] not in index:
-            raise TaskDataError(f"{scores_path}", f"line {n}", f"item {rec['id']!r} is not in {task_file}")
-        i = index[rec["id"]]
-        prepared = prepare_item(tokenizer, checker, task.items[i], groups[i], options)
-        rendered = {r.layout: r for r in render_prepared(tokenizer, prepared, options)}
-        out_layouts = {}
-        for name, lay in rec["layouts"].items():
-            r = rendered.get(name)
-            if r is None or r.prompt_sha != lay["prompt_sha"]:
-                got = r.prompt_sha if r else "no such layout"
-                raise TaskDataError(f"{scores_path}", f"line {n}", f"item {rec['id']!r} layout {name}: stored prompt hash "
-                                    f"{lay['prompt_sha']} but the prompt rebuilt from {task_file} with this tokenizer "
-                                    f"hashes to {got}: not the prompt that was scored; refusing to export")
-            out_layouts[name] = lay | {"n_tokens": r.n_tokens, "text": r.text}
-        lines.append(json.dumps(rec | {"layouts": out_layouts}, sort_keys=True, ensure_ascii=False))
+    for rec in records:
+        rendered = prompts[rec["id"]]
+        layouts = {name: lay | {"n_tokens": rendered[name].n_tokens, "text": rendered[name].text}
+                   for name, lay in rec["layouts"].items()}
+        lines.append(json.dumps(rec | {"layouts": layouts}, sort_keys=True, ensure_ascii=False))
     dest = Path(out) if out is not None else export_path(scores_path)
     return write_text_atomic(dest, "\n".join(lines) + "\n")
 

@@ -232,11 +232,20 @@ def test_filters_and_sorting_change_the_rows_as_they_should(view) -> None:
     page.uncheck("input[name=wrong]")
     assert len(shown_ids(view)) == 100
 
-    page.check("input[name=flipnot]")
-    flipped = ids(lambda r: pred(r, "raw")["pred"] != pred(r, "raw", "rev")["pred"]
-                  and pred(r, "L0")["pred"] == pred(r, "L0", "rev")["pred"])
+    def flips(r, level):
+        return pred(r, level)["pred"] != pred(r, level, "rev")["pred"]
+
+    page.check("input[name=flip]")  # by default: flipped at raw but not at L0
+    flipped = ids(lambda r: flips(r, "raw") and not flips(r, "L0"))
     assert 0 < len(flipped) < 100 and shown_ids(view) == flipped
-    page.uncheck("input[name=flipnot]")
+    page.select_option("select[name=flipAt]", "L0")  # the user picks the levels compared
+    page.select_option("select[name=flipNot]", "raw")
+    flipped = ids(lambda r: flips(r, "L0") and not flips(r, "raw"))
+    assert 0 < len(flipped) < 100 and shown_ids(view) == flipped
+    assert "flip=L0&stable=raw" in page.url
+    page.select_option("select[name=flipNot]", "")
+    assert shown_ids(view) == ids(lambda r: flips(r, "L0"))
+    page.uncheck("input[name=flip]")
 
     page.check("input[name=tied]")
     assert shown_ids(view) == [] and "No item matches these filters." in page.inner_text("#items tbody")
@@ -315,6 +324,8 @@ def test_an_item_page_shows_its_scores_priors_levels_and_prompts(view, task, tas
         assert page.inner_text(".itemmass") == f3(rec["answer_mass"])
         it = items[rec["id"]]
         assert page.inner_text(".state") == (it.state or "(empty)")
+        # the prior group as a person reads it: these tasks pool their whole task (or share one question)
+        assert page.inner_text(".prior-group") == task and rec["group"] in page.get_attribute(".prior-group", "title")
         assert page.eval_on_selector_all("ol.options li", "ls => ls.map(l => l.textContent)") == [
             (opt[j] if opt[j] != o else "") + o + ("gold" if j == rec["gold"] else "") for j, o in enumerate(it.question.options)]
         noul = it.question.kind == "noul"  # Yes/No: the label is the option, a phrasing does not move it

@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from anyjev.outputs.tables import read_summary, readme_block, readme_markdown, write_summary
+from anyjev.results import read_cells
 from anyjev.run.evaluate import evaluate_cell
 from anyjev.settings import Settings
 from tests.conftest import DEFAULT_CONFIG, REPO
@@ -79,8 +80,8 @@ def test_committed_metrics_and_predictions_are_those_of_the_committed_scores(ree
 def test_committed_tables_and_readme_table_are_those_of_the_reevaluated_metrics(reevaluated, tmp_path) -> None:
     settings = Settings.load(DEFAULT_CONFIG, workdir=REPO)
     out = {ext: tmp_path / f"summary.{ext}" for ext in ("csv", "md", "tex")}
-    in_config_order = [str(reevaluated[f"{m}/{t}"]) for m, t in settings.cells]  # as the workflow lists them
-    write_summary(in_config_order, settings.levels, out["csv"], out["md"], out["tex"])
+    in_config_order = [reevaluated[f"{m}/{t}"].parent for m, t in settings.cells]  # as the workflow lists them
+    write_summary(read_cells(in_config_order), settings.levels, out["csv"], out["md"], out["tex"])
     for ext, path in out.items():
         assert path.read_text() == (TABLES / f"summary.{ext}").read_text(), f"results/tables/summary.{ext}"
     block = readme_block((REPO / "README.md").read_text(encoding="utf-8"))

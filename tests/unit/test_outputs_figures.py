@@ -17,6 +17,7 @@ import pytest
 
 from anyjev.outputs import plots
 from anyjev.outputs.tables import read_summary, summary_frame, vs_published_frame, vs_published_markdown
+from anyjev.results import read_cells
 from tests.conftest import REPO
 from tests.workflow_paths import evaluate, workflow_constants
 
@@ -138,7 +139,7 @@ def test_future_metrics_fields_are_tolerated(tmp_path: Path) -> None:
     path = tmp_path / "results/cells/m/t/metrics.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(src))
-    df = summary_frame([path], src["levels"])
+    df = summary_frame(read_cells([path.parent]), src["levels"])
     assert list(df["tie_rate"]) == pytest.approx([0.01 * i for i in range(len(src["levels"]))])
     assert set(df["K"]) == {"mixed (2-5)"}
     plots.plot_metrics_by_level(df, tmp_path / "m.png")

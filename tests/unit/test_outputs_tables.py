@@ -27,6 +27,7 @@ from anyjev.outputs.tables import (
     summary_latex,
     summary_markdown,
 )
+from anyjev.results import read_cells
 from tests.conftest import REPO
 
 SUMMARY = REPO / "results" / "tables" / "summary.csv"
@@ -96,12 +97,11 @@ def test_readme_command_prints_the_table(summary, capsys) -> None:
 
 
 def test_provenance_report_from_the_committed_cells(tmp_path: Path) -> None:
-    metrics = sorted(glob.glob(str(REPO / "results/cells/*/*/metrics.json")))
-    prov = [m.replace("metrics.json", "provenance.json") for m in metrics]
+    folders = sorted(glob.glob(str(REPO / "results/cells/*/*")))
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    write_provenance(config, prov, metrics, tmp_path / "p.md", tmp_path / "p.html")
+    write_provenance(config, read_cells(folders), tmp_path / "p.md", tmp_path / "p.html")
     md, html = (tmp_path / "p.md").read_text(), (tmp_path / "p.html").read_text()
-    p0 = json.loads(Path(prov[0]).read_text())
+    p0 = json.loads((Path(folders[0]) / "provenance.json").read_text())
     for text in (md, html):
         assert p0["model_source"]["file_sha256"][:12] in text and p0["task_file"]["sha256"][:12] in text
         assert p0["vllm_version"] in text and p0["server"]["system_fingerprint"][0] in text
@@ -116,7 +116,7 @@ def test_provenance_shows_tie_rates_and_bound_temperatures(tmp_path: Path) -> No
     path = tmp_path / "cells/mdl/tsk/metrics.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(m))
-    sections = write_provenance({"levels": ["L0"]}, [str(tmp_path / "missing.json")], [str(path)], tmp_path / "p.md")
+    sections = write_provenance({"levels": ["L0"]}, read_cells([path.parent]), tmp_path / "p.md")  # no provenance.json
     md = sections_markdown(sections)
     assert "fwd: 20.1 (at the fit's bound); rev: 0.5" in md and "L0 0.125" in md
     assert "<td>mdl</td>" in sections_html(sections)

@@ -273,3 +273,28 @@ def test_plan_flags_prompts_longer_than_the_context(smollm2_dir, tmp_path: Path,
                                                                          "n_test": 7, "n_calib": 3}})
     text = plan_text(plan_of(config))
     assert "! a context the server would refuse:" in text and f"{own * 2} is more than the model's own context" in text
+
+
+def test_plan_without_a_tokenizer_renders_through_the_cells_prompt_options(tmp_path: Path, monkeypatch) -> None:
+    """With no tokenizer prepared, the distinct prompts are still rendered under the cell's prompt profile (not the
+    default wording)."""
+    from anyjev.decision.options import PromptOptions
+
+    monkeypatch.chdir(tmp_path)
+    Path("t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in mixed_task_rows()))
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"models": {"h": {"source": "hub", "repo": "org/m", "revision": "main"}},
+                                      "tasks": {"t": {"source": "file", "path": "t.jsonl", "n_test": 5, "n_calib": 5}},
+                                      "published": None, "scoring": {"prompt_profile": "published"}}))
+    rendered = []
+    render = PromptOptions.render
+
+    def recording(self, tokenizer, question, state, layout, labels):
+        text = render(self, tokenizer, question, state, layout, labels)
+        rendered.append((self.prompt_profile, tokenizer, text))
+        return text
+
+    monkeypatch.setattr(PromptOptions, "render", recording)
+    [cell] = plan_of(config)["cells"]
+    assert cell["tokens_note"] == "tokenizer not prepared" and cell["prompts"] > 0
+    assert rendered and {(profile, tok) for profile, tok, _ in rendered} == {("published", None)}

@@ -168,10 +168,7 @@ def test_evaluation_settings_reach_the_math_by_their_schema_names() -> None:
 
 
 # Lookups that fall back to a setting's schema default by hand, left to the code that owns them (a reason each).
-SECOND_DEFAULTS = {
-    ("anyjev/outputs/tables.py", "prior_mode"): "the tables are being rewritten onto one run reader (issue 31.3/28.4)",
-    ("anyjev/outputs/viewer.py", "prior_mode"): "the viewer is being rewritten onto one run reader (issue 31.3/28.4)",
-}
+SECOND_DEFAULTS: dict[tuple[str, str], str] = {}
 
 
 def test_no_lookup_falls_back_to_a_settings_default_by_hand() -> None:

@@ -1,4 +1,4 @@
-"""The viewer's generator (anyjev/outputs/viewer.py) and the finished/failed cells helper (anyjev/outputs/cells.py):
+"""The viewer's generator (anyjev/outputs/viewer/) and the finished/failed cells helper (anyjev/results/layout.py):
 the committed results/viewer is what the generator writes from the committed cells, per-item levels are the
 library's, a predictions file or a prompt that does not follow from the scores is refused, failed cells name
 their error and log. The page itself is tested in a real browser: tests/e2e/test_viewer_browser.py."""
@@ -16,9 +16,10 @@ import pytest
 
 from anyjev.cli import main
 from anyjev.errors import TaskDataError
-from anyjev.numbers.evaluation import EvaluationOptions
-from anyjev.outputs import cells as cellstate
-from anyjev.outputs.viewer import Lines, js_data, write_viewer
+from anyjev.numbers.options import EvaluationOptions
+from anyjev.outputs.viewer import write_viewer
+from anyjev.outputs.viewer.encoding import Lines, js_data
+from anyjev.results.layout import error_line
 from anyjev.run.evaluate import evaluate_records, item_levels
 from tests.unit.test_evaluation import levels_of, make_records
 from tests.viewer_helpers import FAILED_ERROR, MODEL, RESULTS, failed_run, layout, reference_job, reference_tasks, run_data
@@ -164,7 +165,7 @@ def test_which_cells_a_rule_waits_for(tmp_path) -> None:
     ("anyjev score: ServerError: " + "x" * 400, "anyjev score: ServerError: " + "x" * 270 + "..."),
 ])
 def test_the_first_line_of_the_error_a_log_ends_with(log, line) -> None:
-    assert cellstate.error_line(log) == line
+    assert error_line(log) == line
 
 
 # ------------------------------------------------------------------------------------------- encoding
@@ -207,15 +208,63 @@ def test_the_docs_figures_are_generated_from_the_committed_benchmark() -> None:
 
 
 def test_an_adaptive_item_shows_the_rotations_it_did_not_read_as_not_read() -> None:
-    from anyjev.outputs.viewer import _layout_names, _matrix
+    from anyjev.outputs.viewer.items_page import layout_names, matrix
 
     lp = [-0.5, -1.5, -2.0, -2.5]
-    rec = {"k": 4, "adaptive": {"read": {"fwd": 2}}, "layouts": {
-        "fwd/r0": {"lp": lp, "order": [0, 1, 2, 3], "swapped": False},
-        "fwd/r2": {"lp": lp, "order": [2, 3, 0, 1], "swapped": False}}}
-    names = _layout_names(rec, "fwd")
+    p = np.exp(lp).tolist()
+    layouts = {"fwd/r0": {"p": p, "order": [0, 1, 2, 3], "swapped": False},
+               "fwd/r2": {"p": p, "order": [2, 3, 0, 1], "swapped": False}}
+    names = layout_names(layouts, 4, True, "fwd")
     assert names == ["fwd/r0", "fwd/r1", "fwd/r2", "fwd/r3"]
-    rows, shape = _matrix(rec, "fwd", names)
+    rows, shape = matrix(layouts, 4, "fwd", names)
     assert rows[1] is None and rows[3] is None
     assert shape["order"] == [[0, 1, 2, 3], [1, 2, 3, 0], [2, 3, 0, 1], [3, 0, 1, 2]]
     np.testing.assert_allclose(rows[2], np.exp([lp[2], lp[3], lp[0], lp[1]]), rtol=1e-4)  # option j was at position order.index(j)
+
+
+# ------------------------------------------------------------------------------------------- details
+def test_a_prior_group_is_named_as_a_person_reads_it() -> None:
+    """A declared hub task's prior group is its question's key (a hash): the page shows the question's text,
+    shortened, or the task's name when every item shares the question."""
+    from anyjev.data.tasks import Item, Task
+    from anyjev.decision.questions import choice, noul
+    from anyjev.outputs.viewer.items_page import prior_group_names
+
+    long = "Which of the following statements about the sentence above is the one a careful reader would pick first?"
+    q1, q2 = choice(long, ["a", "b"]), noul("Is it spam?")
+    task = Task("mixed", [Item(id=f"i{i}", state="s", question=q, gold=0) for i, q in enumerate([q1, q2, q1])])
+    names = prior_group_names(task)
+    assert names[q2.key()] == "Is it spam?"
+    assert names[q1.key()].startswith("Which of the following") and names[q1.key()].endswith(" …")
+    assert len(names[q1.key()]) <= 60 < len(long)
+    shared = Task("spam", [Item(id=f"i{i}", state="s", question=q2, gold=0) for i in range(3)])
+    assert prior_group_names(shared)[q2.key()] == "spam"
+    assert prior_group_names(Task("whole", task.items, prior_group="task"))["whole"] == "whole"
+
+
+def test_a_damaged_page_template_is_one_error_naming_it(tmp_path, monkeypatch) -> None:
+    from anyjev.errors import FileFormatError
+    from anyjev.outputs.viewer import page
+
+    template = tmp_path / "index.html"
+    template.write_text(page.TEMPLATE.read_text().replace("/*RUN*/", ""))
+    monkeypatch.setattr(page, "TEMPLATE", template)
+    with pytest.raises(FileFormatError, match=rf"{template}:marker /\*RUN\*/: occurs 0 times, must occur once"):
+        page.index_html({})
+
+
+def test_a_prompt_whose_text_does_not_encode_to_the_scored_ids_names_its_item_and_layout(tasks, smollm2_tokenizer,
+                                                                                      monkeypatch) -> None:
+    from anyjev.data.taskfile import load_task_file
+    from anyjev.decision.labels import LabelChecker
+    from anyjev.decision.options import PromptOptions
+    from anyjev.run import rebuild
+    from anyjev.run.prepared import prepare_item
+
+    task = load_task_file(tasks["rotten_tomatoes"])
+    item = task.items[0]
+    options = PromptOptions()
+    prepared = prepare_item(smollm2_tokenizer, LabelChecker(smollm2_tokenizer), item, "g", options)
+    monkeypatch.setattr(rebuild, "encode", lambda tokenizer, text: [0])
+    with pytest.raises(TaskDataError, match=rf"x.jsonl:item '{item.id}' layout fwd/r0: the rendered text does not encode"):
+        rebuild.render_prepared(smollm2_tokenizer, prepared, options, source="x.jsonl")

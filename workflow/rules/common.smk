@@ -8,8 +8,8 @@ from pathlib import Path
 
 from anyjev.config import check_runnable, load_strict, validate_config
 from anyjev.errors import ConfigError
-from anyjev.outputs.cells import CellLayout
 from anyjev.outputs.run import Figure, RunOutputs, kept_as_they_are, write_run_outputs
+from anyjev.results import CellLayout
 from anyjev.run.allocation import failed_cells, score_jobs_mode
 from anyjev.settings import Settings
 

@@ -1,6 +1,6 @@
 # The run's item-level viewer (docs/viewer.md): VIEWER/index.html opens from disk, offline. A run whose cells all
 # finished builds it here; a run with failed cells builds it at its end from the cells that finished and shows the
-# failed ones, with the first line of their error and their log (onerror: anyjev/outputs/cells.py says which).
+# failed ones, with the first line of their error and their log (onerror: anyjev/results/layout.py says which).
 
 
 rule viewer:

@@ -7,8 +7,11 @@ import sys
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821
 logging.basicConfig(stream=sys.stderr, level=logging.INFO)
 
-from anyjev.outputs.provenance import write_provenance  # noqa: E402
+import os  # noqa: E402
 
-sections = write_provenance(snakemake.params.config, snakemake.input.provenance, snakemake.input.metrics,  # noqa: F821
-                            snakemake.output.md, snakemake.output.html)  # noqa: F821
+from anyjev.outputs.provenance import write_provenance  # noqa: E402
+from anyjev.results import read_cells  # noqa: E402
+
+run = read_cells(os.path.dirname(p) for p in snakemake.input.metrics).require_finished()  # noqa: F821
+sections = write_provenance(snakemake.params.config, run, snakemake.output.md, snakemake.output.html)  # noqa: F821
 logging.info("provenance: %d sections", len(sections))

@@ -1,6 +1,5 @@
 """Snakemake script: a cell's reliability diagram, one level per panel (PNG + PDF)."""
 
-import json
 import logging
 import sys
 
@@ -8,12 +7,11 @@ import sys
 sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821
 logging.basicConfig(stream=sys.stderr, level=logging.INFO)
 
-import pandas as pd  # noqa: E402
-
 from anyjev.outputs.plots import plot_reliability  # noqa: E402
+from anyjev.results.files import load_metrics, load_predictions  # noqa: E402
 
-preds = pd.read_csv(snakemake.input.predictions)  # noqa: F821
-metrics = json.loads(open(snakemake.input.metrics).read())  # noqa: F821
+preds = load_predictions(snakemake.input.predictions)  # noqa: F821
+metrics = load_metrics(snakemake.input.metrics)  # noqa: F821
 levels = snakemake.params.levels  # noqa: F821
 ece = {lv: (metrics["metrics"].get(lv) or {}).get("ece") for lv in levels}
 plot_reliability(preds, levels, snakemake.output.png, snakemake.output.pdf, k=metrics.get("k"),  # noqa: F821

@@ -161,13 +161,21 @@
   }
 
   // -------------------------------------------------------------------------------------------- cell
-  const FILTERS = ["wrong", "flipnot", "tied", "mass", "clevel", "cmin", "cmax", "q", "sort", "dir"];
+  // flip: flips at this level; stable: ... but not at this one (absent: at any other level or not)
+  const FILTERS = ["wrong", "flip", "stable", "tied", "mass", "clevel", "cmin", "cmax", "q", "sort", "dir"];
 
   function filterState(params, cell) {
     const st = {};
     FILTERS.forEach((f) => { if (params.has(f)) st[f] = params.get(f); });
-    if (st.clevel && !cell.levels.includes(st.clevel)) delete st.clevel;
+    ["clevel", "flip", "stable"].forEach((f) => { if (st[f] && !cell.levels.includes(st[f])) delete st[f]; });
+    if (!st.flip) delete st.stable;
     return st;
+  }
+
+  // The levels the flip filter compares when the user has not picked them: flipped at raw but not at L0.
+  function flipDefaults(levels) {
+    const at = levels.includes("raw") ? "raw" : levels[0];
+    return { at, not: levels.includes("L0") && at !== "L0" ? "L0" : "" };
   }
   function stateQuery(st) {
     const p = new URLSearchParams();
@@ -180,7 +188,9 @@
     const has = (lv) => L.includes(lv);
     let rows = cell.items.slice();
     if (st.wrong && has(st.wrong)) rows = rows.filter((it) => it.d[st.wrong].ok < 1);
-    if (st.flipnot && has("raw") && has("L0")) rows = rows.filter((it) => it.d.raw.f > 0 && !(it.d.L0.f > 0));
+    if (st.flip && has(st.flip)) {
+      rows = rows.filter((it) => it.d[st.flip].f > 0 && !(st.stable && has(st.stable) && it.d[st.stable].f > 0));
+    }
     if (st.tied) rows = rows.filter((it) => L.some((lv) => it.d[lv].t > 1 || (it.d[lv].tr || 1) > 1));
     if (st.mass !== undefined && st.mass !== "") {
       const th = Number(st.mass);
@@ -286,7 +296,11 @@
       const head = '<tr><th class="sortable" data-sort="id">item <span class="arrow"></span></th><th class="sortable" data-sort="gold">gold <span class="arrow"></span></th>' +
         cell.levels.map((lv) => `<th class="sortable" data-sort="${esc(lv)}" title="sort by confidence at ${esc(lv)}">${esc(lv)} <span class="arrow"></span></th>`).join("") +
         '<th class="sortable num" data-sort="mass">answer mass <span class="arrow"></span></th></tr>';
-      const canFlip = cell.levels.includes("raw") && cell.levels.includes("L0") && cell.groups.includes("rev");
+      const canFlip = cell.groups.includes("rev");
+      const fd = flipDefaults(cell.levels);
+      const flipAt = st.flip || fd.at, flipNot = st.flip ? (st.stable || "") : fd.not;
+      const notOpts = `<option value=""${flipNot === "" ? " selected" : ""}>(any)</option>` +
+        cell.levels.map((lv) => `<option${lv === flipNot ? " selected" : ""}${lv === flipAt ? " disabled" : ""}>${esc(lv)}</option>`).join("");
       app.innerHTML = `<h1>${esc(summary.model)} / ${esc(summary.task)}</h1>` +
         `<div class="facts"><span><b>${summary.n}</b> test items</span><span>K = <b>${esc(summary.k)}</b></span>` +
         `<span>label prior: <b>${esc(summary.prior)}</b></span><span>T (L1): <b>${esc(tText(summary))}</b></span>` +
@@ -297,7 +311,9 @@
         `interval; ticks: the items' confidences; dashed: perfect calibration. The ECE is the table's (15 equal-mass bins).</p>` +
         `<h2>Items</h2><form class="controls" id="filters" onsubmit="return false">` +
         `<label><input type="checkbox" name="wrong"${st.wrong ? " checked" : ""}> wrong at</label><select name="wrongLevel">${lvOpts(st.wrong || (cell.levels.includes("L0") ? "L0" : cell.levels[0]))}</select>` +
-        (canFlip ? `<label><input type="checkbox" name="flipnot"${st.flipnot ? " checked" : ""}> flipped at raw but not at L0</label>` : "") +
+        (canFlip ? `<span class="flipf"><label><input type="checkbox" name="flip"${st.flip ? " checked" : ""}> flipped at</label>` +
+          `<select name="flipAt" title="the level whose answer changes when the options are reversed">${lvOpts(flipAt)}</select>` +
+          `<label>but not at <select name="flipNot" title="the level whose answer does not change">${notOpts}</select></label></span>` : "") +
         `<label><input type="checkbox" name="tied"${st.tied ? " checked" : ""}> tied (any level)</label>` +
         `<label><input type="checkbox" name="massOn"${st.mass !== undefined ? " checked" : ""}> answer mass below</label><input type="number" name="mass" step="0.05" min="0" max="1" value="${esc(st.mass !== undefined ? st.mass : "0.5")}">` +
         `<label>confidence at <select name="clevel">${lvOpts(cl)}</select></label>` +
@@ -316,7 +332,11 @@
         const f = form.elements;
         const next = { sort: st.sort, dir: st.dir };
         if (f.wrong.checked) next.wrong = f.wrongLevel.value;
-        if (f.flipnot && f.flipnot.checked) next.flipnot = "1";
+        if (f.flipNot) [...f.flipNot.options].forEach((o) => { o.disabled = o.value !== "" && o.value === f.flipAt.value; });
+        if (f.flip && f.flip.checked) {
+          next.flip = f.flipAt.value;
+          if (f.flipNot.value && f.flipNot.value !== f.flipAt.value) next.stable = f.flipNot.value;
+        }
         if (f.tied.checked) next.tied = "1";
         if (f.massOn.checked) next.mass = f.mass.value;
         if (f.clevel.value !== (cell.levels.includes("L0") ? "L0" : cell.levels[0])) next.clevel = f.clevel.value;
@@ -436,7 +456,7 @@
       const T = items.T || {};
       app.innerHTML = `<div class="facts"><h1 style="margin:0">${esc(id)}</h1>${pager}</div>` +
         `<div class="facts"><span>gold: <b class="goldname">${esc(names[ci.gold])}</b></span><span>K = ${ci.k}</span>` +
-        `<span>answer mass: <b class="itemmass">${ci.m === null ? "–" : fmt(ci.m)}</b></span><span>prior group <code>${esc(it.group)}</code></span>` +
+        `<span>answer mass: <b class="itemmass">${ci.m === null ? "–" : fmt(ci.m)}</b></span><span>prior group: <b class="prior-group" title="the items whose batch label prior L0 divides out together (key ${esc(it.group_key)})">${esc(it.group)}</b></span>` +
         `<span>T (L1): ${Object.keys(T).map((g) => `${g} <b class="temp" data-group="${g}">${fmtT(T[g])}</b>`).join(", ") || "–"}</span></div>` +
         `<h3>State</h3><div class="state">${it.state === "" ? '<span class="muted">(empty)</span>' : esc(it.state)}</div>` +
         `<h3>Question</h3><div>${esc(it.question)}</div><ol class="options${it.options.length > 8 ? " many" : ""}">${options}</ol>` +

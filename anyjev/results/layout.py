@@ -1,5 +1,5 @@
-"""Which cells of a run finished, which failed and why: one small helper for every output built from the cells
-that exist (the tables, the figures, the viewer) rather than from all of them.
+"""Where a run keeps a cell's files and the logs of the steps that make them, and so which cells finished, which
+failed and why: what the run reader (:mod:`anyjev.results`) reads a run by.
 
 A cell is *finished* when its ``metrics.json`` exists. A cell without one has *failed* when the log of the step
 that should have made its next file exists (the score log while it has no ``scores.jsonl``, else the evaluate log):
@@ -9,6 +9,8 @@ paths in ``workflow/rules/common.smk``).
 
 from __future__ import annotations
 
+import glob
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,6 +30,25 @@ class CellLayout:
     cell_dir: str
     score_log: str
     evaluate_log: str
+
+    @classmethod
+    def of_run(cls, results: str | os.PathLike, logs: str | os.PathLike) -> CellLayout:
+        """The workflow's layout of a run whose results folder is RESULTS and whose logs folder is LOGS."""
+        return cls(f"{results}/cells/{{model}}/{{task}}", f"{logs}/score/{{model}}/{{task}}.log",
+                   f"{logs}/evaluate/{{model}}/{{task}}.log")
+
+    def found(self) -> list[tuple[str, str]]:
+        """Every cell that has a folder or a step log here, sorted: the cells of a run read without its config."""
+        cells = set()
+        for pattern, is_dir in ((self.cell_dir, True), (self.score_log, False), (self.evaluate_log, False)):
+            parts = re.split(r"(\{model\}|\{task\})", pattern)
+            where = re.compile("".join({"{model}": "(?P<model>[^/]+)", "{task}": "(?P<task>[^/]+)"}.get(p, re.escape(p))
+                                       for p in parts) + "$")
+            for path in glob.glob(glob.escape(pattern).replace("{model}", "*").replace("{task}", "*")):
+                m = where.match(path)
+                if m and Path(path).is_dir() == is_dir:
+                    cells.add((m["model"], m["task"]))
+        return sorted(cells)
 
     def dir(self, model: str, task: str) -> Path:
         return Path(self.cell_dir.format(model=model, task=task))

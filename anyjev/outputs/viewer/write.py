@@ -1,0 +1,86 @@
+"""Writing a run's viewer: the run read through :mod:`anyjev.results`, each finished cell's levels computed and
+checked, its prompts rebuilt and verified, its two data files written, then ``index.html``; all into a temporary
+folder that replaces the output folder as a whole."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from anyjev.data.taskfile import load_task_file
+from anyjev.files import current_umask, write_text_atomic
+from anyjev.jobs import Job
+from anyjev.outputs.tables import summary_frame
+from anyjev.outputs.viewer.cell_page import CellFrames, cell_page
+from anyjev.outputs.viewer.encoding import js_data
+from anyjev.outputs.viewer.items_page import items_page
+from anyjev.outputs.viewer.levels import cell_levels, check_predictions
+from anyjev.outputs.viewer.page import index_html
+from anyjev.outputs.viewer.run_page import run_page
+from anyjev.results import Cell, CellLayout, Run, read_layout
+from anyjev.results.files import is_test
+from anyjev.run.rebuild import scored_prompts
+
+
+@dataclass(frozen=True)
+class ViewerJob(Job):
+    """What the viewer is built from (built by ``Settings.viewer_job`` with the rule's paths): the configured cells,
+    the levels to show, each model's tokenizer folder, each task's prepared file, and where the cells and logs are."""
+
+    cells: list[tuple[str, str]]
+    levels: list[str]
+    tokenizers: dict[str, str]
+    tasks: dict[str, str]
+    layout: CellLayout
+
+
+def write_cell(run: Run, cell: Cell, job: ViewerJob, out: Path, tokenizer) -> None:
+    """CELL's data files: its levels (checked against its predictions.csv) and its prompts (checked against the
+    hashes stored when they were scored)."""
+    levels = cell_levels(cell)
+    check_predictions(cell, levels)
+    task_file = job.tasks[cell.task]
+    task = load_task_file(task_file)
+    prompts = scored_prompts(cell.scores.path, cell.scores.items, task, task_file, tokenizer, cell.prompt_options,
+                             keep=is_test)
+    data = CellFrames.of(run, cell)
+    write_text_atomic(out / "cells" / cell.model / f"{cell.task}.js", js_data("cell", cell.key, cell_page(data, levels, job.levels)))
+    write_text_atomic(out / "cells" / cell.model / f"{cell.task}.items.js",
+                      js_data("items", cell.key, items_page(data, levels, task, prompts)))
+
+
+def write_viewer(job: ViewerJob, out: str | os.PathLike, *, tokenizers: dict | None = None, run: Run | None = None) -> Path:
+    """Write the viewer of JOB's run into OUT (replaced as a whole): ``index.html`` and the data of every finished
+    cell; returns the path of ``index.html``. TOKENIZERS may hand over loaded tokenizers by model, RUN the run already
+    read (by :func:`anyjev.results.read_layout` with JOB's layout and cells)."""
+    from anyjev.run.cell import load_tokenizer
+
+    run = run or read_layout(job.layout, job.cells)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    loaded = dict(tokenizers or {})
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        for cell in run.finished:
+            if cell.model not in loaded:
+                loaded[cell.model] = load_tokenizer(job.tokenizers[cell.model])
+            write_cell(run, cell, job, tmp, loaded[cell.model])
+        write_text_atomic(tmp / "index.html", index_html(run_page(run, job.levels, summary_frame(run, job.levels))))
+        _readable(tmp)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return out / "index.html"
+
+
+def _readable(root: Path) -> None:
+    """The modes a plain ``mkdir``/``open`` would give under the umask (the temporary folder is created private)."""
+    mask = current_umask()
+    for path in [root, *root.rglob("*")]:
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
