@@ -73,3 +73,20 @@ class BackendError(AnyjevError):
 
 class ServerError(AnyjevError):
     """A model server could not be started, became unhealthy, or is not the expected model."""
+
+
+class ServerChangedError(ServerError):
+    """The server a cell talks to is not the one its checkpointed items were scored on (on resume), or it changed
+    while the cell was being scored; names what changed. Nothing from the other server is written."""
+
+    def __init__(self, where: str, changes: list[str], *, during: bool = False) -> None:
+        self.where = where
+        self.changes = list(changes)
+        what = "; ".join(changes)
+        if during:
+            message = (f"{where}: the server changed while the cell was being scored ({what}); the items read since the "
+                       f"last checkpoint are not written. Score the cell again against one server")
+        else:
+            message = (f"{where}: the server is not the one the checkpointed items were scored on ({what}). Serve the "
+                       f"cell from that server again, or delete {where} to score it afresh")
+        super().__init__(message + ".")

@@ -1,6 +1,6 @@
 """What a run will cost before it starts (``anyjev plan``): per cell and in total, the items, the layouts each item is
-shown in, the prompts and prompt tokens sent, and the server starts per model. From the config alone: no network,
-no server.
+shown in, the prompts and prompt tokens sent, and the server starts per model. From the config alone: no server is
+started, and the network is asked one thing only: a ``url`` model's server, for the context it serves.
 
 Counts are exact when a task's data is here (a file task, a built-in one, a hub task whose cache is fetched): the
 task is built and split as the prepare step does, and each item's prompts are rendered by
@@ -26,15 +26,17 @@ from anyjev.data.tasks import Item
 from anyjev.decision.labels import LabelChecker, label_strings
 from anyjev.decision.options import PromptOptions
 from anyjev.decision.questions import choice, noul
-from anyjev.errors import ConfigError, LabelTokenError, TaskDataError
+from anyjev.errors import BackendError, ConfigError, LabelTokenError, TaskDataError
 from anyjev.run.allocation import score_jobs_mode
 from anyjev.run.cell import check_max_model_len, context_length, load_tokenizer
 from anyjev.run.prepared import prepare_item
 from anyjev.run.probes import CONTENT_FREE_PROBES, prepare_content_free
 from anyjev.run.requests import sent_counts
+from anyjev.serving.describe import describe_server
 from anyjev.settings import Settings
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+URL_TIMEOUT = 5.0  # seconds a url model's server has to say its context
 
 
 @dataclass
@@ -126,6 +128,7 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
     settings = Settings.load(config_path, workdir=workdir)
     tasks = {t: task_counts(settings, t, hub_cache) for t in dict.fromkeys(t for _, t in settings.cells)}
     tokenizers: dict[str, Any] = {}
+    url_contexts: dict[str, tuple[int | None, str]] = {}
     cells = []
     for model, task in settings.cells:
         tc = tasks[task]
@@ -155,9 +158,19 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
                 check_max_model_len(m.max_model_len, settings.model_dir(model, models_dir), model, m.server_env)
             except ConfigError as exc:
                 cell["context_error"] = str(exc)
-        if counts and counts[0][3] is not None and settings.models[model].managed:
-            # the longest prompt and its answer token against the context the server will have, as scoring checks
-            limit = context_length(settings.models[model].max_model_len, settings.model_dir(model, models_dir))
+        if counts and counts[0][3] is not None:
+            # the longest prompt and its answer token against the context the server will have, as scoring checks:
+            # a managed server's from the config or the model, a url server's as it reports it
+            m = settings.models[model]
+            if m.managed:
+                limit = context_length(m.max_model_len, settings.model_dir(model, models_dir))
+                cell["context_source"] = f"models.{model}.max_model_len, or the model's own"
+            else:
+                if model not in url_contexts:
+                    url_contexts[model] = url_context(str(m.url), m.served_name or model)
+                limit, cell["context_source"] = url_contexts[model]
+                if limit is None:
+                    cell["context_unknown"] = cell["context_source"]
             cell["longest_prompt"] = max(c[3] for c in counts)
             cell["context"] = limit
             cell["too_long"] = sum(c[3] + 1 > limit for c in counts) if limit is not None else 0
@@ -185,6 +198,16 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
         "score_jobs": score_jobs_mode(settings.score_jobs),
         "server_starts": server_starts(settings, managed),
     }
+
+
+def url_context(url: str, served_name: str) -> tuple[int | None, str]:
+    """A url model's context as its server reports it, and where that comes from; None when the server does not
+    answer (the plan still counts, the run checks again before its first request)."""
+    try:
+        limit = describe_server(url, served_name, timeout=URL_TIMEOUT).max_model_len
+    except BackendError as exc:
+        return None, f"the server at {url} ({exc})"
+    return limit, f"the max_model_len the server at {url} reports"
 
 
 def server_starts(settings: Settings, managed: list[str]) -> dict[str, dict[str, int]]:
@@ -245,8 +268,12 @@ def plan_text(plan: dict[str, Any]) -> str:
     if too_long:
         lines += ["", "! prompts longer than the context (scoring refuses the cell before any server starts):"] + [
             f"  {c['model']} / {c['task']}: {c['too_long']} item(s); the longest prompt is {_n(c['longest_prompt'])} "
-            f"tokens, + 1 answer token > {_n(c['context'])} (models.{c['model']}.max_model_len, or the model's own)"
+            f"tokens, + 1 answer token > {_n(c['context'])} ({c['context_source']})"
             for c in too_long]
+    unknown_context = {c["model"]: c["context_unknown"] for c in plan["cells"] if c.get("context_unknown")}
+    if unknown_context:
+        lines += ["", "? prompt lengths not checked (the context is unknown):"] + [
+            f"  {model}: {why}" for model, why in unknown_context.items()]
     at_most = next((c["at_most"] for c in plan["cells"] if c.get("at_most")), None)
     if at_most:
         lines += ["", f"<= at most: {at_most}"]

@@ -159,9 +159,12 @@ class VLLMBackend:
         }
 
     # -- public ---------------------------------------------------------------------------------
-    def label_logprobs(self, prompts: Sequence[Sequence[int]], label_ids: Sequence[int]) -> np.ndarray:
-        """(N, K) log-probs renormalised over the labels (requests restricted by ``allowed_token_ids``)."""
-        return self._batched(prompts, self._labels(label_ids), vocab=False)
+    def label_logprobs(self, prompts: Sequence[Sequence[int]], label_ids: Sequence[int], *,
+                       cache_salt: str | None = None) -> np.ndarray:
+        """(N, K) log-probs renormalised over the labels (requests restricted by ``allowed_token_ids``). With
+        CACHE_SALT (vLLM's per-request prefix-cache salt), no prompt reuses a cached block: each is computed afresh,
+        so the same server returns the same values whatever it cached before (the server check's probe)."""
+        return self._batched(prompts, self._labels(label_ids), vocab=False, cache_salt=cache_salt)
 
     def vocab_logprobs(self, prompts: Sequence[Sequence[int]], label_ids: Sequence[int]) -> np.ndarray:
         """(N, K) full-vocabulary log-probs of ``label_ids`` at the next position, not renormalised:
@@ -183,7 +186,8 @@ class VLLMBackend:
             raise LabelTokenError(f"label ids {labels} are not distinct")
         return labels
 
-    def _batched(self, prompts: Sequence[Sequence[int]], labels: list[int], *, vocab: bool) -> np.ndarray:
+    def _batched(self, prompts: Sequence[Sequence[int]], labels: list[int], *, vocab: bool,
+                 cache_salt: str | None = None) -> np.ndarray:
         if not prompts:
             return np.zeros((0, len(labels)))
         chunks = [list(range(s, min(s + self.prompts_per_request, len(prompts)))) for s in
@@ -191,7 +195,8 @@ class VLLMBackend:
         out = np.empty((len(prompts), len(labels)))
 
         def run(chunk: list[int]) -> None:
-            out[chunk] = self._request([prompts[i] for i in chunk], labels, first_index=chunk[0], vocab=vocab)
+            out[chunk] = self._request([prompts[i] for i in chunk], labels, first_index=chunk[0], vocab=vocab,
+                                       cache_salt=cache_salt)
 
         if len(chunks) == 1 or self.max_concurrency == 1:
             for chunk in chunks:
@@ -203,13 +208,16 @@ class VLLMBackend:
         return out
 
     # -- one request ----------------------------------------------------------------------------
-    def request_body(self, prompts: list[Sequence[int]], labels: list[int], vocab: bool = False) -> dict:
-        """The /v1/completions body for PROMPTS: greedy, one token, the labels allowed (or, for ``vocab``, named)."""
+    def request_body(self, prompts: list[Sequence[int]], labels: list[int], vocab: bool = False,
+                     cache_salt: str | None = None) -> dict:
+        """The /v1/completions body for PROMPTS: greedy, one token, the labels allowed (or, for ``vocab``, named);
+        with CACHE_SALT, computed without the prefix cache's earlier blocks."""
         if vocab:  # full-vocabulary values of the labels: nothing masked, labels named explicitly
-            payload = self.request_body(prompts, labels) | {"logprob_token_ids": labels}
+            payload = self.request_body(prompts, labels, cache_salt=cache_salt) | {"logprob_token_ids": labels}
             del payload["allowed_token_ids"]
             return payload
-        return {
+        salt = {"cache_salt": cache_salt} if cache_salt is not None else {}
+        return salt | {
             "model": self.model,
             "prompt": [list(map(int, p)) for p in prompts],
             "max_tokens": 1,
@@ -267,14 +275,15 @@ class VLLMBackend:
         except ValueError as exc:
             raise BackendError(f"POST {self.url} returned malformed JSON: {_quote(resp.text, 200)!r}") from exc
 
-    def _request(self, prompts: list[Sequence[int]], labels: list[int], first_index: int, vocab: bool = False) -> np.ndarray:
+    def _request(self, prompts: list[Sequence[int]], labels: list[int], first_index: int, vocab: bool = False,
+                 cache_salt: str | None = None) -> np.ndarray:
         """One request's (N, K) values. A label request that collided with a logprob_token_ids request is resent,
         holding the request lock exclusively (no client that shares it can collide again), up to ``retries`` times;
         every value kept comes from a response that holds exactly the labels."""
         attempts = self.retries + 1
         for attempt in range(1, attempts + 1):
             with self._server_lock(exclusive=vocab or attempt > 1):
-                body = self._post(self.request_body(prompts, labels, vocab))
+                body = self._post(self.request_body(prompts, labels, vocab, cache_salt))
             try:
                 return self._read_response(body, prompts, labels, first_index, vocab)
             except BatchCollisionError as exc:

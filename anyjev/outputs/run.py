@@ -18,10 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from anyjev.errors import FileFormatError
 from anyjev.files import write_text_atomic
 from anyjev.outputs.plots import plot_failed_cell, plot_flip, plot_metrics_by_level, plot_reliability, plot_vs_published
 from anyjev.outputs.provenance import write_provenance
-from anyjev.outputs.tables import published_overlap, read_published, vs_published_frame, vs_published_markdown, write_summary
+from anyjev.outputs.tables import (
+    published_overlap,
+    read_published,
+    read_summary,
+    vs_published_frame,
+    vs_published_markdown,
+    write_summary,
+)
 from anyjev.outputs.viewer import ViewerJob, write_viewer
 from anyjev.results import CellLayout, read_layout
 
@@ -57,6 +65,34 @@ class RunOutputs:
     vs_published_plot: Figure
     viewer: ViewerJob
     viewer_out: str
+
+
+def kept_as_they_are(job: RunOutputs) -> str | None:
+    """Why the cross-cell outputs already at JOB's paths must not be replaced by this run's partial ones, or None.
+
+    No cell of this run finished: its tables would show nothing, in place of whatever they show now. The summary there
+    shows cells this run does not have: it was made by a run of another config, whose files are not this run's to
+    rewrite (a study of its own runs in its own folder: ``snakemake --directory``)."""
+    if not job.layout.finished(job.cells):
+        return "no cell of this run finished, so there is nothing to write in place of the outputs already there"
+    shown = summary_cells(job.summary["csv"])
+    others = sorted(shown - set(job.cells))
+    if others:
+        listed = ", ".join(f"{m}/{t}" for m, t in others[:4]) + (", ..." if len(others) > 4 else "")
+        return (f"{job.summary['csv']} shows cells this run does not have ({listed}): it was made by a run of another "
+                f"config, and its outputs are left as they are")
+    return None
+
+
+def summary_cells(path: str | Path) -> set[tuple[str, str]]:
+    """The (model, task) cells a summary table shows; none when there is no table, or none that reads."""
+    if not Path(path).is_file():
+        return set()
+    try:
+        table = read_summary(path)
+    except FileFormatError:
+        return set()
+    return set(zip(table["model"], table["task"], strict=True))
 
 
 def write_run_outputs(job: RunOutputs) -> dict[tuple[str, str], dict[str, str | None]]:

@@ -356,7 +356,8 @@ def test_adaptive_resume_equals_uninterrupted(qwen3_tokenizer, adaptive_cell, tm
     out = tmp_path / "scores.jsonl"
     with pytest.raises(KeyboardInterrupt):
         _run(qwen3_tokenizer, out, items, backend=PlantedBackend(qwen3_tokenizer, fail_after_calls=fail_after), **ADAPTIVE)
-    assert partial_path(out).exists() and not out.exists()
+    # a checkpoint holds what was read (a kill before the first record leaves none)
+    assert partial_path(out).exists() == (fail_after > 1) and not out.exists()
     counts = _run(qwen3_tokenizer, out, items, **ADAPTIVE)
     assert counts["resumed"] > 0 or fail_after == 1
     assert out.read_bytes() == out_ref.read_bytes()

@@ -82,6 +82,8 @@ NOT_SETTINGS = {
     ("VLLMBackend.__init__", "timeout"): "read from the schema (client.timeout) in the signature itself",
     ("http_client", "timeout"): "a health probe's HTTP timeout, not the scoring client's",
     ("read_counters", "timeout"): "a /metrics read's HTTP timeout, not the scoring client's",
+    ("read_metrics", "timeout"): "a /metrics read's HTTP timeout, not the scoring client's",
+    ("describe_server", "timeout"): "the HTTP timeout of a server's /version, /v1/models and /metrics reads",
     ("long_state_task", "seed"): "the seed of a synthetic benchmark workload, not the server's --seed",
     ("long_state_task", "min_chars"): "the shortest state of a synthetic benchmark workload, not a hub declaration's",
     ("_quote", "limit"): "a length in characters, not the smoke run's item limit",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from anyjev.config import check_runnable, load_strict, validate_config
 from anyjev.errors import ConfigError
-from anyjev.outputs.run import Figure, RunOutputs, write_run_outputs
+from anyjev.outputs.run import Figure, RunOutputs, kept_as_they_are, write_run_outputs
 from anyjev.results import CellLayout
 from anyjev.run.allocation import failed_cells, score_jobs_mode
 from anyjev.settings import Settings
@@ -189,12 +189,25 @@ def figure(stem):
     return Figure(f"{stem}.png", f"{stem}.pdf")
 
 
+# The rules whose outputs span cells: a run whose targets hold none of them (a task file, one cell) writes no
+# cross-cell output at its end.
+RUN_OUTPUT_RULES = {"all", "summary_table", "provenance_table", "summary_plots", "vs_published", "vs_published_plot", "viewer"}
+
+
 def write_partial_outputs():
     """At the end of a run with failed cells: the tables, figures, comparison, provenance report and viewer of the
-    cells that finished, each failed cell listed with its error line and log. Never raises: the run's own error is
-    what matters."""
+    cells that finished, each failed cell listed with its error line and log, when the run was asked for them and
+    they replace nothing of another run's (anyjev/outputs/run.py, kept_as_they_are). Never raises: the run's own error
+    is what matters."""
+    if not any(job.rule.name in RUN_OUTPUT_RULES for job in workflow.dag.jobs):
+        return
+    outputs = run_outputs()
     try:
-        failed = write_run_outputs(run_outputs())
+        kept = kept_as_they_are(outputs)
+        if kept:
+            print(f"anyjev: the outputs under {RESULTS}/ are not rewritten: {kept}")
+            return
+        failed = write_run_outputs(outputs)
     except Exception as exc:  # noqa: BLE001 - a partial output that cannot be written must not hide the run's error
         print(f"anyjev: could not write the outputs of the cells that finished ({type(exc).__name__}: {exc})")
         return
