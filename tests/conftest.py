@@ -14,12 +14,13 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]  # the one repository root every test uses
 SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
@@ -151,19 +152,18 @@ def raw_logprobs_server(spec, log_path: Path) -> Iterator[dict]:
     with open(log_path, "w") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(url + "/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def exited() -> str | None:
+        return None if proc.poll() is None else f"raw-mode server exited with {proc.returncode}: {log_path.read_text()[-3000:]}"
+
     try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"raw-mode server exited with {proc.returncode}: {log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"raw-mode server not ready: {log_path.read_text()[-3000:]}")
-            time.sleep(0.5)
+        wait_for(healthy, "the raw-mode server's /health answering 200", unless=exited)
         yield {"url": url, "served_name": spec.served_name, "argv": argv, "pid": proc.pid}
     finally:
         try:

@@ -8,17 +8,13 @@ both cells' scoring processes wait for it."""
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import subprocess
 from datetime import datetime, timedelta
 
 import pytest
 
-from anyjev.serving.proc import proc_cmdline
-from tests.e2e.workflow_helpers import env, make_workdir, snakemake_cmd
-from tests.waiting import HANG_GUARD, lock_waiters, wait_for
+from tests.e2e.workflow_helpers import make_workdir, run_holding_request_locks, url_request_lock
 
 pytestmark = pytest.mark.vllm
 
@@ -45,24 +41,13 @@ def test_two_cells_of_one_url_server_at_once_with_answer_mass(tmp_path, vllm_fp3
     config = {"models": {"shared": model}, "tasks": write_tasks(work), "levels": ["raw", "L0"], "score_jobs": "cell",
               "scoring": {"answer_mass": True}, "client": {"chunk_items": 2, "prompts_per_request": 2}, "published": None}
     make_workdir(work, config, smollm2_dir)
+    lock = url_request_lock(work, vllm_fp32.url)
+    proc, waited = run_holding_request_locks(work, [lock], 2, "results/cells/shared/capitals/metrics.json",
+                                             "results/cells/shared/yesno/metrics.json")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert waited == [["-m", "anyjev", "score"]] * 2, f"two scoring jobs, one per cell, waited on the URL's lock: {waited}"
     digest = hashlib.sha256(vllm_fp32.url.rstrip("/").encode()).hexdigest()[:16]
-    lock = work / f".anyjev/servers/url-{digest}.requests.lock"  # the cells' shared lock, named by the URL
-    lock.parent.mkdir(parents=True)
-    with open(lock, "a") as held, open(tmp_path / "snakemake.out", "w+") as output:
-        fcntl.flock(held, fcntl.LOCK_EX)  # each cell's first request waits here
-        run = subprocess.Popen(snakemake_cmd(work, "results/cells/shared/capitals/metrics.json",
-                                             "results/cells/shared/yesno/metrics.json"),
-                               stdout=output, stderr=subprocess.STDOUT, env=env())
-        waiting = wait_for(lambda: sorted(lock_waiters(lock)) if len(lock_waiters(lock)) == 2 else None,
-                           "both cells waiting for their request lock",
-                           unless=lambda: None if run.poll() is None else f"snakemake exited ({run.returncode})")
-        commands = [proc_cmdline(pid)[1:4] for pid in waiting]
-        fcntl.flock(held, fcntl.LOCK_UN)
-        run.wait(HANG_GUARD)
-        output.seek(0)
-        out = output.read()
-    assert run.returncode == 0, out[-4000:]
-    assert len(set(waiting)) == 2 and commands == [["-m", "anyjev", "score"]] * 2, "two scoring jobs, one per cell"
+    assert lock.name == f"url-{digest}.requests.lock", "the cells' shared lock, named by the URL"
     provs = {t: json.loads((work / f"results/cells/shared/{t}/provenance.json").read_text()) for t in ("capitals", "yesno")}
     (a0, a1), (b0, b1) = window(provs["capitals"]), window(provs["yesno"])
     assert a0 < b1 and b0 < a1, "the two cells' scoring windows do not overlap"

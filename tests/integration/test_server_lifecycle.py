@@ -558,7 +558,7 @@ def test_real_vllm_cpu_server_lifecycle(vllm_fp32, smollm2_dir: Path) -> None:
     again = acquire_server(spec, state_dir=Path(handle.state_file).parent, owner_pid=os.getpid(),
                            log_path=Path(handle.state_file).parent / "again.log")
     assert again.reused and again.pid == handle.pid
-    with httpx.Client(trust_env=False, timeout=60) as client:
+    with httpx.Client(trust_env=False, timeout=HANG_GUARD) as client:
         resp = client.post(f"{handle.url}/v1/completions", json={
             "model": handle.served_name, "prompt": "The capital of France is", "max_tokens": 1,
             "temperature": 0, "logprobs": 2, "allowed_token_ids": [330, 331], "return_tokens_as_token_ids": True,

@@ -28,6 +28,7 @@ from anyjev.outputs.tables import (
     summary_markdown,
 )
 from tests.conftest import REPO, require
+from tests.waiting import HANG_GUARD
 
 SUMMARY = REPO / "results" / "tables" / "summary.csv"
 
@@ -74,7 +75,7 @@ def test_latex_table_compiles(summary, tmp_path: Path) -> None:
     (tmp_path / "doc.tex").write_text("\\documentclass{article}\n\\usepackage[landscape,margin=1cm]{geometry}\n"
                                       "\\begin{document}\n\\tiny\n\\input{summary.tex}\n\\end{document}\n")
     proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=HANG_GUARD)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert (tmp_path / "doc.pdf").read_bytes().startswith(b"%PDF")
 
