@@ -46,6 +46,14 @@ def require(what: str, ok: bool, why: str) -> None:
 FAIL_ON_SKIP = "--fail-on-skip"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # The fault report sees every test of the session (it records their outcomes); it writes a report only when the
+    # fault tests recorded rows (tests/e2e/fault_report.py).
+    from tests.e2e.fault_report import FaultReport
+
+    config.pluginmanager.register(FaultReport(), "anyjev-fault-report")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(FAIL_ON_SKIP, action="store_true",
                      help="report every skipped test (and every expected failure) as failed: .ci/run, which installs "

@@ -257,13 +257,10 @@ def compare_with_reference(work: Path, ref: dict) -> float:
 
 
 @pytest.fixture(scope="module")
-def report(request):
-    """The fault report: registered as a plugin, so it writes logs/fault-report.md when the session ends."""
-    plugin = request.config.pluginmanager.get_plugin("anyjev-fault-report")
-    if plugin is None:
-        plugin = FaultReport()
-        request.config.pluginmanager.register(plugin, "anyjev-fault-report")
-    return plugin
+def report(request) -> FaultReport:
+    """The fault report: a plugin of every session (tests/conftest.py), which writes logs/fault-report.md when a session
+    in which these tests recorded rows ends."""
+    return request.config.pluginmanager.get_plugin("anyjev-fault-report")
 
 
 @pytest.fixture(autouse=True)
