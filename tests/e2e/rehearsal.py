@@ -34,6 +34,7 @@ import yaml
 
 from tests.conftest import QWEN3_TOKENIZER_DIR, REPO
 from tests.e2e.workflow_helpers import env as workflow_env
+from tests.waiting import HANG_GUARD
 
 PAPER = REPO / "config" / "paper.yaml"
 PUBLISHED = REPO / "results" / "published" / "anyjev-2026.csv"
@@ -214,7 +215,7 @@ def cpu_model(path: Path, paper_model: dict[str, Any]) -> dict[str, Any]:
     default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["models"]["smollm2-135m"]
     entry = {key: paper_model[key] for key in paper_model if key not in ("source", "repo", "revision")}
     entry |= {"source": "local", "path": str(path), "dtype": default.get("dtype", "auto"), "max_model_len": default["max_model_len"],
-              "server_flags": default["server_flags"], "server_env": default["server_env"], "start_timeout": 600,
+              "server_flags": default["server_flags"], "server_env": default["server_env"], "start_timeout": HANG_GUARD,
               "gpus": 0, "mem_mb": 6000, "runtime": 30}
     entry.pop("tensor_parallel_size", None)  # two GPUs in paper.yaml; one CPU process here
     return entry
@@ -352,7 +353,7 @@ def server_starts(work: Path) -> dict[str, int]:
 def run_plan(work: Path) -> dict:
     """`python -m anyjev plan --json` in the run directory (its hub cache is there), as a user runs it."""
     proc = subprocess.run([sys.executable, "-m", "anyjev", "plan", "--config", "config/config.yaml", "--json"], cwd=work,
-                          capture_output=True, text=True, timeout=600, env=workflow_env() | {"PYTHONPATH": str(REPO)})
+                          capture_output=True, text=True, timeout=HANG_GUARD, env=workflow_env() | {"PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(proc.stdout)
 

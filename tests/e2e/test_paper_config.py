@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from tests.e2e.workflow_helpers import REPO, SNAKEFILE, SNAKEMAKE, env, job_blocks
+from tests.waiting import HANG_GUARD
 
 PROFILE = REPO / "workflow" / "profiles" / "slurm"
 PAPER = REPO / "config" / "paper.yaml"
@@ -97,11 +98,11 @@ def paper_dry_run(tmp_path_factory):
     e["PATH"] = f"{stubs}{os.pathsep}{e['PATH']}"
     cmd = [str(SNAKEMAKE), "-s", str(SNAKEFILE), "-d", str(work), "--configfile", str(work / "config" / "paper.yaml"),
            "--executor", "slurm", "--workflow-profile", str(PROFILE), "-n"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=e, cwd=work)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_GUARD, env=e, cwd=work)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     local = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-c", LOCALRULES_SCRIPT, str(SNAKEFILE), str(work),
-                            str(work / "config" / "paper.yaml")], capture_output=True, text=True, timeout=600,
+                            str(work / "config" / "paper.yaml")], capture_output=True, text=True, timeout=HANG_GUARD,
                            env=e, cwd=work)
     assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
     localrules = json.loads(re.search(r"^LOCALRULES=(.*)$", local.stdout, re.M).group(1))

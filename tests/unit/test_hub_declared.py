@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+import datasets
 import pytest
 import yaml
 
@@ -26,8 +27,6 @@ from anyjev.settings import Settings
 from tests.conftest import QWEN3_TOKENIZER_DIR, REPO
 from tests.hub_repos import write_hub_repo
 from tests.published_hub_cases import write_case, written_cases
-
-datasets = pytest.importorskip("datasets")
 
 COMMIT = "c" * 40
 SENTIMENT = ["negative", "neutral", "positive"]

@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+import datasets
 import pytest
 import yaml
 
@@ -22,8 +23,6 @@ import anyjev.serving.models as models
 from anyjev.errors import ConfigError
 from anyjev.lock import Lock
 from tests.hub_repos import write_hub_repo
-
-datasets = pytest.importorskip("datasets")
 
 COMMIT_A = "a" * 40
 COMMIT_B = "b" * 40
