@@ -146,6 +146,19 @@ COVERED: list[tuple[str, str, str]] = [
      "tests/unit/test_context.py::test_a_prepared_file_task_cites_the_line_of_the_users_file"),
     ("`anyjev plan` on prompts longer than the context", "! prompts longer than the context ... models.smol.max_model_len",
      "tests/unit/test_plan.py::test_plan_flags_prompts_longer_than_the_context"),
+    # issue 32: one cell, one server; a url server's context
+    ("a url cell resumed against another server on the same URL (another dtype: stub)",
+     "ServerChangedError: <checkpoint>: the server is not the one the checkpointed items were scored on "
+     "(system_fingerprint ... -> ...; the probe's label log-probs moved by up to ... nat ...)",
+     "tests/unit/test_server_check.py::test_a_resume_against_another_server_on_the_same_url_is_refused_naming_what_changed"),
+    ("a url server replaced while its cell is scored (stub, no fingerprint)",
+     "ServerChangedError: <cell>: the server changed while the cell was being scored (the probe's label log-probs "
+     "moved ...); the items read since the last checkpoint are not written",
+     "tests/unit/test_server_check.py::test_a_server_that_changes_during_a_cell_stops_it_before_the_next_checkpoint"),
+    ("a prompt longer than a url server's context",
+     "TaskDataError: <file>:line N: item ...: its longest prompt ... > 30, the context of the server at <url> (its "
+     "--max-model-len)",
+     "tests/unit/test_url_context.py::test_a_prompt_longer_than_the_url_servers_context_is_refused_before_any_request"),
 ]
 # Faults injected by heavier tests of the full suite (issue 23): their rows are a full session's (`pytest`).
 COVERED_IN_SESSION: list[tuple[str, str, str]] = [
@@ -157,6 +170,12 @@ COVERED_IN_SESSION: list[tuple[str, str, str]] = [
      "tests/e2e/test_workflow_run.py::test_a_smoke_run_writes_only_under_smoke"),
     ("a clean run's server records", "(no message) no record left in .anyjev/servers",
      "tests/e2e/test_workflow_run.py::test_one_server_start_per_model_and_none_left"),
+    ("failed runs of other configs in the folder of a finished run",
+     "(no message) every file under results/ the same bytes; the run says its outputs are not rewritten",
+     "tests/e2e/test_workflow_run.py::test_a_failed_run_of_another_config_leaves_a_finished_runs_files_as_they_were"),
+    ("a url cell resumed on real fp32 then bf16 servers behind one URL",
+     "ServerChangedError: ... system_fingerprint vllm-0.32.0-... -> vllm-0.32.0-...; the probe's label log-probs moved ...",
+     "tests/integration/test_fidelity_real.py::test_a_url_cell_never_mixes_two_real_servers"),
     ("`scancel` of a scoring allocation (SLURM)",
      "SLURM-job 'N' failed, SLURM status is: 'CANCELLED' (the main Snakemake notices by itself)",
      "tests/e2e/test_rehearsal_slurm.py::test_scancel_leaves_no_process_and_the_rerun_resumes"),
