@@ -36,14 +36,14 @@ def test_config_revision_reaches_fetch_and_prepare(tmp_path: Path) -> None:
         if " fetch-task " in c:
             argv = shlex.split(c)
             job = json.loads(argv[argv.index("--job") + 1])
-            fetch[job["name"]] = job
+            fetch[Path(argv[argv.index("--out") + 1]).name] = job | {"out": argv[argv.index("--out") + 1]}
     wanted = {"banking20": ("mteb/banking77", "deadbeef", ["train", "test"]), "newsgroups": ("SetFit/20_newsgroups", "cafe01", ["test"]),
               "sst2": ("stanfordnlp/sst2", "main", ["validation", "train"])}
     assert set(fetch) == set(wanted)
     for name, (dataset, revision, splits) in wanted.items():
         # the revision reaches the fetch step, and so the lock it records into (unpinned: resources/lock.yaml)
-        assert fetch[name] == {"name": name, "hub": {"dataset": dataset, "config": None, "revision": revision, "splits": splits},
-                               "cache": "resources/hub", "lock": {"path": "resources/lock.yaml", "pinned": False}}, fetch[name]
+        assert fetch[name] == {"hub": {"dataset": dataset, "config": None, "revision": revision, "splits": splits},
+                               "out": f"resources/hub/{name}", "lock": {"path": "resources/lock.yaml", "pinned": False}}, fetch[name]
     prepared = {}
     for c in cmds:
         if " prepare-task " in c:
