@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 from tests.e2e.workflow_helpers import make_workdir, run_snakemake
+from tests.tiny_tokenizer import write_tiny_tokenizer
 
 
 def shell_commands(out: str) -> list[str]:
@@ -26,7 +27,7 @@ def test_config_revision_reaches_fetch_and_prepare(tmp_path: Path) -> None:
                             "question": "Is this movie review positive?", "kind": "noul", "yes_labels": ["positive"]}}},
               "levels": ["raw", "L0"], "published": None}
     work = make_workdir(tmp_path / "w", config, smollm2_dir=tmp_path)
-    (work / "tok").mkdir()
+    write_tiny_tokenizer(work / "tok")
     proc = run_snakemake(work, "-n", "-p", "--until", "prepare_task")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
