@@ -180,7 +180,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
 
 # ----------------------------------------------------------------------------------------------- parser
 class _Parser(argparse.ArgumentParser):
-    """A usage error is bad input like any other: one line naming the argument, exit 2 (argparse prints the usage)."""
+    """A usage error is bad input like any other: one line naming the argument, exit 2 (not argparse's usage block)."""
 
     def error(self, message: str) -> typing.NoReturn:
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message} (see {self.prog} --help)\n")

@@ -68,22 +68,29 @@ class CellLayout:
         return [Path(p.format(**names)) for p in self.earlier_logs if "{dataset}" not in p or names["dataset"]]
 
     def failure(self, model: str, task: str) -> dict[str, str]:
-        """Why a cell has no ``metrics.json``: ``{"error": first line of its error, "log": the log's path}``. The
-        error of the step that should have made the cell's next file, else of the earlier step that stopped it."""
+        """Why a cell has no ``metrics.json``: ``{"error": first line of its error, "log": the log's path}``. The newest
+        of the logs that say something: the log of the step that should have made the cell's next file (its error, or
+        that it stopped without one), and the logs of the earlier steps that hold an error (the step that stopped it
+        from running). A log left by an earlier run is older than what this run's steps wrote."""
         log = self.step_log(model, task)
+        said: list[tuple[float, str, Path]] = []
         if log.is_file():
             text = log.read_text(errors="replace")
             line = error_line(text, last_line=False)
-            if line is None and text.strip():
-                last = one_line(text.strip().splitlines()[-1])
-                line = f"the step stopped without an error (interrupted or killed); its log ends: {last}"
-            return {"error": line or "the log is empty: the step stopped before it wrote anything", "log": str(log)}
+            if line is None:
+                last = text.strip().splitlines()[-1] if text.strip() else None
+                line = ("the log is empty: the step stopped before it wrote anything" if last is None else
+                        f"the step stopped without an error (interrupted or killed); its log ends: {one_line(last)}")
+            said.append((log.stat().st_mtime, line, log))
         for earlier in self.earlier_logs_of(model, task):
             line = error_line(earlier.read_text(errors="replace"), last_line=False) if earlier.is_file() else None
             if line is not None:
-                return {"error": line, "log": str(earlier)}
-        return {"error": f"no metrics.json, and neither {log} nor the log of an earlier step holds an error: the cell "
-                         "has not run", "log": str(log)}
+                said.append((earlier.stat().st_mtime, line, earlier))
+        if not said:
+            return {"error": f"no metrics.json, and neither {log} nor the log of an earlier step holds an error: the "
+                             "cell has not run", "log": str(log)}
+        _, line, where = max(said, key=lambda s: s[0])
+        return {"error": line, "log": str(where)}
 
 
 def error_line(text: str, *, last_line: bool = True) -> str | None:

@@ -4,6 +4,7 @@ scoring never ran, from the log of the earlier step that stopped it (issue 32, i
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,19 @@ def test_a_step_that_ran_comes_before_an_earlier_one(tmp_path) -> None:
     write(tmp_path / "logs/score/m/t.log", "INFO scoring\nanyjev score: BackendError: POST x failed after 3 attempts\n")
     assert cells.failure("m", "t") == {"error": "anyjev score: BackendError: POST x failed after 3 attempts",
                                        "log": str(tmp_path / "logs/score/m/t.log")}
+
+
+def test_a_log_an_earlier_run_left_is_not_taken_for_this_runs_failure(tmp_path) -> None:
+    """The cell's scoring failed in a run before; in this one its task's preparation failed (the scoring never ran):
+    the newer error is the one that stops the cell now."""
+    cells = layout(tmp_path)
+    old = write(tmp_path / "logs/score/m/t.log", "anyjev score: BackendError: POST x failed after 3 attempts\n")
+    new = write(tmp_path / "logs/prepare_task/t.log", f"{PREPARE_ERROR}\n")
+    os.utime(old, (1_000_000, 1_000_000))
+    os.utime(new, (2_000_000, 2_000_000))
+    assert cells.failure("m", "t") == {"error": PREPARE_ERROR, "log": str(new)}
+    os.utime(old, (3_000_000, 3_000_000))  # the other way round: scoring ran (and failed) after the preparation
+    assert cells.failure("m", "t")["log"] == str(old)
 
 
 def test_a_step_stopped_without_an_error_says_so(tmp_path) -> None:
