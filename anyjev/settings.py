@@ -197,10 +197,10 @@ class Settings:
         m = self.models[model]
         return ModelJob(name=model, source=m.source, repo=m.repo, revision=m.revision, lock=self.run_lock(lock_record))
 
-    def fetch_job(self, dataset: str, *, hub_cache: str, lock_record: str) -> FetchJob:
-        """What the fetch step of the hub data cached as DATASET (a folder under HUB_CACHE) needs: the declared dataset,
-        config, revision and splits, the cache and the lock."""
-        return FetchJob(name=dataset, hub=self.hub_datasets()[dataset], cache=hub_cache, lock=self.run_lock(lock_record))
+    def fetch_job(self, dataset: str, *, lock_record: str) -> FetchJob:
+        """What the fetch step of the hub data cached as DATASET (a folder under the hub cache, the rule's output) needs:
+        the declared dataset, config, revision and splits, and the lock."""
+        return FetchJob(hub=self.hub_datasets()[dataset], lock=self.run_lock(lock_record))
 
     def viewer_job(self, *, models_dir: str, task_file: str, layout: CellLayout) -> ViewerJob:
         """What the viewer needs: the cells and levels, each model's tokenizer, each task's file (TASK_FILE: the rule's
@@ -218,6 +218,10 @@ class Settings:
         cached under the task's name) or the published task's (``builtin``, else the name) at the configured revision."""
         t = self.tasks[task]
         return configured(task, t.builtin, t.revision, t.hub)
+
+    def hub_folders(self) -> dict[str, str]:
+        """Each hub task's cache folder under the hub cache (where its fetch step writes, and what names its log)."""
+        return {name: self.hub_task(name)[0] for name, t in self.tasks.items() if t.source == "hub"}
 
     def hub_datasets(self) -> dict[str, HubDataset]:
         """What to fetch, per cache folder: the declared dataset, config, revision and splits (one per folder, as the

@@ -213,19 +213,18 @@ def fetch(name: str, cache_dir: str | os.PathLike, revision: str | None = None, 
 
 @dataclass(frozen=True)
 class FetchJob(Job):
-    """What the fetch step of a hub task needs (built by ``Settings.fetch_job``): the cache folder's name (a published
-    task's name, or the name of the task that declares the dataset), what to download (the declaration's dataset,
-    config, revision and splits), the cache root, and the run's lock file."""
+    """What the fetch step of a hub task needs (built by ``Settings.fetch_job``): what to download (the declaration's
+    dataset, config, revision and splits) and the run's lock file."""
 
-    name: str
     hub: HubDataset
-    cache: str
     lock: Lock
 
 
-def fetch_job(job: FetchJob) -> Path:
-    """The workflow's fetch step: the declared dataset at its revision, the run's lock."""
-    return fetch(job.name, job.cache, dataset=job.hub, lock=job.lock)
+def fetch_job(job: FetchJob, out: str | os.PathLike) -> Path:
+    """The workflow's fetch step: the declared dataset at its revision into the cache folder OUT (the rule's
+    ``<hub cache>/<name>``: a published task's name, or the name of the task that declares the dataset), the run's lock."""
+    out = Path(out)
+    return fetch(out.name, out.parent, dataset=job.hub, lock=job.lock)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any
 from anyjev.backends.vllm import ClientOptions, VLLMBackend
 from anyjev.data.taskfile import load_task_file
 from anyjev.decision.labels import check_label_capacity
+from anyjev.decision.tokenizer import load_tokenizer
 from anyjev.errors import BackendError, ConfigError
 from anyjev.files import file_sha256, now_iso, write_json_atomic
 from anyjev.jobs import Job, to_data
@@ -91,13 +92,6 @@ class ScoreJob(Job):
         return {"backend": "vllm", "model": spec.model, "dtype": spec.dtype, "served_name": spec.served_name,
                 "server_flags": list(spec.server_flags), "max_model_len": spec.max_model_len, "seed": spec.seed,
                 "prefix_caching": spec.prefix_caching, "block_size": spec.block_size, "fp32_head": spec.fp32_head}
-
-
-def load_tokenizer(path: str | os.PathLike[str]):
-    """The model's tokenizer (transformers), loaded once per job."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(path))
 
 
 def check_task_label_capacity(task, max_logprobs: int) -> None:

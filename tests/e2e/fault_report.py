@@ -120,7 +120,7 @@ COVERED: list[tuple[str, str, str]] = [
      "tests/unit/test_store_scoring.py::test_interrupted_then_resumed_is_byte_identical_and_scores_only_the_rest"),
     # issue 23: shared servers, shared clusters, bad input (second round)
     ("a label request that shares an engine batch with answer mass every time (url server, vLLM PR 51789)",
-     "BatchCollisionError: ... logprob_token_ids ... Resent 2 time(s) ... scoring.answer_mass: false",
+     "BatchCollisionError: ... logprob_token_ids ... Resent 2 time(s) ... off this server",
      f"{UNIT}::test_a_request_that_collides_every_time_names_the_real_cause"),
     ("a task file whose items all say split test, with L1 asked",
      "TaskDataError: <file>:split: no calibration items after the split ... levels lists L1 ... tasks.colours.n_calib",

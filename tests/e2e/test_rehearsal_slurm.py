@@ -127,7 +127,7 @@ def test_one_server_start_per_model(rehearsal):
     plan = rehearsal["plan"]
     assert plan["server_starts"]["slurm"] == dict.fromkeys(R.MODELS, 1), plan["server_starts"]
     for model in R.MODELS:
-        record = json.loads((work / f"results/cells/{model}/allocation.json").read_text())
+        record = json.loads((work / f"results/allocations/{model}.json").read_text())
         assert {t: c["status"] for t, c in record["cells"].items()} == dict.fromkeys(R.TASKS, "ok")
         assert record["slurm_job_id"] == str(score_model_jobs(rehearsal["run"])[model]["slurm"][0])
 

@@ -82,7 +82,7 @@ def test_one_job_per_model_fails_one_cell_alone_and_retries_it(tmp_path, stub, q
     for name in ("scores.jsonl", "provenance.json", "metrics.json", "predictions.csv"):
         assert (work / f"results/cells/{MODEL}/capitals/{name}").is_file(), name
     # The end of the run drops the outcome record, so the next run schedules the model's job again.
-    assert not (work / f"results/cells/{MODEL}/allocation.json").exists()
+    assert not (work / f"results/allocations/{MODEL}.json").exists()
     assert f"{MODEL}: cell(s) yesno failed; the next run retries them" in out
     staged = work / f"results/cells/{MODEL}/capitals/staged/scores.jsonl"
     published = (work / f"results/cells/{MODEL}/capitals/scores.jsonl").read_bytes()
@@ -116,7 +116,7 @@ def test_one_job_per_model_fails_one_cell_alone_and_retries_it(tmp_path, stub, q
     assert proc.returncode == 0, out[-4000:]
     sent = stub.requests[before:]
     assert sent and all(len(p["allowed_token_ids"]) == 2 for p in sent), "only the failed (Yes/No) cell is re-sent"
-    record = json.loads((work / f"results/cells/{MODEL}/allocation.json").read_text())
+    record = json.loads((work / f"results/allocations/{MODEL}.json").read_text())
     assert {t: c["status"] for t, c in record["cells"].items()} == {"capitals": "ok", "yesno": "ok"}
     assert record["cells"]["capitals"]["counts"]["prompts"] == 0
     assert (work / f"results/cells/{MODEL}/capitals/scores.jsonl").read_bytes() == published

@@ -75,10 +75,10 @@ SPAM_TASK = {"source": "hub", "n_test": 4, "n_calib": 2, "allow_fewer": False, "
 
 def fetch_and_prepare(settings: Settings, task: str, repo: Path) -> tuple[Path, object]:
     """The workflow's two steps for TASK: its fetch job (reading REPO instead of the hub), then its prepare job."""
-    job = settings.fetch_job(settings.prepare_job(task, hub_cache="resources/hub").dataset, hub_cache="resources/hub",
-                             lock_record="resources/lock.yaml")
+    dataset = settings.prepare_job(task, hub_cache="resources/hub").dataset
+    job = settings.fetch_job(dataset, lock_record="resources/lock.yaml")
     assert FetchJob.from_json(job.to_json()) == job
-    folder = hub.fetch(job.name, job.cache, dataset=job.hub, lock=job.lock, source=repo)
+    folder = hub.fetch(dataset, "resources/hub", dataset=job.hub, lock=job.lock, source=repo)
     prepare = settings.prepare_job(task, hub_cache="resources/hub")
     assert PrepareJob.from_json(prepare.to_json()) == prepare  # the declaration survives the job's JSON argument
     return folder, prepare_task(prepare, f"resources/tasks/{task}.jsonl")

@@ -19,7 +19,7 @@ class Site(dict):
 
 
 def settings(**models) -> Settings:
-    config = {"models": {n: {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": ".", **m} for n, m in models.items()},
+    config = {"models": {n: {"source": "smollm2", **m} for n, m in models.items()},
               "tasks": {"t": {"source": "builtin", "builtin": "mmlu"}}, "published": None}
     return Settings.from_config(validate_config(config))
 

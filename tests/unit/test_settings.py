@@ -244,7 +244,7 @@ def every_job(settings: Settings) -> list[Job]:
                                              **PATHS))
         jobs += [settings.score_job(model, task, **PATHS) for task in settings.model_tasks(model)]
     jobs += [settings.prepare_job(task, hub_cache="resources/hub") for task in settings.tasks]
-    jobs += [settings.fetch_job(ds, hub_cache="resources/hub", lock_record="resources/lock.yaml") for ds in settings.hub_datasets()]
+    jobs += [settings.fetch_job(ds, lock_record="resources/lock.yaml") for ds in settings.hub_datasets()]
     return jobs
 
 
@@ -370,7 +370,8 @@ def test_the_cli_looks_where_the_workflow_writes() -> None:
     assert cli.WORKFLOW_PATHS["hub_cache"] == constants["HUB_CACHE"]
     assert cli.WORKFLOW_PATHS["state_dir"] == constants["STATE_DIR"]
     assert cli.WORKFLOW_PATHS["tasks_dir"] == constants["TASK_FILE"].rsplit("/", 1)[0]
-    for key in ("task_file", "cell_dir", "score_log", "evaluate_log", "viewer"):
+    for key in ("task_file", "cell_dir", "score_log", "evaluate_log", "viewer", "score_model_log", "prepare_task_log",
+                "fetch_log", "prepare_model_log"):
         assert cli.WORKFLOW_PATHS[key] == constants[key.upper()], key
 
 

@@ -6,7 +6,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from anyjev.config import check_runnable, load_strict, validate_config
+from anyjev.config import check_runnable, load_strict, validate_config, value_source
 from anyjev.errors import ConfigError
 from anyjev.outputs.run import Figure, RunOutputs, kept_as_they_are, write_run_outputs
 from anyjev.results import CellLayout
@@ -32,6 +32,10 @@ SERVER_LOG = f"{LOGS}/servers/{{model}}.log"
 SCORE_LOG = f"{LOGS}/score/{{model}}/{{task}}.log"
 EVALUATE_LOG = f"{LOGS}/evaluate/{{model}}/{{task}}.log"
 SCORE_MODEL_LOG = f"{LOGS}/score_model/{{model}}.log"
+PREPARE_TASK_LOG = f"{LOGS}/prepare_task/{{task}}.log"
+# Shared by a smoke run and the real one, as what they make is.
+FETCH_LOG = "logs/fetch_hub_task/{dataset}.log"
+PREPARE_MODEL_LOG = "logs/prepare_model/{model}.log"
 RESULTS = f"{RUN_ROOT}results"
 CELL_DIR = f"{RESULTS}/cells/{{model}}/{{task}}"
 TABLES = f"{RESULTS}/tables"
@@ -40,9 +44,11 @@ RELIABILITY = f"{PLOTS}/reliability/{{model}}/{{task}}"
 VIEWER = f"{RESULTS}/viewer"
 # Where one model's job (score_jobs: model) scores a cell before its score_cell job publishes it (docs/servers.md).
 STAGED_DIR = f"{CELL_DIR}/staged"
-ALLOCATION = f"{RESULTS}/cells/{{model}}/allocation.json"
-# Where a cell's files and the logs of its steps are: what tells a finished cell from a failed one.
-CELL_LAYOUT = CellLayout(CELL_DIR, SCORE_LOG, EVALUATE_LOG)
+# Beside the cells' folder, not in it: a task may have any name (allocation.json too).
+ALLOCATION = f"{RESULTS}/allocations/{{model}}.json"
+# Where a cell's files and the logs of its steps are: what tells a finished cell from a failed one, and why
+# (CELL_LAYOUT, below the settings: a hub task's fetch log is named by its cache folder).
+EARLIER_LOGS = (SCORE_MODEL_LOG, PREPARE_TASK_LOG, FETCH_LOG, PREPARE_MODEL_LOG)
 
 
 def _load_settings():
@@ -57,8 +63,11 @@ def _load_settings():
         check_runnable(validated)
         return validated, Settings.from_config(validated)
     except ConfigError as exc:
-        files = ", ".join(map(str, workflow.configfiles))
-        raise WorkflowError(f"invalid config ({files}): {exc}")
+        # Name the file (or --config) the wrong value came from, not every file merged.
+        sources = [(str(p), load_strict(p)) for p in workflow.configfiles]
+        sources.append(("--config", dict(workflow.config_settings.config)))
+        where = value_source(exc.key_path, sources) or ", ".join(name for name, _ in sources[:-1])
+        raise WorkflowError(f"invalid config ({where}): {exc}")
 
 
 def _check_rule_python():
@@ -79,6 +88,7 @@ def _check_rule_python():
 CONFIG_AS_RUN, SETTINGS = _load_settings()
 _check_rule_python()
 CELLS = SETTINGS.cells
+CELL_LAYOUT = CellLayout(CELL_DIR, SCORE_LOG, EVALUATE_LOG, EARLIER_LOGS, SETTINGS.hub_folders())
 
 
 # One scoring job per model (the default: one server start, each cell published or failed alone) or per cell

@@ -6,15 +6,16 @@ rule fetch_hub_task:
     output:
         f"{HUB_CACHE}/{{dataset}}/meta.json",
     log:
-        "logs/fetch_hub_task/{dataset}.log",
+        FETCH_LOG,
     localrule: True
     conda:
         "../envs/client.yaml"
     params:
         # The declared dataset, splits and revision, and the run's lock (LOCK_RECORD, or the config's `lock:`, which pins).
-        job=lambda wc: SETTINGS.fetch_job(wc.dataset, hub_cache=HUB_CACHE, lock_record=LOCK_RECORD).to_json(),
+        job=lambda wc: SETTINGS.fetch_job(wc.dataset, lock_record=LOCK_RECORD).to_json(),
+        out=lambda wc, output: os.path.dirname(output[0]),
     shell:
-        "python -m anyjev fetch-task --job {params.job:q} > {log:q} 2>&1"
+        "python -m anyjev fetch-task --job {params.job:q} --out {params.out:q} > {log:q} 2>&1"
 
 
 rule prepare_task:
@@ -23,7 +24,7 @@ rule prepare_task:
     output:
         TASK_FILE,
     log:
-        f"{LOGS}/prepare_task/{{task}}.log",
+        PREPARE_TASK_LOG,
     localrule: True
     conda:
         "../envs/client.yaml"
