@@ -52,6 +52,10 @@ def duplicate_options_job(tmp: Path) -> str:
                                               for i in range(6)))
     hub = {"dataset": "someone/spam", "revision": "v1", "label_field": "label", "question": "Spam?", "kind": "choice",
            "splits": ["test"], "text_field": "text", "option_names": {"ham": "spam"}}
+    from anyjev.data.declared import HubTaskDeclaration
+    from anyjev.jobs import from_data, to_data
+
+    hub = to_data(from_data(HubTaskDeclaration, hub, "hub"))  # the declaration as a config gives it, defaults filled
     return json.dumps({"name": "spam", "source": "hub", "dataset": "spam", "path": None, "hub": hub, "n_test": 2,
                        "n_calib": 2, "allow_fewer": False, "split_seed": 0, "hub_cache": "hub", "fits_temperature": False})
 
