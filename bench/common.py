@@ -1,5 +1,6 @@
 """What the benchmarks share: the default experiment's SmolLM2 CPU server (config/config.yaml holds its flags), run
-from this checkout's vLLM environment."""
+from this checkout's vLLM environment, and the record every benchmark's JSON opens with (date, command, machine).
+The record's half imports nothing of the library: bench/report.py and bench/figures.py read JSON only."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import os
 import platform
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from anyjev.serving.spec import ServerSpec
-from anyjev.settings import Settings
+if TYPE_CHECKING:
+    from anyjev.serving.spec import ServerSpec
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config" / "config.yaml"
@@ -24,6 +26,8 @@ SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
 def smollm2_spec(name: str, **changes) -> ServerSpec:
     """The default config's SmolLM2 server (pinned flags, fp32 head) under NAME (its served name too), with CHANGES
     (any ServerSpec field: dtype, prefix_caching, server_env, model, ...)."""
+    from anyjev.settings import Settings
+
     base = Settings.load(CONFIG, workdir=REPO).server_spec("smollm2-135m", str(MODELS_DIR))
     fields = {"name": name, "served_name": name, "model": str(SMOL_DIR), "python": str(SERVER_PYTHON)}
     return dataclasses.replace(base, **(fields | changes))

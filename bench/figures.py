@@ -42,9 +42,9 @@ Not figures, each by one rule (tests/unit/test_figures.py tests each):
   that is no path (`` `stop_grace` (15 s)``, `` `PROBE_TOLERANCE`, 1e-3``); after default, seed, block(s) of/at/size,
   pinned at, target of, margin of, tolerance (of) (``the default 2048``, ``blocks of 128``); or before target or
   tolerance (``the 0.5x target``, ``the 1e-4 nat parity tolerance``);
-* ``reference``: a number after issue, PR, line, column, step, port, pid, code, status, exit, HTTP, command,
-  option(s), rotation(s), position(s), id, index, sec. or section; a year after a name (``Hinkley 1997``); a
-  numbered list's ``1.``;
+* ``reference``: a number after issue, PR, line, column, step(s), port, pid, code, status, exit, HTTP, command,
+  option(s), rotation(s), position(s), id, index, sec., section or (compute) capability; a year after a name
+  (``Hinkley 1997``); a number after a hardware model (``A100 8.0``, ``T4 (7.5)``); a numbered list's ``1.``;
 * ``precision``: ``3 decimals``, ``5 significant digits``;
 * ``not-measured``: a number inside a text that ``NOT_MEASURED`` lists for its doc, with the reason (a tolerance of a
   test, a bound that follows from a formula, a constant of the code, a count of test cases). An entry whose text is
@@ -377,8 +377,9 @@ _MARKUP = r"<!--.*?-->|<[^>]+>|\]\([^)]*\)"
 _DATE = r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}:\d{2}(?::\d{2})?\b"
 _VERSION = (r"\b\d+\.\d+\.\d+(?:\.\d+)*\b|(?i:\b(?:" + "|".join(re.escape(s) for s in sorted(SOFTWARE, key=len, reverse=True))
             + r")\b[ =]+v?\d+(?:\.\d+)*)")
-_REFERENCE = (r"(?i:\b(?:issues?|PR|line|column|step|port|pid|code|status|exit|HTTP|command|options?|rotations?"
-              r"|positions?|id|index|sec\.|section)\s+#?\d+(?:\.\d+)*)|^\s*\d+\.(?=\s)|\b[A-Z][a-z]+\s+(?:19|20)\d\d\b")
+_REFERENCE = (r"(?i:\b(?:issues?|PR|line|column|steps?|port|pid|code|status|exit|HTTP|command|options?|rotations?"
+              r"|positions?|id|index|sec\.|section|capability)\s+#?\d+(?:\.\d+)*(?:\s*(?:-|–|to)\s*\d+)?)|^\s*\d+\.(?=\s)"
+              r"|\b[A-Z][a-z]+\s+(?:19|20)\d\d\b|\b[A-Z]{1,2}\d{1,4}[A-Z]?\s+\(?\d+(?:\.\d+)?")
 _N = rf"(?<![\w.])(?:{_NUM})"
 _SETTING = (rf"(?:[=<>≥≤±]=?)\s*[-−]?\s*{_N}|`[^`/\s]*`[,:]?\s*\(?\s*{_N}"
             rf"|(?i:\b(?:defaults?|seed|blocks?\s+(?:of|at|size)|pinned\s+at|(?:target|margin|tolerance)\s+of|tolerance)"

@@ -139,8 +139,11 @@ SETTINGS = "waits `stop_grace` (15 s), the default 2048, blocks of 128, the 0.5x
     ("see issue 30, line 12 and PR 51789; exit 2", 51789, "reference"),
     ("see issue 30, line 12 and PR 51789; exit 2", 12, "reference"),
     ("1. First step", 1, "reference"),
+    ("following steps 4 to 7 in their order", 7, "reference"),
     ("(Davison & Hinkley 1997, sec. 3.3)", 1997, "reference"),
     ("(Davison & Hinkley 1997, sec. 3.3)", 3.3, "reference"),
+    ("GPUs of compute capability 7.5 or newer (A100 8.0, H100 9.0)", 7.5, "reference"),
+    ("GPUs of compute capability 7.5 or newer (A100 8.0, H100 9.0)", 9.0, "reference"),
     ("equal to 3 decimals and 5 significant digits", 3, "precision"),
 ])
 def test_each_rule_leaves_out_what_is_not_a_measurement(line, value, rule) -> None:
