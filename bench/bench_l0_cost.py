@@ -405,13 +405,13 @@ def markdown(report: dict) -> str:
                          f"{ag['cp_upper_95'] if ag else ''} | {same_txt} |")
             if r.get("certificates"):
                 notes.append(f"- `{r['key']}` certificate: {_certificates(r)}")
-        for r in w.get("not_run", {}).values():
-            notes.append(f"- `{r['key']}` not run, {r['why']}; certificate: {_certificates(r)}")
             if r["key"].startswith("published_") and r.get("certificate") is not None:
                 c = r["certificate"]
                 notes.append("- `published_calibration` (calibrate_adaptive): " + (
                     f"threshold {c['threshold']}, {c.get('disagreements')} of {c.get('n')} disagree, bound {c.get('bound')}"
                     if c.get("threshold") is not None else f"nothing certified ({c.get('reason', 'no reason given')})"))
+        for r in w.get("not_run", {}).values():
+            notes.append(f"- `{r['key']}` not run, {r['why']}; certificate: {_certificates(r)}")
         if notes:
             lines += [""] + notes
     return "\n".join(lines)
@@ -500,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         **run_record(),
         "model": "SmolLM2-135M-Instruct, float32, fp32 head (config/config.yaml smollm2-135m server flags)",
         "sizes_note": "the 1% target needs at least 299 calibration items (0 disagreements in n bound the rate at "
-                      "1 - 0.05^(1/n)); a workload with fewer cannot certify it and reads every rotation, and "
+                      "1 - 0.05^(1/n)); a workload with fewer cannot certify it, the target is not run, and "
                       "--loose-target then shows the mechanism",
         "method": __doc__.split("Costs come from", 1)[1].split("Workloads:", 1)[0].strip(),
         "workloads": {},
