@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -25,10 +24,18 @@ def test_every_figure_of_the_docs_has_a_source() -> None:
     assert not problems, "figures without a source (bench/figures.py says how to give one):\n" + "\n".join(problems)
 
 
+DATE = "2026-12-03T00:00:00+00:00"
+DEFAULT_RUN = {"date": DATE, "machine": {"cpu_model": "AMD EPYC", "nproc": 2, "loadavg_start": 13.2},
+               "runs": [{"wall_s": 246.6, "loadavg_after": 12.9}]}  # no cpu_flags: written before they were recorded
+BLOCK_SIZE = {"date": DATE, "workloads": {"mmlu": {"rows": {"cache_b64": {"s_per_item_median": 0.582},
+                                                             "cache_b64_staged": {"s_per_item_median": 0.466},
+                                                             "cache_b32": {"vs_nocache_computed": 0.4674}}}}}
+
+
 def _repo(tmp_path: Path, readme: str, docs: dict[str, str] | None = None, bench: dict[str, dict] | None = None) -> Path:
-    """A repository of README (and DOCS) with the committed benchmark JSON (and BENCH's)."""
-    shutil.copytree(REPO / "results" / "bench", tmp_path / "results" / "bench", ignore=shutil.ignore_patterns("logs"))
-    for name, record in (bench or {}).items():
+    """A repository of README (and DOCS) with default_run.json and block_size.json (and BENCH's) under results/bench."""
+    (tmp_path / "results" / "bench").mkdir(parents=True)
+    for name, record in ({"default_run": DEFAULT_RUN, "block_size": BLOCK_SIZE} | (bench or {})).items():
         (tmp_path / "results" / "bench" / f"{name}.json").write_text(json.dumps(record))
     (tmp_path / "README.md").write_text(readme)
     (tmp_path / "docs").mkdir()
@@ -48,7 +55,7 @@ def test_a_figure_its_section_names_no_json_for_is_named_with_file_and_line(tmp_
 
 def test_a_figure_is_found_only_in_the_json_its_section_names(tmp_path: Path, no_exceptions) -> None:
     text = ("## Default run\n\nFrom `results/bench/default_run.json`: the workflow took 4.1 minutes; the setup took "
-            "2.9 minutes.\n")
+            "2.9 minutes.\n")  # 246.6 s and 175 s
     assert _problems(_repo(tmp_path, text)) == ["README.md:3: 2.9 minutes"]
     # the same setup figure, where the section names a JSON that holds it
     setup = {"date": "2026-12-03", "wall_s": 175.0, "machine": {"cpu_model": "AMD EPYC", "cpu_flags": ["avx2"], "nproc": 2}}
@@ -108,7 +115,7 @@ def test_a_json_number_reads_as_a_figure_at_the_precision_and_in_the_unit_writte
 
 def test_a_load_average_is_never_a_figure(tmp_path: Path, no_exceptions) -> None:
     text = "## Run\n\n`results/bench/default_run.json`: 13 things.\n"
-    assert _problems(_repo(tmp_path, text)) == ["README.md:3: 13"]  # loadavg_after 1.73 and load start are not read
+    assert _problems(_repo(tmp_path, text)) == ["README.md:3: 13"]  # DEFAULT_RUN's loads, 13.2 and 12.9, are not read
 
 
 SETTINGS = "waits `stop_grace` (15 s), the default 2048, blocks of 128, the 0.5x target, a tolerance of 1e-4"
@@ -183,7 +190,8 @@ def test_the_listed_exceptions_apply_where_their_text_stands(tmp_path: Path, no_
     monkeypatch.setattr(figures, "NOT_MEASURED", (("README.md", "check 288 pairs", "a count of test cases"),))
     monkeypatch.setattr(figures, "UNSOURCED", (("README.md", "tied 18 of 100", "no JSON records it"),))
     monkeypatch.setattr(figures, "CITED", (("README.md", "at most 6e-5 nat", ("results/bench/prefix_drift_fp32.json",)),))
-    found = {f.figure.text: f for f in figures.check(_repo(tmp_path, doc))}
+    drift = {"date": DATE, "drift": {"long": {"max_abs_diff": 5.998e-05}}}
+    found = {f.figure.text: f for f in figures.check(_repo(tmp_path, doc, bench={"prefix_drift_fp32": drift}))}
     assert found["288"].rule == "not-measured" and found["18"].known and found["100"].known
     assert found["6e-5 nat"].source.startswith("results/bench/prefix_drift_fp32.json: ")
     assert all(f.ok for f in found.values())
