@@ -19,8 +19,8 @@ Two steps, so that scoring never needs the network:
 
 A task is a declaration: the config's own (``tasks.<name>.hub``, cached under the task's name) or one of the
 published tasks (``banking20``, ``newsgroups``, ``injection``, ``massive_route``, ``clinc_escalate``), declared in
-``anyjev/data/published_tasks.yaml`` in the same format and cached under their names. All use prior_group =
-"question" (one question per task).
+``anyjev/data/published_tasks.yaml`` in the same format and cached under their names. A task with one question uses
+prior_group = "question"; one whose rows ask their own questions or give their own options, "task".
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from pathlib import Path
 import yaml
 
 from anyjev.data.declared import CachedSplit, HubDataset, HubTaskDeclaration, build_items, declaration_from_data
+from anyjev.data.row_options import row_items
 from anyjev.data.tasks import Task
 from anyjev.errors import TaskDataError
 from anyjev.files import file_sha256
@@ -275,8 +276,12 @@ def build(task_name: str, cached_dir: str | os.PathLike, revision: str | None = 
             raise TaskDataError(str(path), "file", f"sha256 {sha} differs from the {recorded} recorded at fetch time")
         files[s] = {"path": str(path), "sha256": sha}
     splits = {s: CachedSplit(s, task_dir / f"{s}.jsonl") for s in ds.splits}
-    names = (meta.get("label_names") or {}).get(d.label_field)
-    items = build_items(d, splits, names, task_dir / "meta.json")
+    dropped = None
+    if d.options_field:
+        items, dropped = row_items(d, task_name, splits)
+    else:
+        names = (meta.get("label_names") or {}).get(d.label_field)
+        items = build_items(d, task_name, splits, names, task_dir / "meta.json")
     source = {
         "dataset": ds.dataset,
         "config": ds.config,
@@ -285,6 +290,8 @@ def build(task_name: str, cached_dir: str | os.PathLike, revision: str | None = 
         "datasets_version": meta.get("datasets_version"),
         "files": files,
     }
+    if d.invalid_options == "drop":
+        source["dropped"] = dropped
     if not items:
         raise TaskDataError(str(task_dir), "cache", f"task {task_name!r} has no items after filtering")
-    return Task(name=task_name, items=items, prior_group="question", source=source)
+    return Task(name=task_name, items=items, prior_group=d.prior_group, source=source)
