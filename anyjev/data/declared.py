@@ -1,7 +1,7 @@
 """A hub task declared as data, and the one builder that turns a declaration and the rows of its cached hub splits
 into items.
 
-A declaration says where a hub dataset is (id, config, revision), which
+A declaration says where a hub dataset is (id, config, revision; or a local folder, :mod:`anyjev.data.local`), which
 splits the items come from (one or more, split into test and calibration items by the seeded split; or a test split
 and a calibration split), which column holds the text (or a template over several columns) and which the label, how
 the labels are named (the dataset's ``ClassLabel``, given names, or a column of names), the question (one for every
@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from anyjev.data.local import is_local
 from anyjev.data.taskfile import jsonl_rows
 from anyjev.data.tasks import Item
 from anyjev.decision.questions import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, Question, choice, noul, score
@@ -39,13 +40,18 @@ def _hub(key: str) -> Any:
 
 @dataclass(frozen=True)
 class HubDataset:
-    """What the fetch step downloads: a hub dataset (and config) at a revision, and the splits a task reads (in the
-    order they are fetched)."""
+    """What the fetch step downloads: a hub dataset (and config) at a revision, or a local folder (no revision), and
+    the splits a task reads (in the order they are fetched)."""
 
     dataset: str
     config: str | None
-    revision: str
+    revision: str | None
     splits: tuple[str, ...]
+
+    @property
+    def local(self) -> bool:
+        """The dataset is a local folder (pinned by its content), not a hub id (pinned by a commit)."""
+        return is_local(self.dataset)
 
 
 @dataclass(frozen=True)
@@ -53,9 +59,9 @@ class HubTaskDeclaration:
     """A hub task as data (``tasks.<name>.hub``; each field is the config key of the same name)."""
 
     dataset: str
-    revision: str
     label_field: str
     kind: str
+    revision: str | None = None  # required for a hub id, none for a local folder (check_declaration)
     question: str | None = None  # unset: question_field
     config: str | None = None  # unset: the dataset's default config
     question_field: str | None = _hub("question_field")
@@ -149,6 +155,17 @@ LABEL_OPTION_KEYS = ("label_names", "label_text_field", "label_ids", "keep_most_
 ROW_OPTION_KEYS = ("option_labels_field", "gold")
 
 
+def _check_source(d: HubTaskDeclaration, where: str) -> None:
+    if is_local(d.dataset):
+        if d.revision is not None:
+            raise ConfigError(f"{where}.revision", f"a local folder has no revision ({d.dataset!r} is pinned by the content "
+                              "of its files, recorded in the lock file): remove it")
+    elif d.revision is None:
+        raise ConfigError(f"{where}.revision", f"required for a hub dataset ({d.dataset!r}): a commit hash pins it; a branch "
+                          "(main) is resolved and recorded in the lock file. A local folder is written as a path: "
+                          f"./{d.dataset}")
+
+
 def _check_row_options(d: HubTaskDeclaration, where: str) -> None:
     """The keys of options in each row (options_field) and of a question in each row (question_field)."""
     if (d.question is None) == (d.question_field is None):
@@ -177,6 +194,7 @@ def _check_row_options(d: HubTaskDeclaration, where: str) -> None:
 
 def check_declaration(d: HubTaskDeclaration, where: str) -> HubTaskDeclaration:
     """What the schema cannot say about a declaration; ConfigError naming the key path under WHERE."""
+    _check_source(d, where)
     _check_row_options(d, where)
     if d.splits is not None and (d.test_split is not None or d.calib_split is not None):
         raise ConfigError(f"{where}.splits", "give either splits (one seeded split of their items) or test_split and "

@@ -384,10 +384,11 @@ def test_plan_counts_a_declared_task_before_and_after_fetching(offline, tmp_path
 
 
 def test_the_documented_examples_are_valid_and_every_key_is_documented(tmp_path: Path) -> None:
-    """Every declaration in the docs is a valid config; the sst2 example is in both documents; config/README.md's table
-    documents every key."""
+    """Every declaration in the docs is a valid config (a local folder's example, where its folder exists); the sst2
+    example is in both documents; config/README.md's table documents every key."""
     import re
 
+    from anyjev.data.local import is_local
     from anyjev.schema import schema_node
 
     examples = []
@@ -397,15 +398,20 @@ def test_the_documented_examples_are_valid_and_every_key_is_documented(tmp_path:
     sst2 = []
     for doc, example in examples:
         [(name, entry)] = example["tasks"].items()
+        local = is_local(entry["hub"]["dataset"])
+        if local:
+            (tmp_path / entry["hub"]["dataset"]).mkdir(parents=True, exist_ok=True)
         settings = Settings.from_config(validate_config(
             {"models": {"m": {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": str(QWEN3_TOKENIZER_DIR)}},
              "tasks": example["tasks"], "published": None, "server": {"python": sys.executable}}, workdir=tmp_path))
         task = settings.tasks[name]
-        assert task.hub is not None and settings.hub_datasets()[name].revision == "main", (doc, name)
+        assert task.hub is not None and settings.hub_datasets()[name].local == local, (doc, name)
+        assert (settings.hub_datasets()[name].revision is None) == local, (doc, name)
         if task.hub.dataset == "stanfordnlp/sst2":
             sst2.append(doc)
             assert task.hub.kind == "noul" and settings.hub_datasets()[name].revision == "main"
     assert sst2 == ["docs/configuration.md", "config/README.md"]
+    assert any(is_local(e["tasks"][n]["hub"]["dataset"]) for doc, e in examples for n in e["tasks"] if doc == "docs/configuration.md")
     section = (REPO / "config" / "README.md").read_text(encoding="utf-8").split("### A hub dataset of your own")[1]
     table = section.split("### ")[0]
     undocumented = [key for key in schema_node("tasks", "*", "hub")["properties"] if f"`{key}`" not in table]
