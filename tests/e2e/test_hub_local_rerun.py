@@ -1,7 +1,7 @@
 """A declared dataset in a local folder, through the workflow's fetch and prepare rules (no server: `--until
 prepare_task`): fetched with no revision and pinned by content in the lock file; after an edit of one of its files,
 `snakemake -n` shows the fetch and the prepare step rerun because of that file, and the run reads the new content; a
-file touched without a change reruns them once, after which the workflow has nothing left to do."""
+file touched without a change leaves the workflow up to date after one run."""
 
 from __future__ import annotations
 
@@ -61,10 +61,11 @@ def test_a_local_folder_is_fetched_again_when_a_file_changes(tmp_path: Path) -> 
     assert after != meta["local"]["content_sha256"]
     assert yaml.safe_load((work / "resources/lock.yaml").read_text())["datasets"][task["hub"]["dataset"]]["content_sha256"] == after
 
-    # touched, not changed: the fetch runs once more, keeps its cache, and the workflow is then up to date
+    # touched, not changed: Snakemake compares a small input by its checksum and reruns nothing; a larger one by its
+    # time, and the fetch then keeps its cache and makes it newer (tests/unit/test_hub_local.py). Either way one run
+    # leaves the workflow up to date, at the same content.
     parquet = folder / "data" / "test-00000-of-00001.parquet"
     os.utime(parquet)  # now: after the cache was written
-    assert "fetch_hub_task" in planned(work)
     snakemake(work)
     assert json.loads((work / "resources/hub/hs/meta.json").read_text())["local"]["content_sha256"] == after
     assert not {"fetch_hub_task", "prepare_task"} & set(planned(work))
