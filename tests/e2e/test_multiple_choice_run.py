@@ -47,8 +47,8 @@ def test_the_worked_examples_run_through_the_workflow(tmp_path: Path, smollm2_di
         assert set(rows["K"]) == {ks[name]}, (name, list(rows["K"]))
         assert rows["acc"].notna().all()
         prov = json.loads((work / f"results/cells/{MODEL}/{name}/provenance.json").read_text())
-        local = prov["task_source"]["local"]
-        assert re.fullmatch(r"[0-9a-f]{64}", local["content_sha256"]) and prov["task_source"]["resolved_sha"] is None
+        origin = prov["task_source"]["origin"]  # what the task file was built from
+        assert re.fullmatch(r"[0-9a-f]{64}", origin["local"]["content_sha256"]) and origin["resolved_sha"] is None
         metrics = json.loads((work / f"results/cells/{MODEL}/{name}/metrics.json").read_text())
         assert metrics["n"] == N_TEST and metrics.get("n_calib", N_CALIB) == N_CALIB
     cells = {(c["model"], c["task"]): c for c in run_data(work / "results/viewer/index.html")["cells"]}

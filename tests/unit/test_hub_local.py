@@ -18,7 +18,8 @@ import yaml
 
 import anyjev.data.hub as hub
 from anyjev.config import validate_config
-from anyjev.data.prepare import build_task
+from anyjev.data.prepare import build_task, prepare_task
+from anyjev.data.taskfile import load_task_file
 from anyjev.errors import ConfigError
 from anyjev.lock import Lock
 from anyjev.settings import Settings
@@ -96,6 +97,8 @@ def test_a_local_folder_is_pinned_by_its_content(offline, tmp_path: Path, caplog
     assert entry["content_sha256"] == local["content_sha256"] and "commit" not in entry and "revision" not in entry
     built = build_task(settings.prepare_job("hs", hub_cache="resources/hub"))
     assert built.source["local"] == local and built.source["resolved_sha"] is None
+    prepare_task(settings.prepare_job("hs", hub_cache="resources/hub"), "resources/tasks/hs.jsonl")
+    assert load_task_file("resources/tasks/hs.jsonl").source["origin"]["local"] == local  # a cell's provenance: task_source
 
 
 def test_a_changed_file_is_read_again_and_an_unchanged_one_is_not(offline, tmp_path: Path) -> None:
