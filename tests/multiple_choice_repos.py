@@ -4,7 +4,8 @@ the worked examples of docs/configuration.md that declare them.
 * cais/mmlu, config ``all``: ``question`` string, ``subject`` string, ``choices`` a list of strings, ``answer`` a
   ClassLabel A-D (stored as 0-3); splits test and validation.
 * allenai/ai2_arc, config ``ARC-Challenge``: ``id``, ``question``, ``choices`` {text: [...], label: [...]},
-  ``answerKey`` a string; rows with 3, 4 and 5 options, one labelled 1-4 instead of A-D; splits test and validation.
+  ``answerKey`` a string; rows with 3, 4 and 5 options in both splits (L1 is fitted per K: each K needs calibration
+  items), one row a split labelled 1-4 instead of A-D; splits test and validation.
 * Rowan/hellaswag: ``ind`` int32, ``activity_label``, ``ctx_a``, ``ctx_b``, ``ctx``, ``endings`` a list of strings,
   ``source_id``, ``split``, ``split_type``, ``label`` the index as a string ("0"-"3"); splits validation and test (as
   on the hub, the test split's labels are empty).
@@ -52,7 +53,7 @@ ARC_TEST = [  # question, option texts, option labels, answerKey
 ARC_VALIDATION = [
     ("Which organ pumps blood?", ["lung", "heart", "kidney", "skin"], ["A", "B", "C", "D"], "B"),
     ("What state of matter is ice?", ["gas", "liquid", "solid"], ["A", "B", "C"], "C"),
-    ("Which planet is closest to the Sun?", ["Venus", "Earth", "Mars", "Mercury"], ["A", "B", "C", "D"], "D"),
+    ("Which planet is closest to the Sun?", ["Venus", "Earth", "Mars", "Mercury", "Jupiter"], ["A", "B", "C", "D", "E"], "D"),
     ("What do roots take up from soil?", ["water", "light", "heat", "sound"], ["1", "2", "3", "4"], "1"),
 ]
 
