@@ -15,6 +15,7 @@ import yaml
 
 from anyjev.data import builtin, hub
 from anyjev.data.declared import HubDataset, HubTaskDeclaration, check_declaration
+from anyjev.data.local import is_local
 from anyjev.data.split import missing_split
 from anyjev.data.taskfile import jsonl_rows
 from anyjev.decision.labels import check_label_capacity
@@ -106,6 +107,9 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
                           "split): set evaluation.prior_mode: streaming, or remove prior_batch_size")
     _check_hub_tasks(tasks)
     for name, task in tasks.items():
+        if task.get("hub") is not None:
+            check_hub_source(task["hub"]["dataset"], workdir, f"tasks.{name}.hub.dataset")
+    for name, task in tasks.items():
         k = largest_k(name, task, workdir)
         if k is not None:
             check_label_capacity(name, k, config["server"]["max_logprobs"])
@@ -145,6 +149,18 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
             if len(set(row["tasks"])) != len(row["tasks"]):
                 raise ConfigError(f"grid[{i}].tasks", "names a task twice")
     return config
+
+
+def check_hub_source(dataset: str, workdir: str | os.PathLike, key: str) -> None:
+    """A local folder must exist; a hub id must not name a folder here, which datasets.load_dataset would read instead."""
+    here = Path(workdir) / dataset
+    if is_local(dataset):
+        if not here.is_dir():
+            raise ConfigError(key, f"local folder {dataset!r} does not exist" + ("" if Path(dataset).is_absolute() else
+                                                                                f" (relative to {Path(workdir).resolve()})"))
+    elif here.is_dir():
+        raise ConfigError(key, f"{dataset!r} names a folder here, which datasets.load_dataset would read instead of the hub "
+                          f"dataset: write './{dataset}' for the folder (it takes no revision), or move the folder")
 
 
 def check_config_file(path: str | os.PathLike, *, workdir: str | os.PathLike = ".") -> dict:

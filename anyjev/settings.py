@@ -16,7 +16,7 @@ from typing import Any
 from anyjev.backends.vllm import ClientOptions
 from anyjev.config import cells, check_config_file, task_dataset
 from anyjev.data.declared import HubDataset, HubTaskDeclaration
-from anyjev.data.hub import FetchJob, configured
+from anyjev.data.hub import FetchJob, configured, fetch_inputs
 from anyjev.data.prepare import PrepareJob
 from anyjev.decision.options import PromptOptions
 from anyjev.errors import ConfigError
@@ -201,6 +201,11 @@ class Settings:
         """What the fetch step of the hub data cached as DATASET (a folder under the hub cache, the rule's output) needs:
         the declared dataset, config, revision and splits, and the lock."""
         return FetchJob(hub=self.hub_datasets()[dataset], lock=self.run_lock(lock_record))
+
+    def fetch_inputs(self, dataset: str) -> list[str]:
+        """The files the fetch step of the data cached as DATASET reads here: a local folder's data files (Snakemake
+        reruns the fetch when one is newer than the cache), none for a hub id."""
+        return fetch_inputs(self.hub_datasets()[dataset])
 
     def viewer_job(self, *, models_dir: str, task_file: str, layout: CellLayout) -> ViewerJob:
         """What the viewer needs: the cells and levels, each model's tokenizer, each task's file (TASK_FILE: the rule's

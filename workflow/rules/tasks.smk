@@ -1,8 +1,12 @@
 # Task data: built-in offline tasks, hub tasks (published or declared in the config: fetched once, at the declared
-# revision), or the user's JSONL files, each split (seeded) into test and calibration items and written as a JSONL task file.
+# revision; a declared local folder again whenever one of its files changes), or the user's JSONL files, each split
+# (seeded) into test and calibration items and written as a JSONL task file.
 
 
 rule fetch_hub_task:
+    input:
+        # A local dataset folder's files, so that an edit of one reruns the fetch (and what follows); none for a hub id.
+        lambda wc: SETTINGS.fetch_inputs(wc.dataset),
     output:
         f"{HUB_CACHE}/{{dataset}}/meta.json",
     log:
