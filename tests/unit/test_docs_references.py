@@ -64,7 +64,7 @@ def mentioned_paths(path: Path, roots: set[str]) -> list[tuple[str, Path]]:
             found.append((target, (path.parent / target).resolve()))
     for span in spans(path):
         for token in span.split():
-            token = re.sub(r"(::|:\d).*$", "", token.lstrip("'\"(").rstrip("'\",;().:"))
+            token = re.sub(r"(::|:\d|:line\b|#).*$", "", token.lstrip("'\"(").rstrip("'\",;().:"))
             if "/" not in token or token.split("/")[0] not in roots or "=" in token:
                 continue
             for one in expand(token):
