@@ -11,7 +11,7 @@ from anyjev.errors import ConfigError
 from anyjev.outputs.cells import CellLayout
 from anyjev.outputs.run import Figure, RunOutputs, write_run_outputs
 from anyjev.run.allocation import failed_cells, score_jobs_mode
-from anyjev.settings import Settings
+from anyjev.settings import SCORE_RESOURCES, Settings
 
 # A smoke run (`--config limit=N`) keeps what it writes under smoke/limit-N/: its task files, results, logs and
 # benchmarks are its own, so it cannot overwrite the real run's outputs, nor can Snakemake delete them when one of its
@@ -90,6 +90,18 @@ TASKS = sorted({t for _, t in CELLS})
 # Snakemake process that parses this file (the main one, or a cluster job's) owns the servers its jobs start;
 # a job passes its parent's pid ($PPID, this process) to `anyjev score`.
 OWNER_PID = os.getpid()
+
+
+def score_resources():
+    """The scoring job's memory and time per model (models.<name>.mem_mb / runtime, the profile's default-resources
+    for a model that leaves them unset) as Snakemake resources: functions of the job's model."""
+    site = workflow.resource_settings.default_resources
+    defaults = {key: getattr(site.get(key), "value", None) if site is not None else None for key in SCORE_RESOURCES}
+    try:
+        per_model = SETTINGS.score_resources(defaults)
+    except ConfigError as exc:
+        raise WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles))}): {exc}")
+    return {key: (lambda wc, values=values: values[wc.model]) for key, values in per_model.items()}
 
 
 def score_job(wildcards):
