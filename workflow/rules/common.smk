@@ -45,6 +45,10 @@ ALLOCATION = f"{RESULTS}/cells/{{model}}/allocation.json"
 CELL_LAYOUT = CellLayout(CELL_DIR, SCORE_LOG, EVALUATE_LOG)
 
 
+def _invalid_config(exc):
+    return WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles))}): {exc}")
+
+
 def _load_settings():
     # Re-read the config files strictly (duplicate keys are an error PyYAML would hide), then validate.
     for path in workflow.configfiles:
@@ -54,11 +58,19 @@ def _load_settings():
             raise WorkflowError(f"invalid config {path}: {exc}")
     try:
         validated = validate_config(config)
-        check_runnable(validated)
         return validated, Settings.from_config(validated)
     except ConfigError as exc:
-        files = ", ".join(map(str, workflow.configfiles))
-        raise WorkflowError(f"invalid config ({files}): {exc}")
+        raise _invalid_config(exc)
+
+
+def _missing_for_a_run():
+    # What a run needs on this machine that a dry run (and `anyjev plan`) does not: the vLLM interpreter, when the
+    # workflow starts servers. Said here, refused by check_servers_can_start() when jobs that start servers will run.
+    try:
+        check_runnable(CONFIG_AS_RUN)
+    except ConfigError as exc:
+        return exc
+    return None
 
 
 def _check_rule_python():
@@ -79,6 +91,9 @@ def _check_rule_python():
 CONFIG_AS_RUN, SETTINGS = _load_settings()
 _check_rule_python()
 CELLS = SETTINGS.cells
+MISSING_FOR_A_RUN = _missing_for_a_run()
+if MISSING_FOR_A_RUN is not None:
+    print(f"anyjev: not here yet: {MISSING_FOR_A_RUN} (a dry run goes on without it; a run that starts a server refuses)")
 
 
 # One scoring job per model (the default: one server start, each cell published or failed alone) or per cell
@@ -92,6 +107,15 @@ TASKS = sorted({t for _, t in CELLS})
 OWNER_PID = os.getpid()
 
 
+def check_servers_can_start():
+    """At the start of a run (not a dry run), before any job: refused when a job that starts a managed server will
+    run and the server environment is not here (docs/cluster.md: the dry run before the setup only says so)."""
+    starts_servers = "score_cell" if SCORE_JOBS == "cell" else "score_model"
+    models = {job.wildcards.model for job in workflow.dag.needrun_jobs() if job.rule.name == starts_servers}
+    if MISSING_FOR_A_RUN is not None and any(SETTINGS.models[m].managed for m in models):
+        raise _invalid_config(MISSING_FOR_A_RUN)
+
+
 def score_resources():
     """The scoring job's memory and time per model (models.<name>.mem_mb / runtime, the profile's default-resources
     for a model that leaves them unset) as Snakemake resources: functions of the job's model."""
@@ -100,7 +124,7 @@ def score_resources():
     try:
         per_model = SETTINGS.score_resources(defaults)
     except ConfigError as exc:
-        raise WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles))}): {exc}")
+        raise _invalid_config(exc)
     return {key: (lambda wc, values=values: values[wc.model]) for key, values in per_model.items()}
 
 
