@@ -142,7 +142,9 @@ def test_a_run_before_the_setup_is_refused_at_once_naming_the_key(paper_dry_run)
     assert proc.returncode != 0, out[-4000:]
     refused = f"invalid config ({work / 'config' / 'paper.yaml'}): {MISSING.format(work=work)}"
     assert refused in out, out[-4000:]
-    assert "Select jobs to execute" not in out and "Traceback" not in out, out[-4000:]
+    assert "Select jobs to execute" not in out and "Traceback" not in out and "File " not in out, out[-4000:]
+    said = [line for line in out.splitlines() if "server.python" in line]  # the parse's notice, then the refusal
+    assert said[-1] == refused and said[:-1] == [line for line in said if line.startswith("anyjev: not here yet: ")]
     assert not (work / "resources").exists() and not (work / "logs").exists(), "a job ran"
     calls = paper_dry_run["calls"].read_text().splitlines() if paper_dry_run["calls"].exists() else []
     assert set(calls) <= {"scontrol show config"}, calls

@@ -45,8 +45,12 @@ ALLOCATION = f"{RESULTS}/cells/{{model}}/allocation.json"
 CELL_LAYOUT = CellLayout(CELL_DIR, SCORE_LOG, EVALUATE_LOG)
 
 
+def _invalid_config_line(exc):
+    return f"invalid config ({', '.join(map(str, workflow.configfiles))}): {exc}"
+
+
 def _invalid_config(exc):
-    return WorkflowError(f"invalid config ({', '.join(map(str, workflow.configfiles))}): {exc}")
+    return WorkflowError(_invalid_config_line(exc))
 
 
 def _load_settings():
@@ -113,7 +117,9 @@ def check_servers_can_start():
     starts_servers = "score_cell" if SCORE_JOBS == "cell" else "score_model"
     models = {job.wildcards.model for job in workflow.dag.needrun_jobs() if job.rule.name == starts_servers}
     if MISSING_FOR_A_RUN is not None and any(SETTINGS.models[m].managed for m in models):
-        raise _invalid_config(MISSING_FOR_A_RUN)
+        # One line and the exit code: a WorkflowError raised in the hook would print its frames. Nothing has run.
+        print(_invalid_config_line(MISSING_FOR_A_RUN), file=sys.stderr)
+        sys.exit(1)
 
 
 def score_resources():
