@@ -140,7 +140,8 @@ def test_a_run_before_the_setup_is_refused_at_once_naming_the_key(paper_dry_run)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=paper_dry_run["env"], cwd=work)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-4000:]
-    refused = f"invalid config ({work / 'config' / 'paper.yaml'}): {MISSING.format(work=work)}"
+    refused = (f"invalid config ({work / 'config' / 'paper.yaml'}): {MISSING.format(work=work)}, or point it at a vLLM "
+               "environment's python")
     assert refused in out, out[-4000:]
     assert "Select jobs to execute" not in out and "Traceback" not in out and "File " not in out, out[-4000:]
     said = [line for line in out.splitlines() if "server.python" in line]  # the parse's notice, then the refusal
