@@ -196,8 +196,9 @@ def value_source(key_path: str, sources: Sequence[tuple[str, dict]]) -> str | No
 
 
 def check_runnable(config: dict, workdir: str | os.PathLike = ".") -> None:
-    """What a run (a dry run too) needs on this machine beyond a valid config: the vLLM interpreter when the
-    workflow starts servers. (`anyjev plan` does not need it: plan a cluster run anywhere.)"""
+    """What a run needs on this machine beyond a valid config: the vLLM interpreter when the workflow starts servers.
+    A dry run and `anyjev plan` do not need it (docs/cluster.md checks a run before it sets the environment up): the
+    workflow says it is missing and refuses only a run that starts a server."""
     if any(m["source"] != "url" for m in config["models"].values()):
         check_server_python(config["server"]["python"], workdir)
 

@@ -8,7 +8,6 @@ paths the rule owns, and passes that object as one quoted JSON argument; the CLI
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,9 @@ from anyjev.run.identity import ScoringOptions
 from anyjev.schema import setting
 from anyjev.serving.models import ModelJob
 from anyjev.serving.spec import ServerSpec
+
+# The scoring job's resources a model may set (models.<name>.*), in Snakemake's names.
+SCORE_RESOURCES = ("mem_mb", "runtime")
 
 
 @dataclass(frozen=True)
@@ -238,22 +240,24 @@ class Settings:
                 wanted.setdefault(folder, declared.hub_dataset())
         return wanted
 
-    def score_resources(self, site: Any = None) -> dict[str, Callable[[Any], int | float]]:
-        """The scoring job's memory and time per model (``models.<name>.mem_mb`` / ``runtime``), as Snakemake resources.
+    def score_resources(self, defaults: dict[str, int | float | None]) -> dict[str, dict[str, int | float]]:
+        """The scoring job's memory and time per model (``models.<name>.mem_mb`` / ``runtime``, the keys of
+        ``SCORE_RESOURCES``), as plain numbers: workflow/rules/common.smk makes Snakemake resources of them.
 
         A resource is returned only when some model sets it (otherwise the profile decides, as for any rule); a model
-        that leaves it null then gets SITE's value (the profile's default-resources, a Snakemake Resources mapping),
-        which must be a number. Snakemake's --set-resources for the rule would override both.
+        that leaves it null then gets DEFAULTS' value (the profile's default-resources), which must be a number.
+        Snakemake's --set-resources for the rule would override both.
         """
-        found: dict[str, Callable[[Any], int | float]] = {}
-        for key in ("mem_mb", "runtime"):
-            values = {m: getattr(self.models[m], key) for m, _ in self.cells}
+        found: dict[str, dict[str, int | float]] = {}
+        models = list(dict.fromkeys(m for m, _ in self.cells))
+        for key in SCORE_RESOURCES:
+            values = {m: getattr(self.models[m], key) for m in models}
             if all(v is None for v in values.values()):
                 continue
-            fallback = getattr(site.get(key), "value", None) if site is not None else None
+            fallback = defaults.get(key)
             for m, v in values.items():
                 if v is None and (isinstance(fallback, bool) or not isinstance(fallback, int | float)):
                     raise ConfigError(f"models.{m}.{key}", f"is null while another model sets it, and the profile has no "
                                       f"default-resources {key} number to fall back on: set it, or {key} under default-resources")
-            found[key] = lambda wc, key=key, fallback=fallback: getattr(self.models[wc.model], key) or fallback
+            found[key] = {m: fallback if v is None else v for m, v in values.items()}
         return found

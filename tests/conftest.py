@@ -149,10 +149,11 @@ def raw_logprobs_server(spec, log_path: Path) -> Iterator[dict]:
     group) on exit.
     """
     from anyjev.serving.argv import build_argv
+    from anyjev.serving.build import resolve_server
     from anyjev.serving.launch import free_port
 
     port = free_port("127.0.0.1")
-    argv = build_argv(spec, port)
+    argv = build_argv(resolve_server(spec), port)
     i = argv.index("--logprobs-mode")
     del argv[i : i + 2]
     env = dict(os.environ) | dict(spec.server_env)

@@ -2,8 +2,10 @@
 
 tests/e2e/rehearsal.py builds the fixtures: hub-shaped data read by the real `datasets` library, three random-weight
 Qwen3 stand-ins (head_dim 64) on the real Qwen3 tokenizer and chat template, config/paper.yaml changed only where a
-CPU needs it, and a fourth `url` model reading a vLLM server started without the pinned logprobs mode (its one
-cell must fail). The run goes through `--executor slurm --workflow-profile workflow/profiles/slurm` (score_jobs:
+CPU needs it (its server environment is paper.yaml's), and a fourth `url` model reading a vLLM server started without
+the pinned logprobs mode (its one cell must fail). It follows docs/cluster.md's steps in their order: the dry run and
+`anyjev plan` before the server environment exists (both go on and say what is missing), the server environment, the
+hub data, the run. The run goes through `--executor slurm --workflow-profile workflow/profiles/slurm` (score_jobs:
 auto, so one `score_model` job per model, docs/servers.md) with the overrides the 2-CPU test node needs.
 
 Checked on the main run: one sbatch submission per model, all of them score_model jobs that sacct lists as
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import time
 from datetime import datetime
@@ -72,13 +73,16 @@ def fixtures(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def rehearsal(slurm_cluster, fixtures):
-    """The rehearsal through SLURM (url cell failing), then the rerun without the url model."""
+    """docs/cluster.md's steps in their order through SLURM (url cell failing), then the rerun without the url model."""
     fx = fixtures
     t0 = time.monotonic()
     with R.raw_server_for(fx["models"][R.MODELS[0]], fx["root"] / "raw-server.log") as raw:
         raw_start = time.monotonic() - t0
         R.write_rehearsal_config(fx, raw["url"])
-        run = run_slurm(fx["work"], *NODE_ARGS)
+        before_setup = R.check_before_setup(fx["work"], *NODE_ARGS)  # step 4
+        R.set_up_server_environment(fx["work"])  # step 5
+        R.prefetch_hub_tasks(fx["work"], fx["repos"], fx["root"] / "hf-datasets-cache")  # step 6 (offline here)
+        run = run_slurm(fx["work"], *NODE_ARGS)  # step 7
     (fx["root"] / "snakemake-slurm.out").write_text(run["out"])
     leftover = leftover_vllm(str(fx["root"]))
     print(f"\n[rehearsal-slurm] raw-logprobs server start: {raw_start:.0f} s; run through SLURM: {run['seconds']:.0f} s wall")
@@ -92,7 +96,21 @@ def rehearsal(slurm_cluster, fixtures):
     (fx["root"] / "snakemake-slurm-rerun.out").write_text(rerun["out"])
     print(f"[rehearsal-slurm] rerun without the url model: {rerun['seconds']:.0f} s wall")
     plan = R.run_plan(fx["work"])  # the rerun's config: paper.yaml's 3 x 3 grid
-    return fx | {"run": run, "rerun": rerun, "leftover": leftover, "plan": plan}
+    return fx | {"before_setup": before_setup, "run": run, "rerun": rerun, "leftover": leftover, "plan": plan}
+
+
+def test_the_steps_before_the_setup_say_what_is_missing(rehearsal):
+    """Step 4 before step 5, with paper.yaml's server environment as committed: the dry run lists the jobs and the plan
+    counts them, and both name the interpreter a run will need; then the run (step 7) found it where step 5 put it."""
+    config = yaml.safe_load((rehearsal["work"] / "config" / "config.yaml").read_text())
+    assert config.get("server") == yaml.safe_load(R.PAPER.read_text()).get("server"), "the server section as committed"
+    missing = "config key server.python: '.venv-server/bin/python' is not an executable interpreter"
+    dry, plan = rehearsal["before_setup"]["dry_run"], rehearsal["before_setup"]["plan"]
+    assert dry.returncode == 0 and "This was a dry-run" in dry.stdout + dry.stderr, (dry.stdout + dry.stderr)[-4000:]
+    assert f"anyjev: not here yet: {missing}" in dry.stdout + dry.stderr
+    assert plan.returncode == 0 and "not here yet (this plan does not need it" in plan.stdout, plan.stdout + plan.stderr
+    assert missing in plan.stdout
+    assert "not here yet" not in rehearsal["run"]["out"]
 
 
 def test_one_score_model_job_per_model_through_sbatch(rehearsal):
@@ -221,13 +239,14 @@ def cancelled(slurm_cluster, fixtures, tmp_path_factory):
     up and an item is checkpointed; then rerun it."""
     root = tmp_path_factory.mktemp("rehearsal-scancel")
     work = root / "run"
-    shutil.copytree(fixtures["work"] / "resources" / "hub", work / "resources" / "hub")
     R.copy_published(work)
     config_path = R.write_rehearsal_config(fixtures | {"work": work, "chunk_items": 1}, "http://127.0.0.1:9")
     config = yaml.safe_load(config_path.read_text())
     config["models"] = {CANCEL_MODEL: config["models"][CANCEL_MODEL]}
     config["grid"] = [{"model": CANCEL_MODEL, "tasks": [CANCEL_TASK]}]
     R.write_workdir(work, config)
+    R.set_up_server_environment(work)
+    R.prefetch_hub_tasks(work, fixtures["repos"], root / "hf-datasets-cache")
     partial = work / f"results/cells/{CANCEL_MODEL}/{CANCEL_TASK}/staged/scores.jsonl.partial"
     t0 = time.monotonic()
     proc = start_slurm_run(work, *NODE_ARGS)

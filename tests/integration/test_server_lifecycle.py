@@ -26,6 +26,7 @@ import pytest
 
 from anyjev.errors import ConfigError, ServerError
 from anyjev.serving.argv import API_MODULE
+from anyjev.serving.build import resolve_server
 from anyjev.serving.health import ServerHandle
 from anyjev.serving.launch import JOB_THREAD_LIMITS, start_server, supervisor_env
 from anyjev.serving.lease import acquire_server
@@ -97,7 +98,7 @@ def make_spec(stub_root: Path, request: pytest.FixtureRequest) -> Callable[..., 
             "stop_grace": GRACE,
         }
         fields.update(kw)
-        return ServerSpec(**fields)  # type: ignore[arg-type]
+        return resolve_server(ServerSpec(**fields))  # type: ignore[arg-type]  # as the lease resolves it (asks nothing)
 
     return make
 
