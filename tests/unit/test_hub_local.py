@@ -13,6 +13,7 @@ import re
 import sys
 from pathlib import Path
 
+import datasets
 import pytest
 import yaml
 
@@ -25,8 +26,6 @@ from anyjev.lock import Lock
 from anyjev.settings import Settings
 from tests.conftest import QWEN3_TOKENIZER_DIR
 from tests.multiple_choice_repos import HELLASWAG, as_fixture_task, hellaswag_repo, worked_examples
-
-datasets = pytest.importorskip("datasets")
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -55,8 +54,9 @@ def hellaswag_task(tmp_path: Path) -> dict:
 
 
 def fetch(settings: Settings, task: str):
-    job = settings.fetch_job(task, hub_cache="resources/hub", lock_record="resources/lock.yaml")
-    return hub.fetch(job.name, job.cache, dataset=job.hub, lock=job.lock)
+    folder = settings.hub_folders()[task]
+    job = settings.fetch_job(folder, lock_record="resources/lock.yaml")
+    return hub.fetch_job(job, f"resources/hub/{folder}")
 
 
 def test_a_local_folder_takes_no_revision(tmp_path: Path) -> None:

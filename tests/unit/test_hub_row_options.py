@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+import datasets
 import pytest
 
 import anyjev.data.hub as hub
@@ -22,8 +23,6 @@ from anyjev.plan import plan_config
 from anyjev.settings import Settings
 from tests.conftest import QWEN3_TOKENIZER_DIR, REPO
 from tests.multiple_choice_repos import ANSWERS, N_CALIB, N_TEST, REPOS, as_fixture_task, worked_examples
-
-datasets = pytest.importorskip("datasets")
 
 COMMIT = "d" * 40
 
@@ -55,8 +54,9 @@ def test_a_worked_example_builds_from_its_fixture(name: str, offline, tmp_path: 
     task = as_fixture_task(EXAMPLES[name], tmp_path, local=False)
     dataset = task["hub"]["dataset"]
     settings = Settings.from_config(config({name: task}))
-    job = settings.fetch_job(name, hub_cache="resources/hub", lock_record="resources/lock.yaml")
-    hub.fetch(job.name, job.cache, dataset=job.hub, lock=job.lock, source=REPOS[dataset](tmp_path / "repo"))
+    folder = settings.hub_folders()[name]
+    job = settings.fetch_job(folder, lock_record="resources/lock.yaml")
+    hub.fetch(folder, "resources/hub", dataset=job.hub, lock=job.lock, source=REPOS[dataset](tmp_path / "repo"))
     prepare = settings.prepare_job(name, hub_cache="resources/hub")
     built = build_task(prepare)
     answers = ANSWERS[dataset]

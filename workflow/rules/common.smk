@@ -108,6 +108,7 @@ CELLS = SETTINGS.cells
 MISSING_FOR_A_RUN = _missing_for_a_run()
 if MISSING_FOR_A_RUN is not None:
     print(f"anyjev: not here yet: {MISSING_FOR_A_RUN} (a dry run goes on without it; a run that starts a server refuses)")
+CELL_LAYOUT = CellLayout(CELL_DIR, SCORE_LOG, EVALUATE_LOG, EARLIER_LOGS, SETTINGS.hub_folders())
 
 
 # One scoring job per model (the default: one server start, each cell published or failed alone) or per cell
