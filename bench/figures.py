@@ -83,6 +83,7 @@ GENERATED = {
     "block-size": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "default-run": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "setup": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
+    "prior-modes": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "viewer-bench": ("python bench/bench_viewer.py --report results/bench/viewer.json", "tests/unit/test_viewer.py"),
 }
 
@@ -139,19 +140,7 @@ CITED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 )
 
 # (doc, a text on one of its lines, what it lacks): figures known to have no source yet
-UNSOURCED: tuple[tuple[str, str, str], ...] = (
-    ("docs/metrics.md", "18 of 100 MMLU raw items, 9 of 100 SocialIQA",
-     "a bf16 run's ties: no JSON records them (the committed run is float32 and has none)"),
-    ("docs/metrics.md", "SocialIQA L1 NLL [1.092, 1.146]", "an older interval method's result: no JSON holds it"),
-    ("docs/metrics.md", "becomes [1.094, 1.230]", "not the committed run's SocialIQA L1 NLL interval"),
-    ("docs/metrics.md", "5 levels, 1000 resamples + 160 jackknife refits) takes 4-7 s on the 2-core dev machine",
-     "the evaluation's time: no benchmark measures it"),
-    ("docs/metrics.md", "| task | level | mode | acc | NLL | Brier | ECE | flip |",
-     "the prior-mode table: no benchmark writes it, and its batch rows differ from the committed run's metrics.json"),
-    ("docs/metrics.md", "L0: NLL 1.111 (batch) vs 1.128 (streaming), Brier 0.687 vs 0.696, ECE 0.203 vs",
-     "means of the prior-mode table"),
-    ("docs/metrics.md", "0.229; acc 0.283 vs 0.282 and flip 0.523 vs 0.517", "means of the prior-mode table"),
-)
+UNSOURCED: tuple[tuple[str, str, str], ...] = ()
 
 CPU_FEATURES = {"AVX2": "avx2", "AVX-512": "avx512f", "AVX512": "avx512f", "AVX512-BF16": "avx512_bf16",
                 "AVX512_BF16": "avx512_bf16", "AMX": "amx"}

@@ -1,4 +1,4 @@
-"""The generated blocks of docs/benchmarks.md and README.md, from the committed JSON under results/bench/.
+"""The generated blocks of docs/benchmarks.md, docs/metrics.md and README.md, from the committed JSON under results/bench/.
 
 Each block sits between ``<!-- NAME:start ... -->`` and ``<!-- NAME:end -->`` and is rewritten whole from its JSON;
 every table names the date of its run and the machine the JSON records (:func:`bench.common.measured_on`; a JSON that
@@ -191,6 +191,29 @@ def readme_timing_block(root: Path = REPO) -> str:
             f"\"The default run\").")
 
 
+def prior_modes_block(root: Path = REPO) -> str:
+    """docs/metrics.md's prior-mode table: each committed cell evaluated in both modes (results/bench/prior_modes.json)."""
+    r = load("prior_modes", root)
+    metrics = ("acc", "nll", "brier", "ece", "flip")
+    titles = {"acc": "acc", "nll": "NLL", "brier": "Brier", "ece": "ECE", "flip": "flip"}
+    first = r["cells"][0]
+    lines = [f"The committed reference scores ({first['n']} test and {first['n_calib']} calibration items a cell), each "
+             f"cell evaluated in both modes, refit-BCa 95% intervals ({measured_on(r)}; `results/bench/prior_modes.json`):",
+             "", "| task | level | mode | " + " | ".join(titles[m] for m in metrics) + " |",
+             "|---|---|---|" + "---|" * len(metrics)]
+    for level in ("L0", "L0-bc"):
+        for c in r["cells"]:
+            shown = (c["metrics"][level][m] for m in metrics)
+            lines.append(f"| {c['task']} | {level} | {c['mode']} | "
+                         + " | ".join(f"{e['value']:.3f} [{e['lo']:.3f}, {e['hi']:.3f}]" for e in shown) + " |")
+    mean = r["mean_over_cells"]
+    lines += ["", "Mean over the cells, L0, batch vs streaming: "
+              + ", ".join(f"{titles[m]} {mean['batch'][m]:.3f} vs {mean['streaming'][m]:.3f}" for m in metrics) + ".",
+              "", f"One evaluation of a cell ({first['n_boot']} resamples, every level, the jackknife) took "
+              f"{r['median_seconds']:.1f} s (the median of {len(r['seconds'])})."]
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "l0-cost": l0_cost_block,
     "prefix-drift": prefix_drift_block,
@@ -201,6 +224,8 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "setup": setup_block,
 }
 README_BLOCKS: dict[str, Callable[[Path], str]] = {"readme-timing": readme_timing_block}
+METRICS_DOC = REPO / "docs" / "metrics.md"
+METRICS_BLOCKS: dict[str, Callable[[Path], str]] = {"prior-modes": prior_modes_block}
 
 
 def block(text: str, name: str) -> str:
@@ -227,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="only say whether docs/benchmarks.md is current")
     args = ap.parse_args(argv)
     stale = []
-    for doc, blocks in ((DOC, BLOCKS), (README, README_BLOCKS)):
+    for doc, blocks in ((DOC, BLOCKS), (README, README_BLOCKS), (METRICS_DOC, METRICS_BLOCKS)):
         text = doc.read_text(encoding="utf-8")
         new = rewrite(text, blocks=blocks)
         if new != text:

@@ -31,8 +31,9 @@ def test_l0_cost_tables_are_generated_from_the_committed_json() -> None:
         assert f"(run {(w.get('run') or report)['date'][:10]}, " in block
 
 
-@pytest.mark.parametrize("doc, blocks", [(DOC, bench_report.BLOCKS), (REPO / "README.md", bench_report.README_BLOCKS)],
-                         ids=["benchmarks.md", "README.md"])
+@pytest.mark.parametrize("doc, blocks", [(DOC, bench_report.BLOCKS), (REPO / "README.md", bench_report.README_BLOCKS),
+                                         (bench_report.METRICS_DOC, bench_report.METRICS_BLOCKS)],
+                         ids=["benchmarks.md", "README.md", "metrics.md"])
 def test_every_generated_block_equals_its_json(doc, blocks) -> None:
     text = doc.read_text(encoding="utf-8")
     for name, make in blocks.items():
