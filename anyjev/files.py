@@ -67,6 +67,24 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     return p
 
 
+@contextlib.contextmanager
+def replaced_atomically(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """A temporary path beside PATH for a writer that wants a file name (a figure's savefig); on leaving the block
+    it replaces PATH at once (the mode a plain ``open`` would give), so PATH is whole or untouched, never half."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.stem}.", suffix=p.suffix, dir=p.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~current_umask())
+        os.replace(tmp, p)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def write_json_atomic(path: str | os.PathLike[str], obj: Any, *, indent: int = 1) -> Path:
     """Write OBJ as sorted-key JSON (NaN allowed, as Python's json writes it) atomically."""
     return write_text_atomic(path, json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False) + "\n")

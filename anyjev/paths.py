@@ -91,8 +91,9 @@ class RunPaths:
 
     @property
     def allocation(self) -> str:
-        """One model's job's outcome per cell (docs/servers.md)."""
-        return f"{self.results}/cells/{{model}}/allocation.json"
+        """One model's job's outcome per cell (docs/servers.md); beside the cells' folder, not in it, as a task may
+        have any name."""
+        return f"{self.results}/allocations/{{model}}.json"
 
     @property
     def summary(self) -> dict[str, str]:
@@ -150,6 +151,12 @@ class RunPaths:
     @property
     def prepare_task_log(self) -> str:
         return f"{self.logs}/prepare_task/{{task}}.log"
+
+    @property
+    def earlier_logs(self) -> tuple[str, ...]:
+        """The logs of the steps before a cell's scoring, nearest first: its model's scoring job, its task's
+        preparation and fetch (``{dataset}``: a hub task's cache folder), its model's preparation."""
+        return (self.score_model_log, self.prepare_task_log, self.fetch_log, self.prepare_model_log)
 
     @property
     def summary_log(self) -> str:

@@ -1,6 +1,6 @@
 """What a run will cost before it starts (``anyjev plan``): per cell and in total, the items, the layouts each item is
-shown in, the prompts and prompt tokens sent, and the server starts per model. From the config alone: no network,
-no server.
+shown in, the prompts and prompt tokens sent, and the server starts per model. From the config alone: no server is
+started, and the network is asked one thing only: a ``url`` model's server, for the context it serves.
 
 Counts are exact when a task's data is here (a file task, a built-in one, a hub task whose cache is fetched): the
 task is built and split as the prepare step does, and each item's prompts are rendered by
@@ -27,15 +27,18 @@ from anyjev.data.tasks import Item
 from anyjev.decision.labels import LabelChecker, label_strings
 from anyjev.decision.options import PromptOptions
 from anyjev.decision.questions import choice, noul
-from anyjev.errors import ConfigError, LabelTokenError, TaskDataError
+from anyjev.errors import BackendError, ConfigError, LabelTokenError, TaskDataError
 from anyjev.run.allocation import score_jobs_mode
 from anyjev.run.cell import check_max_model_len, context_length, load_tokenizer
 from anyjev.run.prepared import prepare_item
 from anyjev.run.probes import CONTENT_FREE_PROBES, prepare_content_free
 from anyjev.run.requests import sent_counts
+from anyjev.serving.describe import describe_server
+from anyjev.serving.spec import check_server_python
 from anyjev.settings import Settings
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+URL_TIMEOUT = 5.0  # seconds a url model's server has to say its context
 
 
 @dataclass
@@ -127,6 +130,7 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
     settings = Settings.load(config_path, workdir=workdir)
     tasks = {t: task_counts(settings, t, hub_cache) for t in dict.fromkeys(t for _, t in settings.cells)}
     tokenizers: dict[str, Any] = {}
+    url_contexts: dict[str, tuple[int | None, str]] = {}
     cells = []
     for model, task in settings.cells:
         tc = tasks[task]
@@ -156,9 +160,19 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
                 check_max_model_len(m.max_model_len, settings.model_dir(model, models_dir), model, m.server_env)
             except ConfigError as exc:
                 cell["context_error"] = str(exc)
-        if counts and counts[0][3] is not None and settings.models[model].managed:
-            # the longest prompt and its answer token against the context the server will have, as scoring checks
-            limit = context_length(settings.models[model].max_model_len, settings.model_dir(model, models_dir))
+        if counts and counts[0][3] is not None:
+            # the longest prompt and its answer token against the context the server will have, as scoring checks:
+            # a managed server's from the config or the model, a url server's as it reports it
+            m = settings.models[model]
+            if m.managed:
+                limit = context_length(m.max_model_len, settings.model_dir(model, models_dir))
+                cell["context_source"] = f"models.{model}.max_model_len, or the model's own"
+            else:
+                if model not in url_contexts:
+                    url_contexts[model] = url_context(str(m.url), m.served_name or model)
+                limit, cell["context_source"] = url_contexts[model]
+                if limit is None:
+                    cell["context_unknown"] = cell["context_source"]
             cell["longest_prompt"] = max(c[3] for c in counts)
             cell["context"] = limit
             cell["too_long"] = sum(c[3] + 1 > limit for c in counts) if limit is not None else 0
@@ -176,6 +190,12 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
                                "their margin is certified, so prompts and tokens are those of reading every rotation")
         cells.append(cell)
     managed = [m for m in dict.fromkeys(m for m, _ in settings.cells) if settings.models[m].managed]
+    missing = []
+    if managed:
+        try:
+            check_server_python(settings.server.python, workdir)
+        except ConfigError as exc:  # a run needs it, a plan does not (docs/cluster.md: plan, then set up the server)
+            missing.append(str(exc))
     return {
         "config": str(config_path),
         "cells": cells,
@@ -185,7 +205,18 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
            "cells_without_prompts": sum(c["prompts"] is None for c in cells)},
         "score_jobs": score_jobs_mode(settings.score_jobs),
         "server_starts": server_starts(settings, managed),
+        "missing_for_a_run": missing,
     }
+
+
+def url_context(url: str, served_name: str) -> tuple[int | None, str]:
+    """A url model's context as its server reports it, and where that comes from; None when the server does not
+    answer (the plan still counts, the run checks again before its first request)."""
+    try:
+        limit = describe_server(url, served_name, timeout=URL_TIMEOUT).max_model_len
+    except BackendError as exc:
+        return None, f"the server at {url} ({exc})"
+    return limit, f"the max_model_len the server at {url} reports"
 
 
 def server_starts(settings: Settings, managed: list[str]) -> dict[str, dict[str, int]]:
@@ -246,12 +277,19 @@ def plan_text(plan: dict[str, Any]) -> str:
     if too_long:
         lines += ["", "! prompts longer than the context (scoring refuses the cell before any server starts):"] + [
             f"  {c['model']} / {c['task']}: {c['too_long']} item(s); the longest prompt is {_n(c['longest_prompt'])} "
-            f"tokens, + 1 answer token > {_n(c['context'])} (models.{c['model']}.max_model_len, or the model's own)"
+            f"tokens, + 1 answer token > {_n(c['context'])} ({c['context_source']})"
             for c in too_long]
+    unknown_context = {c["model"]: c["context_unknown"] for c in plan["cells"] if c.get("context_unknown")}
+    if unknown_context:
+        lines += ["", "? prompt lengths not checked (the context is unknown):"] + [
+            f"  {model}: {why}" for model, why in unknown_context.items()]
     at_most = next((c["at_most"] for c in plan["cells"] if c.get("at_most")), None)
     if at_most:
         lines += ["", f"<= at most: {at_most}"]
     estimates = {c["task"]: c["estimate"] for c in plan["cells"] if c["estimate"]}
     if estimates:
         lines += ["", "~ estimate:"] + [f"  {task}: {why}" for task, why in estimates.items()]
+    if plan.get("missing_for_a_run"):
+        lines += ["", "not here yet (this plan does not need it; a run that starts a server does):"] + [
+            f"  {why}" for why in plan["missing_for_a_run"]]
     return "\n".join(lines) + "\n"

@@ -7,10 +7,12 @@
 Every request body is recorded (``stub.requests``) before the action runs. ``script`` is consumed one
 action per request; when it runs out, ``default`` answers (a normal completion). Actions:
 
-* ``Reply(mutate=...)``: a vLLM-shaped completion of every prompt; ``mutate(body, payload)`` may edit it
+* ``Reply(mutate=..., first=...)``: a vLLM-shaped completion of every prompt; ``first()`` runs before it is made,
+  ``mutate(body, payload)`` may edit it
 * ``Status(code, body)``: an HTTP error with a JSON (dict) or raw (str) body
 * ``Raw(text)``: HTTP 200 with this body (e.g. malformed JSON)
-* ``Hang(seconds)``: read the request, then answer nothing for ``seconds`` (a stuck server)
+* ``Hang(seconds)``: read the request, then answer nothing until the client gives up and closes the connection
+  (counted in ``stub.abandoned``), or for ``seconds`` at most (a stuck server)
 * ``Reset()``: read the request, then close the socket without a byte of answer (RST)
 
 The normal answer is keyed ``token_id:<id>`` like a server asked for ``return_tokens_as_token_ids``, and
@@ -23,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import select
 import socket
 import struct
 import threading
@@ -45,12 +48,18 @@ def model_logprobs(prompt: Sequence[int], labels: Sequence[int]) -> list[float]:
     return [x - z for x in logits]
 
 
-def completion(payload: dict) -> dict:
-    """A vLLM-shaped ``text_completion`` answer to ``payload`` (one choice per prompt, in prompt order)."""
+def completion(payload: dict, *, shift: float = 0.0, fingerprint: str | None = FINGERPRINT) -> dict:
+    """A vLLM-shaped ``text_completion`` answer to ``payload`` (one choice per prompt, in prompt order). SHIFT moves
+    the first label's logit (another server: another dtype, say); FINGERPRINT None leaves it out (vLLM's
+    ``--fingerprint-mode none``)."""
     labels = [int(i) for i in payload["allowed_token_ids"]]
     choices = []
     for index, prompt in enumerate(payload["prompt"]):
         lps = model_logprobs(prompt, labels)
+        if shift:
+            logits = [lp + (shift if j == 0 else 0.0) for j, lp in enumerate(lps)]
+            z = max(logits) + math.log(sum(math.exp(x - max(logits)) for x in logits))
+            lps = [x - z for x in logits]
         best = max(range(len(labels)), key=lambda j: lps[j])
         key = f"token_id:{labels[best]}"
         choices.append({
@@ -72,7 +81,7 @@ def completion(payload: dict) -> dict:
         "created": int(time.time()),
         "model": payload.get("model"),
         "choices": choices,
-        "system_fingerprint": FINGERPRINT,
+        "system_fingerprint": fingerprint,
         "usage": {"prompt_tokens": sum(len(p) for p in payload["prompt"]), "completion_tokens": len(choices)},
     }
 
@@ -81,6 +90,7 @@ def completion(payload: dict) -> dict:
 class Reply:
     mutate: Callable[[dict, dict], None] | None = None
     delay: float = 0.0
+    first: Callable[[], None] | None = None  # runs before the answer is made (e.g. the stub becomes another server)
 
 
 @dataclass
@@ -115,8 +125,17 @@ class StubCompletions:
         self.paths: list[str] = []
         self.script: list[Action] = []
         self.default: Action = Reply()
+        # What the stub says it is (GET /version, /v1/models, /metrics) and how it computes: change them to stand in
+        # for another server on the same port.
+        self.version = "0.32.0"
+        self.served_names = ["m"]
+        self.root = "stub-org/stub-model"
+        self.max_model_len = 2048
+        self.fingerprint: str | None = FINGERPRINT
+        self.shift = 0.0
         self.in_flight = 0
         self.max_in_flight = 0
+        self.abandoned = 0  # hanging requests whose client closed the connection (it gave up waiting)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         stub = self
@@ -126,6 +145,9 @@ class StubCompletions:
 
             def log_message(self, *args: object) -> None:  # keep pytest output clean
                 pass
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                stub._answer_get(self)
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length", "0"))
@@ -166,6 +188,18 @@ class StubCompletions:
         self.stop()
 
     # -- behaviour ---------------------------------------------------------------------------------
+    def _answer_get(self, h: BaseHTTPRequestHandler) -> None:
+        if h.path == "/version":
+            self._send(h, 200, json.dumps({"version": self.version}))
+        elif h.path == "/v1/models":
+            cards = [{"id": name, "object": "model", "root": self.root, "max_model_len": self.max_model_len}
+                     for name in self.served_names]
+            self._send(h, 200, json.dumps({"object": "list", "data": cards}))
+        elif h.path == "/health":
+            self._send(h, 200, "")
+        else:
+            self._send(h, 404, json.dumps({"error": {"message": f"no {h.path} here"}}))
+
     def _act(self, h: BaseHTTPRequestHandler, action: Action, payload: dict) -> None:
         if isinstance(action, Reset):
             h.close_connection = True
@@ -174,7 +208,9 @@ class StubCompletions:
             h.connection.close()
             return
         if isinstance(action, Hang):
-            self._stop.wait(action.seconds)
+            if self._until_the_client_leaves(h, action.seconds):
+                with self._lock:
+                    self.abandoned += 1
             h.close_connection = True
             return
         if isinstance(action, Raw):
@@ -186,10 +222,23 @@ class StubCompletions:
             return
         if action.delay:
             self._stop.wait(action.delay)
-        body = completion(payload)
+        if action.first is not None:
+            action.first()
+        body = completion(payload, shift=self.shift, fingerprint=self.fingerprint)
         if action.mutate is not None:
             action.mutate(body, payload)
         self._send(h, 200, json.dumps(body))
+
+    def _until_the_client_leaves(self, h: BaseHTTPRequestHandler, seconds: float) -> bool:
+        """Answer nothing until the client closes the connection (True), the stub stops or SECONDS pass (False)."""
+        deadline = time.monotonic() + seconds
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            if select.select([h.connection], [], [], 0.05)[0]:  # the request was read whole: readable means closed
+                try:
+                    return not h.connection.recv(1, socket.MSG_PEEK)
+                except ConnectionResetError:
+                    return True
+        return False
 
     @staticmethod
     def _send(h: BaseHTTPRequestHandler, code: int, text: str) -> None:
@@ -209,3 +258,70 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class Forwarder:
+    """An HTTP forwarder on 127.0.0.1 (free port) to a real server: what a client sees as one server on one URL while
+    the test replaces what stands behind it (``target``, another server) or stops it answering completions after
+    ``completions_left`` of them (HTTP 503, as a server going down). The model is served under PUBLIC_NAME whatever
+    the target's own name (rewritten in requests and in /v1/models)."""
+
+    def __init__(self, target: str, target_name: str, public_name: str) -> None:
+        import httpx
+
+        self.target, self.target_name, self.public_name = target.rstrip("/"), target_name, public_name
+        self.completions_left: int | None = None
+        self.switch_after: tuple[int, str, str] | None = None  # (completions, target, target_name)
+        self.completions = 0
+        self._lock = threading.Lock()
+        self._http = httpx.Client(timeout=600, trust_env=False)
+        fwd = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                resp = fwd._http.get(fwd.target + self.path)
+                text = resp.text
+                if self.path == "/v1/models":
+                    body = resp.json()
+                    for card in body.get("data", []):
+                        if card.get("id") == fwd.target_name:
+                            card["id"] = fwd.public_name
+                    text = json.dumps(body)
+                StubCompletions._send(self, resp.status_code, text)
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("Content-Length", "0"))
+                payload = json.loads(self.rfile.read(length) or b"null")
+                with fwd._lock:
+                    fwd.completions += 1
+                    if fwd.switch_after and fwd.completions > fwd.switch_after[0]:
+                        _, fwd.target, fwd.target_name = fwd.switch_after
+                        fwd.switch_after = None
+                    if fwd.completions_left is not None:
+                        if fwd.completions_left <= 0:
+                            StubCompletions._send(self, 503, json.dumps({"error": {"message": "going down"}}))
+                            return
+                        fwd.completions_left -= 1
+                payload["model"] = fwd.target_name
+                resp = fwd._http.post(fwd.target + self.path, json=payload)
+                StubCompletions._send(self, resp.status_code, resp.text)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="forwarder", daemon=True)
+
+    def __enter__(self) -> Forwarder:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+        self._http.close()

@@ -76,7 +76,8 @@ def package_file(package: str, version: str, relpath: str) -> tuple[Path, dict]:
             f"{package} {installed} is installed; the built-in tasks were checked against {version} ({install})",
             stacklevel=3,
         )
-    source = {"package": package, "version": installed, "file": relpath, "path": str(path), "sha256": file_sha256(path)}
+    # Named by package and the path inside it (where it is installed is this machine's, not the data's).
+    source = {"package": package, "version": installed, "file": relpath, "sha256": file_sha256(path)}
     return path, source
 
 

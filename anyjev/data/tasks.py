@@ -43,7 +43,11 @@ class Task:
         self.validate()
 
     def _where(self) -> str:
-        return str(self.source.get("path") or f"<task {self.name}>")
+        if self.source.get("path"):
+            return str(self.source["path"])
+        if self.source.get("package"):  # a built-in task: the data file inside its package
+            return f"{self.source['package']}:{self.source.get('file')}"
+        return f"<task {self.name}>"
 
     def validate(self) -> None:
         """Check the invariants later stages rely on; raise TaskDataError naming the item id."""

@@ -25,6 +25,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
+from anyjev.files import replaced_atomically  # noqa: E402
 from anyjev.jobs import Job  # noqa: E402
 from anyjev.numbers.metrics import ECE_BINS, ece, reliability_bins  # noqa: E402
 from anyjev.outputs.tables import (  # noqa: E402
@@ -84,12 +85,12 @@ def figure_paths(png: str | os.PathLike, pdf: str | os.PathLike | None = None) -
 
 
 def save_figure(fig, png: str | os.PathLike, pdf: str | os.PathLike | None = None) -> tuple[Path, Path]:
-    """Write the figure as PNG and PDF (same content); returns both paths."""
+    """Write the figure as PNG and PDF (same content), each whole or not at all; returns both paths."""
     png, pdf = figure_paths(png, pdf)
-    png.parent.mkdir(parents=True, exist_ok=True)
-    pdf.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=DPI, bbox_inches="tight", pad_inches=0.02)
-    fig.savefig(pdf, bbox_inches="tight", pad_inches=0.02)
+    with replaced_atomically(png) as tmp:
+        fig.savefig(tmp, dpi=DPI, bbox_inches="tight", pad_inches=0.02, format="png")
+    with replaced_atomically(pdf) as tmp:
+        fig.savefig(tmp, bbox_inches="tight", pad_inches=0.02, format="pdf")
     plt.close(fig)
     return png, pdf
 

@@ -14,7 +14,9 @@ that completes the failed cells rewrites them through the rules, whole.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
+from anyjev.errors import FileFormatError
 from anyjev.outputs.plots import (
     ReliabilityJob,
     SummaryPlotsJob,
@@ -24,7 +26,7 @@ from anyjev.outputs.plots import (
     vs_published_plot,
 )
 from anyjev.outputs.provenance import ProvenanceJob, provenance_table
-from anyjev.outputs.tables import SummaryJob, VsPublishedJob, summary_table, vs_published
+from anyjev.outputs.tables import SummaryJob, VsPublishedJob, read_summary, summary_table, vs_published
 from anyjev.outputs.viewer import ViewerJob, write_viewer
 from anyjev.paths import RunPaths
 from anyjev.results import read_layout
@@ -44,6 +46,35 @@ class RunOutputs:
     vs_published_plot: VsPublishedPlotJob | None  # None: nothing of the run has a published counterpart
     viewer: ViewerJob
     paths: RunPaths
+
+
+def kept_as_they_are(jobs: RunOutputs) -> str | None:
+    """Why the cross-cell outputs already at JOBS' paths must not be replaced by this run's partial ones, or None.
+
+    No cell of this run finished: its tables would show nothing, in place of whatever they show now. The summary there
+    shows cells this run does not have: it was made by a run of another config, whose files are not this run's to
+    rewrite (a study of its own runs in its own folder: ``snakemake --directory``)."""
+    cells = jobs.summary_table.cells
+    if not jobs.summary_table.layout.finished(cells):
+        return "no cell of this run finished, so there is nothing to write in place of the outputs already there"
+    csv = jobs.paths.summary["csv"]
+    others = sorted(summary_cells(csv) - set(cells))
+    if others:
+        listed = ", ".join(f"{m}/{t}" for m, t in others[:4]) + (", ..." if len(others) > 4 else "")
+        return (f"{csv} shows cells this run does not have ({listed}): it was made by a run of another config, and its "
+                f"outputs are left as they are")
+    return None
+
+
+def summary_cells(path: str | Path) -> set[tuple[str, str]]:
+    """The (model, task) cells a summary table shows; none when there is no table, or none that reads."""
+    if not Path(path).is_file():
+        return set()
+    try:
+        table = read_summary(path)
+    except FileFormatError:
+        return set()
+    return set(zip(table["model"], table["task"], strict=True))
 
 
 def write_run_outputs(jobs: RunOutputs) -> dict[tuple[str, str], Failure]:

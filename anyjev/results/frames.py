@@ -3,6 +3,7 @@
 * :func:`cells_frame`: one row per cell, finished or failed (counts, K, settings, answer mass, L1's temperatures,
   provenance essentials; the error line and log of a failed one);
 * :func:`metrics_frame`: one row per (cell, level, metric), with every field ``metrics.json`` holds for it;
+* :func:`level_differences_frame`: one row per (cell, level, metric): the level minus raw, with its paired interval;
 * :func:`predictions_frame`: ``predictions.csv``, one row per (cell, test item, level, layout group);
 * :func:`items_frame`: one row per scored item (test and calibration) of ``scores.jsonl``;
 * :func:`probabilities_frame`: one row per (item, layout, position): the label shown there, the option it stood
@@ -99,6 +100,18 @@ def metrics_frame(cells: Sequence[Cell]) -> pd.DataFrame:
             for metric, entry in m["metrics"][level].items():
                 rows.append({"model": cell.model, "task": cell.task, "level": level, "metric": metric} | flatten(entry))
     return _frame(rows, [*CELL_KEY, "level", "metric", "value", "lo", "hi"])
+
+
+def level_differences_frame(cells: Sequence[Cell]) -> pd.DataFrame:
+    """Every level minus raw, per cell and metric (``metrics.json``'s ``level_minus_raw``): the paired difference on the
+    same items and resamples, with its interval."""
+    rows = []
+    for cell in cells:
+        for level, by_metric in (cell.metrics.get("level_minus_raw") or {}).items():
+            for metric, entry in by_metric.items():
+                rows.append({"model": cell.model, "task": cell.task, "level": level, "versus": "raw", "metric": metric}
+                            | flatten(entry))
+    return _frame(rows, [*CELL_KEY, "level", "versus", "metric", "value", "lo", "hi"])
 
 
 def predictions_frame(cells: Sequence[Cell]) -> pd.DataFrame:

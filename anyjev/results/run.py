@@ -20,8 +20,8 @@ Failure = dict[str, str | None]  # {"error": the first line of its error, "log":
 
 class Run:
     """The cells of a run in their order: ``finished`` (each a :class:`Cell`) and ``failures`` (by (model, task): the
-    first line of the error and the log). The frames: ``cells``, ``metrics``, ``predictions``, ``items``,
-    ``probabilities``, ``failed``."""
+    first line of the error and the log). The frames: ``cells``, ``metrics``, ``level_differences``, ``predictions``,
+    ``items``, ``probabilities``, ``failed``."""
 
     def __init__(self, order: Sequence[tuple[str, str]], finished: Iterable[Cell], failures: dict[tuple[str, str], Failure]):
         self.order = list(order)
@@ -58,6 +58,11 @@ class Run:
     def metrics(self) -> pd.DataFrame:
         """One row per (cell, level, metric): value, lo, hi and the entry's other fields."""
         return frames.metrics_frame(self.finished)
+
+    @cached_property
+    def level_differences(self) -> pd.DataFrame:
+        """One row per (cell, level, metric): the level minus raw on the same items, with its paired interval."""
+        return frames.level_differences_frame(self.finished)
 
     @cached_property
     def predictions(self) -> pd.DataFrame:

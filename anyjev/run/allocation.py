@@ -4,7 +4,7 @@ On a cluster, Snakemake's job groups cannot share one GPU allocation among a mod
 fates together (one failed job fails the group and deletes its members' outputs). So one job per model,
 ``score_model``, holds the allocation: it starts the model's server once and scores every cell into the cell's
 staging folder (``results/cells/<model>/<task>/staged/``), recording each cell's outcome in
-``results/cells/<model>/allocation.json`` instead of stopping at the first failure. A local ``score_cell`` job per
+``results/allocations/<model>.json`` instead of stopping at the first failure. A local ``score_cell`` job per
 cell then publishes the staged scores, or fails with the cell's own error (the missing label ids), so a failed
 cell fails alone and every other cell keeps its outputs.
 
@@ -30,6 +30,7 @@ from anyjev.errors import (
     BatchCollisionError,
     ConfigError,
     LabelTokenError,
+    ServerChangedError,
     ServerError,
     TaskDataError,
 )
@@ -41,10 +42,13 @@ from anyjev.schema import check_setting
 log = logging.getLogger(__name__)
 
 FORMAT = "anyjev.allocation/1"
-# A cell's own failures: recorded, and the job goes on with the model's next cell. Anything else (the server
-# will not start or died: ServerError) ends the job, as it would end every later cell of the model too.
-CELL_ERRORS = (LabelTokenError, BackendError, ConfigError, TaskDataError)
-ERROR_TYPES = {cls.__name__: cls for cls in (*CELL_ERRORS, BatchCollisionError, ServerError)}
+# A cell's own failures: recorded, and the job goes on with the model's next cell (a checkpoint made on another
+# server is the cell's own). Anything else (the server will not start or died: ServerError) ends the job, as it would
+# end every later cell of the model too.
+CELL_ERRORS = (LabelTokenError, BackendError, ConfigError, TaskDataError, ServerChangedError)
+# The recorded errors publish-cell raises again as themselves (the others as AnyjevError, their type in the message).
+ERROR_TYPES = {cls.__name__: cls for cls in (LabelTokenError, BackendError, ConfigError, TaskDataError,
+                                             BatchCollisionError, ServerError)}
 
 
 def score_jobs_mode(setting: str) -> str:
@@ -150,7 +154,7 @@ def publish_cell(job: PublishJob, allocation: str | os.PathLike[str], out: str |
         raised = cls if issubclass(cls, (LabelTokenError, BackendError, ServerError)) else AnyjevError
         # ConfigError / TaskDataError are raised as AnyjevError (their message already names the key or file:line):
         # the recorded type is kept in the message, so the user sees what went wrong.
-        kind = "" if raised is cls else f"{outcome['error']}: "
+        kind = "" if raised.__name__ == outcome["error"] else f"{outcome['error']}: "
         log_part = f", log {model_log}" if model_log else ""
         message = f"cell {model}/{task} failed in {where}{log_part}: {kind}{outcome['message']}"
         if issubclass(raised, LabelTokenError):

@@ -3,6 +3,7 @@ score every item with resume, and write the cell's provenance."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -15,6 +16,7 @@ from typing import Any
 from anyjev.backends.vllm import ClientOptions, VLLMBackend
 from anyjev.data.taskfile import load_task_file
 from anyjev.decision.labels import check_label_capacity
+from anyjev.decision.tokenizer import load_tokenizer
 from anyjev.errors import BackendError, ConfigError
 from anyjev.files import file_sha256, now_iso, write_json_atomic
 from anyjev.jobs import Job, to_data
@@ -23,8 +25,11 @@ from anyjev.run.context import check_prompt_lengths
 from anyjev.run.identity import ScoringOptions, scoring_identity
 from anyjev.run.prepared import prepare_items
 from anyjev.run.scoring import score_cell
+from anyjev.run.server_check import ServerGuard
 from anyjev.run.store import scored_under
-from anyjev.serving.metrics import read_counters
+from anyjev.serving.build import resolve_server
+from anyjev.serving.describe import describe_server
+from anyjev.serving.metrics import CacheCounters, read_counters, settled_counters
 from anyjev.serving.spec import ServerSpec, check_server_python
 
 log = logging.getLogger(__name__)
@@ -80,6 +85,13 @@ class ScoreJob(Job):
         if (self.managed is None) == (self.external is None):
             raise ConfigError(f"models.{self.model}.source", "a score job needs exactly one server: managed or url")
 
+    def resolved(self) -> ScoreJob:
+        """This job with its managed server's dtype, block size and prefix caching as this machine's server runs them
+        (:func:`~anyjev.serving.build.resolve_server`), which the cell's identity records; a url job as it is."""
+        if self.managed is None:
+            return self
+        return dataclasses.replace(self, managed=dataclasses.replace(self.managed, spec=resolve_server(self.managed.spec)))
+
     def model_identity(self) -> dict[str, Any]:
         """What identifies the model's scores (part of the cell's identity)."""
         if self.managed is None:
@@ -89,13 +101,6 @@ class ScoreJob(Job):
         return {"backend": "vllm", "model": spec.model, "dtype": spec.dtype, "served_name": spec.served_name,
                 "server_flags": list(spec.server_flags), "max_model_len": spec.max_model_len, "seed": spec.seed,
                 "prefix_caching": spec.prefix_caching, "block_size": spec.block_size, "fp32_head": spec.fp32_head}
-
-
-def load_tokenizer(path: str | os.PathLike[str]):
-    """The model's tokenizer (transformers), loaded once per job."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(path))
 
 
 def check_task_label_capacity(task, max_logprobs: int) -> None:
@@ -135,21 +140,35 @@ def context_length(spec_max_model_len: int | None, model_dir: str | os.PathLike[
     return json.loads(config.read_text()).get("max_position_embeddings")
 
 
-def server_counters(url: str, served: str, settle: int | None = None) -> dict[str, int] | None:
-    """The managed server's own request and prompt-token counters (vLLM's /metrics), recorded around a cell so that
-    what the server saw can be compared with what `anyjev plan` and the cell's counts say: an independent count.
-    With SETTLE, read again (for up to 2 s) while fewer requests than that are counted: a request's success may be
-    counted just after its response. None (and a warning) when /metrics cannot be read."""
+def server_counters(url: str, served: str, expected_requests: float | None = None) -> CacheCounters | None:
+    """The managed server's own request and prompt-token counters (vLLM's /metrics), read around a cell so that what
+    the server saw can be compared with what the cell sent and what `anyjev plan` counts: an independent count. With
+    EXPECTED_REQUESTS, read once the server has counted that many or has settled (:func:`settled_counters`). None (and
+    a warning) when /metrics cannot be read."""
     try:
-        reading = read_counters(url, served)
-        deadline = time.monotonic() + 2.0
-        while settle is not None and reading.requests_ok < settle and time.monotonic() < deadline:
-            time.sleep(0.1)
-            reading = read_counters(url, served)
+        if expected_requests is None:
+            return read_counters(url, served)
+        return settled_counters(url, served, expected_requests=expected_requests)
     except BackendError as exc:
         log.warning("the server's counters are not recorded: %s", exc)
         return None
-    return {"requests_ok": int(reading.requests_ok), "prompt_tokens": int(reading.prompt_tokens)}
+
+
+def server_saw(before: CacheCounters, after: CacheCounters, counts: dict[str, Any]) -> dict[str, Any]:
+    """What the server counted between BEFORE and AFTER beside what the cell sent (its prompts, the canary's and the
+    server check's); ``matches`` is False, and a warning says so, when they differ (another client on the server, or
+    a request the server did not count)."""
+    saw = {"requests_ok": int(after.requests_ok - before.requests_ok),
+           "prompt_tokens": int(after.prompt_tokens - before.prompt_tokens)}
+    extra = [counts["canary"], counts.get("server_check", {"prompts": 0, "prompt_tokens": 0})]
+    sent = {"requests_ok": counts["prompts"] + sum(e["prompts"] for e in extra)}
+    if "prompt_tokens" in counts:  # an adaptive cell does not count its tokens
+        sent["prompt_tokens"] = counts["prompt_tokens"] + sum(e["prompt_tokens"] for e in extra)
+    differs = {k: (sent[k], saw[k]) for k in sent if sent[k] != saw[k]}
+    if differs:
+        log.warning("the server counted %s where the cell sent %s",
+                    ", ".join(f"{saw[k]} {k}" for k in differs), ", ".join(f"{sent[k]}" for k in differs))
+    return saw | {"sent": sent, "matches": not differs}
 
 
 def cell_identity(job: ScoreJob, task, task_path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -162,6 +181,7 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
               provenance_path: str | os.PathLike[str] | None, owner_pid: int) -> dict[str, Any]:
     """Score the cell described by JOB into OUT; returns the scoring counts."""
     started, t0 = now_iso(), time.monotonic()
+    job = job.resolved()
     task = load_task_file(task_path)
     tokenizer = load_tokenizer(job.tokenizer)
     identity = cell_identity(job, task, task_path)
@@ -196,23 +216,31 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
         url, served = job.external.url, job.external.served_name
         server_record = {"url": url, "served_name": served, "external": True}
         lock = job.external.request_lock
+        # The user's server says its own context: every prompt is checked against it before the first request.
+        limit = describe_server(url, served).max_model_len
+        if limit is not None:
+            check_prompt_lengths(prepared, limit, source=task_path, model=job.model, origin=task.source.get("origin"),
+                                 limit_name=f"the context of the server at {url} (its --max-model-len)")
     backend = VLLMBackend.from_options(url, served, job.client, decode=lambda i: tokenizer.decode([i]),
                                        request_lock=lock)
+    guard = ServerGuard(backend, prepared[0], where=f"{job.model}/{job.task}") if prepared else None
     before = server_counters(url, served) if handle is not None else None
     try:
         counts = score_cell(backend, tokenizer, prepared, str(out), identity, options=job.scoring,
-                            chunk_items=job.client.chunk_items)
+                            chunk_items=job.client.chunk_items, guard=guard)
     except BackendError:
         if handle is not None:
             handle.check_alive()  # raises ServerError (exit code, log tail) when the server itself is gone
         raise
     if before is not None:
-        expected = before["requests_ok"] + counts["prompts"] + counts["canary"]["prompts"]
-        after = server_counters(url, served, settle=expected)
+        sent = counts["prompts"] + counts["canary"]["prompts"] + counts.get("server_check", {}).get("prompts", 0)
+        after = server_counters(url, served, expected_requests=before.requests_ok + sent)
         if after is not None:
-            counts["server_saw"] = {k: after[k] - before[k] for k in ("requests_ok", "prompt_tokens")}
+            counts["server_saw"] = server_saw(before, after, counts)
     if provenance_path:
         server_record.setdefault("system_fingerprint", sorted(backend.system_fingerprints))
+        if guard is not None and guard.reference is not None:
+            server_record["identity"] = guard.reference.to_dict()
         write_json_atomic(provenance_path, provenance.cell_record(
             job=to_data(job), task=task, task_path=Path(task_path), identity=identity, server=server_record,
             backend=backend.describe(), started=started, seconds=time.monotonic() - t0, counts=counts,

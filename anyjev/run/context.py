@@ -19,14 +19,15 @@ ANSWER_TOKENS = 1
 
 
 def check_prompt_lengths(prepared: Sequence[PreparedItem], max_model_len: int, *, source: str | os.PathLike,
-                         model: str = "<name>", origin: dict | None = None) -> int:
+                         model: str = "<name>", origin: dict | None = None, limit_name: str | None = None) -> int:
     """Raise :class:`TaskDataError` when an item's longest prompt plus the answer token exceeds
     ``max_model_len``; return the longest prompt's token count.
 
     PREPARED are the cell's items as it will send them; ``source`` is the task file they were read from (the
     item's line is looked up there, only on failure) and ``origin`` its recorded origin: when that is the user's task
     file, unchanged since, the message cites the item's line there; ``model`` names the config key
-    ``models.<model>.max_model_len`` in the message. The error names the longest offending item, its line, its
+    ``models.<model>.max_model_len`` in the message, or LIMIT_NAME says where the limit comes from instead (a ``url``
+    model's server). The error names the longest offending item, its line, its
     token count and the limit, and counts the other offending items.
     """
     if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1:
@@ -47,6 +48,8 @@ def check_prompt_lengths(prepared: Sequence[PreparedItem], max_model_len: int, *
     if users is not None:  # the line the user edits; the prepared file's line after it
         path, where = users[0], f"line {users[1]} (prepared as {source}:{where})"
     key = f"models.{model}.max_model_len"
+    limit = f"the model's context length ({key})" if limit_name is None else limit_name
+    fix = f"Raise {key} (up to what the model supports)" if limit_name is None else "Serve the model with a longer context"
     others = [it.id for _, _, it in too_long if it is not item]
     more = ""
     if others:
@@ -56,7 +59,6 @@ def check_prompt_lengths(prepared: Sequence[PreparedItem], max_model_len: int, *
         path,
         where,
         f"item {ascii(item.id)}: its longest prompt (layout {layout_name}) is {n_tokens} tokens; with the "
-        f"{ANSWER_TOKENS} answer token that is {n_tokens + ANSWER_TOKENS} > {max_model_len}, the model's context "
-        f"length ({key}).{more} Raise {key} (up to what the model supports) or shorten the item's state "
-        f"({len(item.state)} characters).",
+        f"{ANSWER_TOKENS} answer token that is {n_tokens + ANSWER_TOKENS} > {max_model_len}, {limit}.{more} {fix} "
+        f"or shorten the item's state ({len(item.state)} characters).",
     )

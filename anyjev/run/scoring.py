@@ -18,13 +18,14 @@ from anyjev.run.prepared import PreparedItem
 from anyjev.run.probes import prepare_content_free, score_content_free
 from anyjev.run.progress import Progress
 from anyjev.run.requests import sent_counts
+from anyjev.run.server_check import ServerGuard
 from anyjev.run.store import PartialScores
 
 log = logging.getLogger(__name__)
 
 
 def score_cell(backend: Backend, tokenizer, prepared: Sequence[PreparedItem], out: str, identity: dict, *,
-               options: ScoringOptions, chunk_items: int) -> dict[str, Any]:
+               options: ScoringOptions, chunk_items: int, guard: ServerGuard | None = None) -> dict[str, Any]:
     """Score the PREPARED items (:func:`anyjev.run.prepared.prepare_items` under ``options.prompt``) into OUT,
     resuming a checkpoint made under the same IDENTITY (which must hold :func:`anyjev.run.identity.scoring_identity`
     of the same OPTIONS).
@@ -49,6 +50,9 @@ def score_cell(backend: Backend, tokenizer, prepared: Sequence[PreparedItem], ou
         canary(backend, todo[0], answer_mass=options.answer_mass)
         n_mass = int(options.answer_mass)  # the canary's answer-mass prompt is its label prompt again
         canary_counts = {"prompts": 1 + n_mass, "prompt_tokens": (1 + n_mass) * len(todo[0].layouts[0][1])}
+    if guard is not None and (todo or probes):
+        # Before the first new record: the server must be the one the checkpointed records were scored on.
+        guard.reference = partial.bind_server(guard.read(), verify=guard.verify)
     try:
         for start in range(0, len(probes), chunk_items):
             part = probes[start : start + chunk_items]
@@ -66,6 +70,8 @@ def score_cell(backend: Backend, tokenizer, prepared: Sequence[PreparedItem], ou
     partial.finalise(out, [p.item.id for p in prepared])
     counts: dict[str, Any] = {"items": len(prepared), "scored": len(todo), "resumed": resumed, "prompts": prompts,
                               "canary": canary_counts}
+    if guard is not None:
+        counts["server_check"] = {"prompts": guard.prompts_sent, "prompt_tokens": guard.tokens_sent}
     if certificate is not None:
         counts["certificate"] = certificate
     else:  # every layout of every item scored now was sent: what `anyjev plan` counts

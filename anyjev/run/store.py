@@ -18,11 +18,12 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from anyjev.errors import TaskDataError
+from anyjev.errors import ServerChangedError, TaskDataError
 from anyjev.files import write_text_atomic
+from anyjev.run.server_check import ServerIdentity, differences
 
 log = logging.getLogger(__name__)
 
@@ -45,19 +46,21 @@ def _lines(text: str) -> list[str]:
 
 
 class PartialScores:
-    """Append-only checkpoint of a cell being scored; resumes only under the same identity."""
+    """Append-only checkpoint of a cell being scored; resumes only under the same identity, and from the same server.
+
+    The server the items were scored on is recorded in the checkpoint's header (:meth:`bind_server`): a resume under
+    another server is refused, and each chunk is written only once the server has been checked again (``verify``)."""
 
     def __init__(self, out: str | os.PathLike, identity: dict) -> None:
         self.path = partial_path(out)
         self.identity = identity
         self.records: dict[str, dict] = {}
         self.extras: dict[str, dict] = {}  # records of other types (certificate, content_free), by id
+        self.server: ServerIdentity | None = None  # the server the checkpointed items were scored on
+        self._recorded_server: dict | None = None
+        self._verify: Callable[[], None] | None = None
+        self._fh = None
         self._load()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        new = not self.path.exists()
-        self._fh = open(self.path, "a", encoding="utf-8")
-        if new:
-            self._write({"type": "header", "format": FORMAT, "identity": identity})
 
     def _load(self) -> None:
         if not self.path.exists():
@@ -76,6 +79,7 @@ class PartialScores:
             why = "were made under another identity" if isinstance(header, dict) else "have no readable header"
             log.warning("partial scores %s %s; moved aside to %s", self.path, why, stale)
             return
+        self._recorded_server = header.get("server")
         for n, line in enumerate(lines[1:], start=2):
             try:
                 if torn_tail and n == len(lines):
@@ -91,6 +95,38 @@ class PartialScores:
             self._keep(rec)
         log.info("resuming %s: %d items already scored", self.path, len(self.records))
 
+    def bind_server(self, now: ServerIdentity, verify: Callable[[], None]) -> ServerIdentity:
+        """Score the rest on the server read as NOW: refused (:class:`ServerChangedError`, the checkpoint untouched)
+        when it is not the server the checkpointed records were scored on; VERIFY runs before each later write.
+        Returns the reference identity (the recorded one when resuming, else NOW)."""
+        held = len(self.records) + len(self.extras)
+        if held and self._recorded_server is None:
+            raise ServerChangedError(str(self.path), [f"its {held} records name no server (an older checkpoint)"])
+        if held:
+            recorded = ServerIdentity.from_dict(self._recorded_server)
+            found = differences(recorded, now)
+            if found:
+                raise ServerChangedError(str(self.path), found)
+            self.server = recorded
+        else:
+            self.server = now
+            if self.path.exists():  # a header and nothing else: begin again under this server
+                self.path.unlink()
+        self._verify = verify
+        return self.server
+
+    def _open(self):
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            new = not self.path.exists()
+            self._fh = open(self.path, "a", encoding="utf-8")
+            if new:
+                header = {"type": "header", "format": FORMAT, "identity": self.identity}
+                if self.server is not None:
+                    header["server"] = self.server.to_dict()
+                self._write(header)
+        return self._fh
+
     def _truncate_to(self, lines: list[str]) -> None:
         write_text_atomic(self.path, "".join(line + "\n" for line in lines))
 
@@ -101,14 +137,21 @@ class PartialScores:
         (self.records if is_item(rec) else self.extras)[rec["id"]] = rec
 
     def add(self, records: Iterable[dict]) -> None:
+        """Checkpoint RECORDS (after the server is checked again, when one is bound)."""
+        records = list(records)
+        if self._verify is not None:
+            self._verify()
+        fh = self._open()
         for rec in records:
             self._write(rec)
             self._keep(rec)
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        fh.flush()
+        os.fsync(fh.fileno())
 
     def close(self) -> None:
-        self._fh.close()
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
 
     def finalise(self, out: str | os.PathLike, order: list[str]) -> None:
         """Write the final file in task order (atomically) and remove the checkpoint."""
@@ -117,8 +160,9 @@ class PartialScores:
         if missing:
             raise RuntimeError(f"cannot finalise {out}: {len(missing)} items unscored (first: {missing[:3]})")
         extras = [self.extras[i] for i in sorted(self.extras)]
-        write_scores(out, self.identity, [self.records[i] for i in order] + extras)
-        self.path.unlink()
+        server = self.server.to_dict() if self.server is not None else self._recorded_server
+        write_scores(out, self.identity, [self.records[i] for i in order] + extras, server=server)
+        self.path.unlink(missing_ok=True)
 
 
 def is_item(rec: dict) -> bool:
@@ -126,8 +170,11 @@ def is_item(rec: dict) -> bool:
     return rec.get("type", "item") == "item"
 
 
-def write_scores(out: str | os.PathLike, identity: dict, records: list[dict]) -> None:
-    lines = [_dumps({"type": "header", "format": FORMAT, "identity": identity}), *map(_dumps, records)]
+def write_scores(out: str | os.PathLike, identity: dict, records: list[dict], *, server: dict | None = None) -> None:
+    """The final scores file: its header (identity, and the server the records were scored on when known), then
+    RECORDS."""
+    header = {"type": "header", "format": FORMAT, "identity": identity} | ({"server": server} if server else {})
+    lines = [_dumps(header), *map(_dumps, records)]
     write_text_atomic(out, "".join(line + "\n" for line in lines))
 
 

