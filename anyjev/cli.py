@@ -85,6 +85,12 @@ def cmd_summary_table(args: argparse.Namespace) -> None:
     log.info("summary: %d rows", len(summary_table(SummaryJob.from_json(args.job), args.csv, args.md, args.tex)))
 
 
+def cmd_differences_table(args: argparse.Namespace) -> None:
+    from anyjev.outputs.differences import DifferencesJob, differences_table
+
+    log.info("differences: %d rows", len(differences_table(DifferencesJob.from_json(args.job), args.csv, args.md)))
+
+
 def cmd_provenance_table(args: argparse.Namespace) -> None:
     from anyjev.outputs.provenance import ProvenanceJob, provenance_table
 
@@ -279,6 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--csv", required=True, help="the table as CSV")
     s.add_argument("--md", required=True, help="the table as Markdown")
     s.add_argument("--tex", required=True, help="the table as LaTeX")
+    s = _command(sub, "differences-table", cmd_differences_table, "each level minus raw and each model minus another on "
+                 "the same task, with the paired intervals of the differences", job="DifferencesJob")
+    s.add_argument("--csv", required=True, help="the differences as CSV (long form)")
+    s.add_argument("--md", required=True, help="the differences as Markdown")
     s = _command(sub, "provenance-table", cmd_provenance_table, "the provenance report of a run: the config as run and "
                  "what made each cell", job="ProvenanceJob")
     s.add_argument("--md", required=True, help="the report as Markdown")

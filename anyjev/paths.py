@@ -109,6 +109,11 @@ class RunPaths:
         return {"csv": f"{self.results}/tables/vs_published.csv", "md": f"{self.results}/tables/vs_published.md"}
 
     @property
+    def differences(self) -> dict[str, str]:
+        """Each level minus raw and each model minus another, with the intervals of the differences."""
+        return {"csv": f"{self.results}/tables/differences.csv", "md": f"{self.results}/tables/differences.md"}
+
+    @property
     def metrics_by_level(self) -> Figure:
         return Figure(f"{self.results}/plots/metrics_by_level.png", f"{self.results}/plots/metrics_by_level.pdf")
 
@@ -161,6 +166,10 @@ class RunPaths:
     @property
     def summary_log(self) -> str:
         return f"{self.logs}/tables/summary.log"
+
+    @property
+    def differences_log(self) -> str:
+        return f"{self.logs}/tables/differences.log"
 
     @property
     def provenance_log(self) -> str:

@@ -23,6 +23,7 @@ from anyjev.errors import ConfigError
 from anyjev.jobs import from_data
 from anyjev.lock import Lock
 from anyjev.numbers.options import EvaluationOptions
+from anyjev.outputs.differences import DifferencesJob
 from anyjev.outputs.plots import ReliabilityJob
 from anyjev.outputs.provenance import ProvenanceJob
 from anyjev.outputs.tables import SummaryJob, VsPublishedJob
@@ -228,6 +229,10 @@ class Settings:
     def summary_job(self, *, layout: CellLayout) -> SummaryJob:
         """What the summary table is made from: the cells, where they are (LAYOUT, the rule's) and the levels."""
         return SummaryJob(cells=list(self.cells), levels=list(self.levels), layout=layout)
+
+    def differences_job(self, *, layout: CellLayout) -> DifferencesJob:
+        """What the differences table is made from: the cells, where they are, the levels and the evaluation."""
+        return DifferencesJob(cells=list(self.cells), levels=list(self.levels), layout=layout, evaluation=self.evaluation)
 
     def provenance_job(self, *, layout: CellLayout, config: dict[str, Any]) -> ProvenanceJob:
         """What the provenance report is made from: the cells, where they are, and CONFIG, the config as run."""

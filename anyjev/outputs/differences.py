@@ -12,16 +12,30 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 
 from anyjev.files import write_text_atomic
+from anyjev.jobs import Job
 from anyjev.numbers.options import EvaluationOptions
 from anyjev.outputs.tables import METRIC_TITLES, TABLE_METRICS, arrow
-from anyjev.results import Run
+from anyjev.results import CellLayout, Run, read_layout
 from anyjev.results.cell import SCORES
 from anyjev.results.frames import flatten
 from anyjev.run.evaluate import compare_cells
+
+
+@dataclass(frozen=True)
+class DifferencesJob(Job):
+    """What the differences table is made from (built by ``Settings.differences_job``): the run's cells, where their
+    files are, the levels, and the evaluation's settings (model minus model is resampled as the levels are)."""
+
+    cells: list[tuple[str, str]]
+    levels: list[str]
+    layout: CellLayout
+    evaluation: EvaluationOptions
+
 
 COLUMNS = ["task", "model", "versus_model", "level", "versus_level", "metric", "value", "lo", "hi", "widened"]
 
@@ -97,3 +111,9 @@ def write_differences(run: Run, options: EvaluationOptions, levels: Sequence[str
     write_text_atomic(csv_out, frame.to_csv(index=False, float_format="%.6f"))
     write_text_atomic(md_out, differences_markdown(frame))
     return frame
+
+
+def differences_table(job: DifferencesJob, csv_out: str, md_out: str, *, run: Run | None = None) -> pd.DataFrame:
+    """The workflow's differences table of JOB's run (RUN: the run already read by JOB's layout), from its finished
+    cells."""
+    return write_differences(run or read_layout(job.layout, job.cells), job.evaluation, job.levels, csv_out, md_out)

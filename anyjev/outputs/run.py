@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from anyjev.errors import FileFormatError
+from anyjev.outputs.differences import DifferencesJob, differences_table
 from anyjev.outputs.plots import (
     ReliabilityJob,
     SummaryPlotsJob,
@@ -39,6 +40,7 @@ class RunOutputs:
     write (PATHS)."""
 
     summary_table: SummaryJob
+    differences_table: DifferencesJob
     provenance_table: ProvenanceJob
     reliability_plots: list[ReliabilityJob]  # one per cell
     summary_plots: SummaryPlotsJob
@@ -88,6 +90,7 @@ def write_run_outputs(jobs: RunOutputs) -> dict[tuple[str, str], Failure]:
         figure = paths.reliability.of(job.model, job.task)
         reliability_plot(job, figure.png, figure.pdf, run=run)
     if run.finished:
+        differences_table(jobs.differences_table, paths.differences["csv"], paths.differences["md"], run=run)
         summary_plots(jobs.summary_plots, paths.metrics_by_level.png, paths.metrics_by_level.pdf, paths.flip_by_level.png,
                       paths.flip_by_level.pdf)
         if jobs.vs_published is not None:

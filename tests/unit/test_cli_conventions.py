@@ -72,6 +72,8 @@ CASES: dict[str, Callable[[Path], tuple[list[str], str]]] = {
                                   "s.jsonl", "--provenance", "p.json"], "no-such.json"),
     "summary-table": lambda tmp: (["summary-table", "--job", "no-such-job.json", "--csv", "s.csv", "--md", "s.md",
                                    "--tex", "s.tex"], "no-such-job.json"),
+    "differences-table": lambda tmp: (["differences-table", "--job", '{"cells": []}', "--csv", "d.csv", "--md", "d.md"],
+                                      "job.levels"),
     "provenance-table": lambda tmp: (["provenance-table", "--job", "{}", "--md", "p.md", "--html", "p.html"], "job.cells"),
     "vs-published": lambda tmp: (["vs-published", "--job", '{"summary": "s.csv"}', "--csv", "v.csv", "--md", "v.md"],
                                  "job.published"),

@@ -12,6 +12,8 @@ import pytest
 
 from anyjev.cli import main
 from anyjev.jobs import from_data
+from anyjev.numbers.options import EvaluationOptions
+from anyjev.outputs.differences import DifferencesJob
 from anyjev.outputs.plots import ReliabilityJob, SummaryPlotsJob, VsPublishedPlotJob
 from anyjev.outputs.provenance import ProvenanceJob
 from anyjev.outputs.tables import SummaryJob, VsPublishedJob
@@ -29,7 +31,7 @@ def steps(sources: Path, out: Path) -> dict[str, tuple[object, list[str], list[P
     """Each output step: its job (reading the run or tables under SOURCES), its output flags, the files it writes."""
     layout = CellLayout.of_run(sources / "results", sources / "logs")
     tables = sources / "results" / "tables"
-    files = {name: out / name for name in ("s.csv", "s.md", "s.tex", "p.md", "p.html", "v.csv", "v.md", "r.png", "r.pdf",
+    files = {name: out / name for name in ("s.csv", "s.md", "s.tex", "d.csv", "d.md", "p.md", "p.html", "v.csv", "v.md", "r.png", "r.pdf",
                                             "b.png", "b.pdf", "f.png", "f.pdf", "vp.png", "vp.pdf")}
 
     def flags(**named: str) -> tuple[list[str], list[Path]]:
@@ -38,6 +40,7 @@ def steps(sources: Path, out: Path) -> dict[str, tuple[object, list[str], list[P
 
     return {
         "summary-table": (SummaryJob(CELLS, LEVELS, layout), *flags(csv="s.csv", md="s.md", tex="s.tex")),
+        "differences-table": (DifferencesJob(CELLS, LEVELS, layout, EvaluationOptions()), *flags(csv="d.csv", md="d.md")),
         "provenance-table": (ProvenanceJob(CELLS, layout, {"levels": LEVELS}), *flags(md="p.md", html="p.html")),
         "vs-published": (VsPublishedJob(str(tables / "summary.csv"), str(REPO / "results/published/anyjev-2026.csv")),
                          *flags(csv="v.csv", md="v.md")),

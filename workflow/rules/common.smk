@@ -157,6 +157,10 @@ def summary_job():
     return SETTINGS.summary_job(layout=CELL_LAYOUT)
 
 
+def differences_job():
+    return SETTINGS.differences_job(layout=CELL_LAYOUT)
+
+
 def provenance_job():
     return SETTINGS.provenance_job(layout=CELL_LAYOUT, config=CONFIG_AS_RUN)
 
@@ -233,6 +237,7 @@ def output_targets():
     targets = [
         *for_cells(rules.evaluate_cell.output.metrics),
         *rules.summary_table.output,
+        *rules.differences_table.output,
         *rules.provenance_table.output,
         *rules.summary_plots.output,
         *for_cells(rules.reliability_plot.output),
@@ -250,6 +255,7 @@ def run_outputs():
     run with failed cells writes at its end from the cells that finished (anyjev/outputs/run.py)."""
     return RunOutputs(
         summary_table=summary_job(),
+        differences_table=differences_job(),
         provenance_table=provenance_job(),
         reliability_plots=[reliability_job(m, t) for m, t in CELLS],
         summary_plots=summary_plots_job(),
@@ -262,7 +268,7 @@ def run_outputs():
 
 # The rules whose outputs span cells: a run whose targets hold none of them (a task file, one cell) writes no
 # cross-cell output at its end.
-RUN_OUTPUT_RULES = {"all", "summary_table", "provenance_table", "summary_plots", "vs_published", "vs_published_plot", "viewer"}
+RUN_OUTPUT_RULES = {"all", "summary_table", "differences_table", "provenance_table", "summary_plots", "vs_published", "vs_published_plot", "viewer"}
 
 
 def write_partial_outputs():

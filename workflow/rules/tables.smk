@@ -1,5 +1,6 @@
 # Tables across cells, rebuilt from per-cell files (no server needed): the summary (CSV, Markdown,
-# LaTeX), the run's provenance for the report, and the comparison with published numbers.
+# LaTeX), the differences with their intervals, the run's provenance for the report, and the comparison with
+# published numbers.
 
 
 rule summary_table:
@@ -18,6 +19,26 @@ rule summary_table:
         job=lambda wc: job_file(summary_job()),
     shell:
         "python -m anyjev summary-table --job {params.job:q} --csv {output.csv:q} --md {output.md:q} --tex {output.tex:q} > {log:q} 2>&1"
+
+
+# Each level minus raw, and each model minus another on the same task (from both cells' scores), with the paired
+# intervals of the differences.
+rule differences_table:
+    input:
+        metrics=for_cells(rules.evaluate_cell.output.metrics),
+        scores=for_cells(rules.score_cell.output.scores),
+    output:
+        csv=report(PATHS.differences["csv"], caption="../report/differences.rst", category="Tables"),
+        md=PATHS.differences["md"],
+    log:
+        PATHS.differences_log,
+    localrule: True
+    conda:
+        "../envs/client.yaml"
+    params:
+        job=lambda wc: job_file(differences_job()),
+    shell:
+        "python -m anyjev differences-table --job {params.job:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"
 
 
 rule provenance_table:
