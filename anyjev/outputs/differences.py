@@ -40,12 +40,13 @@ class DifferencesJob(Job):
 COLUMNS = ["task", "model", "versus_model", "level", "versus_level", "metric", "value", "lo", "hi", "widened"]
 
 
-def level_minus_raw(run: Run) -> pd.DataFrame:
-    """Each finished cell's levels minus its raw level (the table's metrics), in the differences' columns."""
+def level_minus_raw(run: Run, levels: Sequence[str]) -> pd.DataFrame:
+    """Each finished cell's LEVELS minus its raw level (the table's metrics), in the differences' columns. A cell's
+    metrics.json holds every level the evaluation computes; the table shows the run's."""
     frame = run.level_differences
     if frame.empty:
         return pd.DataFrame(columns=COLUMNS)
-    frame = frame[frame["metric"].isin(TABLE_METRICS)]
+    frame = frame[frame["metric"].isin(TABLE_METRICS) & frame["level"].isin(levels)]
     out = frame.assign(versus_model=frame["model"], versus_level=frame["versus"])
     return out.reindex(columns=COLUMNS)
 
@@ -69,7 +70,7 @@ def model_minus_model(run: Run, options: EvaluationOptions, levels: Sequence[str
 
 def differences_frame(run: Run, options: EvaluationOptions, levels: Sequence[str]) -> pd.DataFrame:
     """Level minus raw, then model minus model: one row per difference."""
-    parts = [f for f in (level_minus_raw(run), model_minus_model(run, options, levels)) if not f.empty]
+    parts = [f for f in (level_minus_raw(run, levels), model_minus_model(run, options, levels)) if not f.empty]
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
 
 

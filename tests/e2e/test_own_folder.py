@@ -94,8 +94,11 @@ def test_a_study_runs_in_its_own_folder(how, tmp_path, qwen3_tokenizer) -> None:
               "options": ["Paris", "Rome", "Madrid"], "gold": i % 3} for i in range(6)]
     (folder / "tasks" / "capitals.jsonl").write_text("".join(json.dumps(it) + "\n" for it in items))
     before = reference_run()
-    with StubCompletions() as stub:
-        config = {"models": {"stub": {"source": "url", "url": stub.url, "tokenizer": str(QWEN3_TOKENIZER_DIR)}},
+    with StubCompletions() as stub, StubCompletions() as other:
+        stub.served_names, other.served_names = ["stub"], ["other"]
+        other.shift = 2.0  # another model: it favours the first label
+        config = {"models": {"stub": {"source": "url", "url": stub.url, "tokenizer": str(QWEN3_TOKENIZER_DIR)},
+                             "other": {"source": "url", "url": other.url, "tokenizer": str(QWEN3_TOKENIZER_DIR)}},
                   "tasks": {"capitals": {"source": "file", "path": "tasks/capitals.jsonl", "n_test": 4, "n_calib": 2}},
                   "levels": ["raw", "L0"]}
         (folder / "config").mkdir()
@@ -105,9 +108,18 @@ def test_a_study_runs_in_its_own_folder(how, tmp_path, qwen3_tokenizer) -> None:
         proc = snakemake(folder, directory=how == "directory")
         out = proc.stdout + proc.stderr
         assert proc.returncode == 0, out[-4000:]
-        assert stub.requests, "the cell was scored by the stub server"
+        assert stub.requests and other.requests, "each cell was scored by its stub server"
     summary = pd.read_csv(folder / "results/tables/summary.csv")
-    assert list(zip(summary["task"], summary["level"], strict=True)) == [("capitals", "raw"), ("capitals", "L0")]
+    assert list(zip(summary["model"], summary["level"], strict=True)) == [
+        ("stub", "raw"), ("stub", "L0"), ("other", "raw"), ("other", "L0")]
+    # the differences a paper claims: L0 minus raw in each cell, and one model minus the other on the same items
+    differences = pd.read_csv(folder / "results/tables/differences.csv")
+    pairs = set(zip(differences["model"], differences["versus_model"], differences["level"], differences["versus_level"],
+                    strict=True))
+    assert pairs == {("stub", "stub", "L0", "raw"), ("other", "other", "L0", "raw"), ("stub", "other", "raw", "raw"),
+                     ("stub", "other", "L0", "L0")}, pairs
+    assert ((differences["lo"] <= differences["value"]) & (differences["value"] <= differences["hi"])).all()
+    assert "One model minus another" in (folder / "results/tables/differences.md").read_text()
     # the published numbers ship with the workflow: compared, and nothing of this run is among them
     assert (folder / "results/tables/vs_published.md").read_text().startswith("No overlap")
     assert (folder / "results/viewer/index.html").is_file() and (folder / "results/plots/metrics_by_level.png").is_file()
