@@ -53,13 +53,16 @@ class RunOutputs:
 def kept_as_they_are(jobs: RunOutputs) -> str | None:
     """Why the cross-cell outputs already at JOBS' paths must not be replaced by this run's partial ones, or None.
 
-    No cell of this run finished: its tables would show nothing, in place of whatever they show now. The summary there
-    shows cells this run does not have: it was made by a run of another config, whose files are not this run's to
-    rewrite (a study of its own runs in its own folder: ``snakemake --directory``)."""
+    No cell of this run finished and a summary is there: this run's tables would show nothing, in place of whatever
+    that one shows (where there is none, the tables that list the failed cells and their errors are written). The
+    summary there shows cells this run does not have: it was made by a run of another config, whose files are not this
+    run's to rewrite (a study of its own runs in its own folder: ``snakemake --directory``)."""
     cells = jobs.summary_table.cells
-    if not jobs.summary_table.layout.finished(cells):
-        return "no cell of this run finished, so there is nothing to write in place of the outputs already there"
     csv = jobs.paths.summary["csv"]
+    if not jobs.summary_table.layout.finished(cells):
+        if Path(csv).is_file():
+            return "no cell of this run finished, so there is nothing to write in place of the outputs already there"
+        return None
     others = sorted(summary_cells(csv) - set(cells))
     if others:
         listed = ", ".join(f"{m}/{t}" for m, t in others[:4]) + (", ..." if len(others) > 4 else "")
