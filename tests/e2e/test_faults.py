@@ -37,6 +37,7 @@ import pandas as pd
 import pytest
 
 from anyjev.data.taskfile import load_task_file
+from anyjev.paths import RunPaths
 from anyjev.run.store import read_scores
 from anyjev.serving.proc import group_pids, proc_cmdline
 from anyjev.serving.state import read_record
@@ -385,7 +386,7 @@ def test_bad_task_line_fails_prepare_task_naming_file_and_line(tmp_path, smollm2
     assert "Error in rule prepare_task" in out
     assert "tasks/broken.jsonl:line 3: not valid JSON" in line, out[-3000:]
     assert not (work / "resources/tasks/broken.jsonl").exists()
-    assert not (work / ".anyjev").exists() and left == [], "no server may start for a task that failed"
+    assert not (work / RunPaths().state_dir).exists() and left == [], "no server may start for a task that failed"
 
 
 # ------------------------------------------- inputs as users write them (issue 13): `pytest -k inputs`
