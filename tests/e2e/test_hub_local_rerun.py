@@ -14,6 +14,7 @@ import yaml
 
 from tests.e2e.workflow_helpers import env, job_blocks, make_workdir, snakemake_cmd
 from tests.multiple_choice_repos import HELLASWAG, as_fixture_task, hellaswag_repo, worked_examples
+from tests.tiny_tokenizer import write_tiny_tokenizer
 
 
 def snakemake(work: Path, *args: str) -> str:
@@ -40,7 +41,7 @@ def test_a_local_folder_is_fetched_again_when_a_file_changes(tmp_path: Path) -> 
     config = {"models": {"m": {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": "tok"}}, "tasks": {"hs": task},
               "levels": ["raw", "L0"], "published": None}
     make_workdir(work, config, smollm2_dir=tmp_path)
-    (work / "tok").mkdir()
+    write_tiny_tokenizer(work / "tok")
     snakemake(work)
     meta = json.loads((work / "resources/hub/hs/meta.json").read_text())
     lock = yaml.safe_load((work / "resources/lock.yaml").read_text())["datasets"][task["hub"]["dataset"]]

@@ -42,8 +42,8 @@ def test_config_revision_reaches_fetch_and_prepare(tmp_path: Path) -> None:
     for c in cmds:
         if " fetch-task " in c:
             argv = shlex.split(c)
-            out = argv[argv.index("--out") + 1]
-            fetch[Path(out).name] = handed_job(c, work) | {"out": out}
+            folder = argv[argv.index("--out") + 1]
+            fetch[Path(folder).name] = handed_job(c, work) | {"out": folder}
     wanted = {"banking20": ("mteb/banking77", "deadbeef", ["train", "test"]), "newsgroups": ("SetFit/20_newsgroups", "cafe01", ["test"]),
               "sst2": ("stanfordnlp/sst2", "main", ["validation", "train"])}
     assert set(fetch) == set(wanted)
