@@ -21,7 +21,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.e2e.workflow_helpers import REPO, SNAKEFILE, SNAKEMAKE, env, job_blocks
+from tests.e2e.workflow_helpers import REPO, SNAKEMAKE, env, job_blocks
 from tests.waiting import HANG_GUARD
 
 PROFILE = REPO / "workflow" / "profiles" / "slurm"
@@ -35,12 +35,14 @@ GPUS = {"Qwen3-8B": 1, "Qwen2.5-7B-Instruct": 1, "Qwen3-30B-A3B-Instruct-2507": 
 MEM_MB = {"Qwen3-8B": 64000, "Qwen2.5-7B-Instruct": 64000, "Qwen3-30B-A3B-Instruct-2507": 128000}
 RUNTIME = {"Qwen3-8B": 240, "Qwen2.5-7B-Instruct": 240, "Qwen3-30B-A3B-Instruct-2507": 360}
 JOB_COUNTS = {"fetch_hub_task": 3, "prepare_model": 3, "prepare_task": 3, "score_model": 3, "score_cell": 9,
-              "evaluate_cell": 9, "reliability_plot": 9, "summary_table": 1, "provenance_table": 1, "summary_plots": 1,
+              "evaluate_cell": 9, "reliability_plot": 9, "summary_table": 1, "differences_table": 1,
+              "provenance_table": 1, "summary_plots": 1,
               "vs_published": 1, "vs_published_plot": 1, "viewer": 1, "all": 1}
 # Every rule but score_model (one job per model: docs/servers.md) runs in the main Snakemake process, never as a
 # SLURM job (`all` has no action).
 LOCAL_RULES = {"prepare_model", "fetch_hub_task", "prepare_task", "score_cell", "evaluate_cell", "summary_table",
-               "summary_plots", "reliability_plot", "vs_published", "vs_published_plot", "provenance_table", "viewer", "all"}
+               "differences_table", "summary_plots", "reliability_plot", "vs_published", "vs_published_plot",
+               "provenance_table", "viewer", "all"}
 
 # Loads the workflow through Snakemake's API (no DAG, no jobs) and prints, per rule, whether Snakemake keeps it
 # local: the rule is marked `localrule: True` (workflow._localrules) or has no action (`rule all`). That is
@@ -76,6 +78,10 @@ def parse_job_stats(text: str) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def paper_dry_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("paper")
+    # The workflow as a checkout has it before its setup (docs/cluster.md, step 4): no server environment beside it
+    # (this repository's own .venv-server would be found there: anyjev.config.with_shipped_paths).
+    snakefile = work / "checkout" / "workflow" / "Snakefile"
+    shutil.copytree(REPO / "workflow", snakefile.parent, ignore=shutil.ignore_patterns("__pycache__"))
     (work / "config").mkdir()
     shutil.copy(REPO / "config" / "config.yaml", work / "config" / "config.yaml")
     shutil.copy(PAPER, work / "config" / "paper.yaml")
@@ -92,17 +98,17 @@ def paper_dry_run(tmp_path_factory):
         stub.chmod(0o755)
     e = env()
     e["PATH"] = f"{stubs}{os.pathsep}{e['PATH']}"
-    cmd = [str(SNAKEMAKE), "-s", str(SNAKEFILE), "-d", str(work), "--configfile", str(work / "config" / "paper.yaml"),
+    cmd = [str(SNAKEMAKE), "-s", str(snakefile), "-d", str(work), "--configfile", str(work / "config" / "paper.yaml"),
            "--executor", "slurm", "--workflow-profile", str(PROFILE), "-n"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_GUARD, env=e, cwd=work)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
-    local = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-c", LOCALRULES_SCRIPT, str(SNAKEFILE), str(work),
+    local = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-c", LOCALRULES_SCRIPT, str(snakefile), str(work),
                             str(work / "config" / "paper.yaml")], capture_output=True, text=True, timeout=HANG_GUARD,
                            env=e, cwd=work)
     assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
     localrules = json.loads(re.search(r"^LOCALRULES=(.*)$", local.stdout, re.M).group(1))
-    return {"work": work, "env": e, "out": out, "jobs": job_blocks(out), "calls": calls, "localrules": localrules}
+    return {"work": work, "snakefile": snakefile, "env": e, "out": out, "jobs": job_blocks(out), "calls": calls, "localrules": localrules}
 
 
 # What the dry run, the plan and a run say of the server environment paper.yaml uses before it is created.
@@ -136,8 +142,8 @@ def test_a_run_before_the_setup_is_refused_at_once_naming_the_key(paper_dry_run)
     """The same grid run for real (locally: nothing to submit) before the server environment exists: refused before
     any job runs (nothing fetched, prepared or submitted), with one line that names server.python."""
     work = paper_dry_run["work"]
-    cmd = [str(SNAKEMAKE), "-s", str(SNAKEFILE), "-d", str(work), "--configfile", str(work / "config" / "paper.yaml"),
-           "--cores", "1"]
+    cmd = [str(SNAKEMAKE), "-s", str(paper_dry_run["snakefile"]), "-d", str(work), "--configfile",
+           str(work / "config" / "paper.yaml"), "--cores", "1"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=paper_dry_run["env"], cwd=work)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-4000:]
@@ -235,7 +241,7 @@ JOB_TYPES = {"prepare-model": "anyjev.serving.models:ModelJob", "fetch-task": "a
              "summary-table": "anyjev.outputs.tables:SummaryJob", "provenance-table": "anyjev.outputs.provenance:ProvenanceJob",
              "vs-published": "anyjev.outputs.tables:VsPublishedJob", "reliability-plot": "anyjev.outputs.plots:ReliabilityJob",
              "summary-plots": "anyjev.outputs.plots:SummaryPlotsJob", "vs-published-plot": "anyjev.outputs.plots:VsPublishedPlotJob",
-             "viewer": "anyjev.outputs.viewer:ViewerJob"}
+             "differences-table": "anyjev.outputs.differences:DifferencesJob", "viewer": "anyjev.outputs.viewer:ViewerJob"}
 
 
 def test_every_command_line_names_its_job_file(paper_dry_run):
