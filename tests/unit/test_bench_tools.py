@@ -1,0 +1,116 @@
+"""The benchmarks' own machinery: the time limit every benchmark runs under, the viewer benchmark's sizes and its
+failure on a viewer that lacks the cell it opens, and the scale benchmark's process accounting."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from bench import time_limit
+from bench.bench_scale import ProcessSampler, by_kind, growth_exponent, job_kind, union_seconds
+from tests.conftest import REPO
+
+
+def test_a_benchmark_past_its_time_limit_stops_loudly_and_cleans_up(monkeypatch, capsys) -> None:
+    monkeypatch.setenv(time_limit.LIMIT_ENV, "0.2")
+    cleaned = []
+
+    def never_ends() -> int:
+        try:
+            threading.Event().wait()  # a wait nothing ends, like a page that never renders
+        finally:
+            cleaned.append(True)
+        return 0
+
+    assert time_limit.run(never_ends, seconds=3600) == time_limit.EXIT_TIMED_OUT
+    assert cleaned == [True]
+    assert "stopped after its time limit of 0.2 s" in capsys.readouterr().err
+
+
+def test_a_benchmark_within_its_limit_returns_its_own_exit_code(monkeypatch) -> None:
+    monkeypatch.delenv(time_limit.LIMIT_ENV, raising=False)
+    assert time_limit.run(lambda: 3, seconds=3600) == 3
+
+
+def test_every_benchmark_runs_under_a_time_limit() -> None:
+    scripts = sorted((REPO / "bench").glob("bench_*.py"))
+    assert scripts
+    for script in scripts:
+        assert "time_limit.run(main" in script.read_text(), f"{script.name} runs without a time limit"
+
+
+def test_viewer_sizes_take_the_cells_of_a_run(tmp_path: Path) -> None:
+    from bench.bench_viewer import sizes
+
+    (tmp_path / "cells" / "m").mkdir(parents=True)
+    (tmp_path / "index.html").write_text("x" * 2000)
+    for task in ("a", "b"):
+        (tmp_path / "cells" / "m" / f"{task}.js").write_text("y" * 1000)
+        (tmp_path / "cells" / "m" / f"{task}.items.js").write_text("z" * 3000)
+    got = sizes(tmp_path, [("m", "a"), ("m", "b")])
+    assert got["per_cell"]["m/b"] == {"cell_kb": 1.0, "items_kb": 3.0}
+    assert got["index_kb"] == 2.0 and got["total_mb"] == 0.01
+
+
+def test_the_viewer_benchmark_fails_at_once_on_a_viewer_without_the_cell(tmp_path: Path) -> None:
+    """The committed viewer without one cell's data file: opening that cell raises the page's own message instead of
+    waiting for a render that never comes."""
+    from tests.e2e.test_viewer_browser import CHROMIUM, CHROMIUM_ARGS, REFERENCE, require_browser
+
+    require_browser()
+    from playwright.sync_api import Error, sync_playwright
+
+    from bench.bench_viewer import measure
+
+    viewer = tmp_path / "viewer"
+    shutil.copytree(REFERENCE.parent, viewer)
+    [cell_file] = [p for p in sorted((viewer / "cells").glob("*/*.js")) if not p.name.endswith(".items.js")][:1]
+    cell = f"{cell_file.parent.name}/{cell_file.name.split('.')[0]}"
+    cell_file.unlink()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            with pytest.raises(Error, match="Cannot show this page"):
+                measure(browser, viewer / "index.html", cell, "any-item", 1)
+        finally:
+            browser.close()
+
+
+def test_job_kinds_name_the_command_or_script_a_job_runs() -> None:
+    assert job_kind(["python", "-m", "anyjev", "evaluate", "--job", "{}"]) == "evaluate"
+    assert job_kind(["/x/python", "/w/.snakemake/scripts/tmpab_c1.summary_table.py"]) == "summary_table"
+    assert job_kind(["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]) == "server"
+    assert job_kind(["python", "-m", "anyjev.serving.supervisor", "--state", "s"]) == "supervisor"
+    assert job_kind(["/bin/bash", "-c", "python -m anyjev evaluate"]) is None
+    assert job_kind(["snakemake", "-s", "Snakefile"]) is None
+
+
+def test_union_of_intervals_counts_overlaps_once() -> None:
+    assert union_seconds([(0, 2), (1, 3), (5, 6)]) == 4
+    assert union_seconds([]) == 0
+
+
+def test_growth_exponent_is_one_for_linear_work() -> None:
+    assert growth_exponent({"cells": 10, "outside_scoring_s": 5}, {"cells": 100, "outside_scoring_s": 50}) == pytest.approx(1)
+    assert growth_exponent({"cells": 10, "outside_scoring_s": 5}, {"cells": 100, "outside_scoring_s": 5}) == 0
+
+
+def test_the_sampler_finds_a_job_under_its_root_with_its_memory_and_cpu() -> None:
+    # A child that reads like `python -m anyjev evaluate` (what follows -c is its argv) and waits on its stdin.
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-m", "anyjev", "evaluate"],
+                             stdin=subprocess.PIPE)
+    try:
+        sampler = ProcessSampler(os.getpid())
+        sampler.sample()
+        [job] = [j for j in sampler.jobs.values() if j["kind"] == "evaluate"]
+        assert job["peak_rss_kb"] > 0 and job["end"] >= job["start"]
+        assert sampler.main["peak_rss_kb"] > 0
+        assert by_kind([job])["evaluate"]["jobs"] == 1
+    finally:
+        child.communicate(b"")
