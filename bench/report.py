@@ -131,8 +131,27 @@ def default_run_block(root: Path = REPO) -> str:
     return "\n".join(lines)
 
 
+def l0_limits_block(root: Path = REPO) -> str:
+    from bench import cache_limit
+
+    return cache_limit.markdown(load("l0_cost_limits", root)).strip()
+
+
+def scale_block(root: Path = REPO) -> str:
+    from bench import bench_scale
+
+    return bench_scale.markdown(load("scale", root)).strip()
+
+
+def ceiling_block(root: Path = REPO) -> str:
+    from bench import bench_ceiling
+
+    return bench_ceiling.markdown(load("ceiling", root)).strip()
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "l0-cost": l0_cost_block,
+    "l0-limits": l0_limits_block,
     "prefix-drift": prefix_drift_block,
     "backends": backends_block,
     "cpu-threads": cpu_threads_block,

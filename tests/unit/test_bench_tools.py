@@ -14,6 +14,7 @@ import pytest
 
 from bench import time_limit
 from bench.bench_scale import ProcessSampler, by_kind, growth_exponent, job_kind, union_seconds
+from bench.cache_limit import computed_limit
 from tests.conftest import REPO
 
 
@@ -114,3 +115,14 @@ def test_the_sampler_finds_a_job_under_its_root_with_its_memory_and_cpu() -> Non
         assert by_kind([job])["evaluate"]["jobs"] == 1
     finally:
         child.communicate(b"")
+
+
+def test_the_cache_limit_computes_each_shared_prefix_once_in_whole_blocks() -> None:
+    a, b = [1, 2, 3, 4], [1, 2, 3, 5]
+    assert computed_limit([a, b], block=1) == 4 + 1  # b reuses 1, 2, 3
+    assert computed_limit([a, b], block=2) == 4 + 2  # only the whole block [1, 2]
+    assert computed_limit([a, a], block=1) == 4 + 1  # the last token is always computed
+    assert computed_limit([a, a], block=2) == 4 + 2  # ... so the last whole block is too
+    assert computed_limit([a, [9, 2, 3, 4]], block=1) == 8  # a prefix, not any shared run
+    with pytest.raises(ValueError):
+        computed_limit([a], block=0)
