@@ -126,3 +126,36 @@ def test_the_cache_limit_computes_each_shared_prefix_once_in_whole_blocks() -> N
     assert computed_limit([a, [9, 2, 3, 4]], block=1) == 8  # a prefix, not any shared run
     with pytest.raises(ValueError):
         computed_limit([a], block=0)
+
+
+def test_the_stand_in_server_is_started_checked_and_read_as_vllm_cpu(tmp_path: Path) -> None:
+    """The scale benchmark's server environment: the workflow's own launch path starts it as it starts vllm-cpu, and
+    a cell's reads work against it (description, counters, label log-probs), and it counts its start."""
+    from anyjev.backends.vllm import VLLMBackend
+    from anyjev.serving.build import server_build
+    from anyjev.serving.describe import describe_server
+    from anyjev.serving.lease import acquire_server
+    from anyjev.serving.metrics import read_counters
+    from anyjev.serving.spec import ServerSpec
+    from anyjev.serving.stop import stop_server
+    from bench.stand_in_vllm import STARTS_ENV, make_server_env
+    from tests.stub_http import model_logprobs
+
+    python = make_server_env(tmp_path / "env")
+    assert server_build(str(python)) == ("vllm-cpu", "0.32.0")
+    starts = tmp_path / "starts.log"
+    spec = ServerSpec(name="m", model=str(tmp_path), served_name="m", python=str(python), max_model_len=512,
+                      server_env={STARTS_ENV: str(starts)}, start_timeout=60)
+    handle = acquire_server(spec, state_dir=tmp_path / "state", owner_pid=os.getpid(), log_path=tmp_path / "m.log")
+    try:
+        described = describe_server(handle.url, "m")
+        assert (described.vllm_version, described.max_model_len) == ("0.32.0", 512)
+        assert described.cache == {"block_size": "32", "cache_dtype": "auto", "enable_prefix_caching": "True"}
+        with VLLMBackend(handle.url, "m") as backend:
+            values = backend.label_logprobs([[1, 2, 3], [4, 5]], [7, 8, 9])
+        assert values[1].tolist() == pytest.approx(model_logprobs([4, 5], [7, 8, 9]))
+        counters = read_counters(handle.url, "m")
+        assert (counters.requests_ok, counters.prompt_tokens) == (2, 5)
+        assert starts.read_text().split()[0] == "m"
+    finally:
+        stop_server(handle)
