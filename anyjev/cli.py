@@ -5,10 +5,11 @@ The workflow's rules call the job commands with one ``--job`` JSON argument, the
 people. Each command parses its arguments and calls one library function.
 
 One convention throughout: a flag means one thing in every command (``--task-file`` is a JSONL task file,
-``--task`` a task name, ``--config`` a config file, ``--out`` the file the command writes); what a command makes goes
-to ``--out``, what it reports to a person goes to standard output (``--json`` where a program reads it), and the log
-and errors go to standard error.
-Exit codes: 0 ok, 2 bad input (config, task data), 3 LabelTokenError, 4 server error, 5 backend error.
+``--task`` a task name, ``--config`` one config file, default config/config.yaml, ``--out`` what the command makes:
+a file, or a folder); what a command makes goes to ``--out``, what it reports to a person goes to standard output
+(``--json`` where a program reads it), and the log and errors go to standard error.
+Exit codes: 0 ok; 1 the work failed (a label, server or backend error: its last line says which); 2 bad input (a
+config value, a task file, a command's argument: one line on standard error naming it, no traceback); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -17,20 +18,24 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import time
+import typing
 from collections.abc import Callable
 
-from anyjev.errors import AnyjevError, BackendError, ConfigError, LabelTokenError, ServerError, TaskDataError
+from anyjev.errors import AnyjevError, ConfigError, InputError
 
 log = logging.getLogger("anyjev")
 
-EXIT_CODES = ((LabelTokenError, 3), (ServerError, 4), (BackendError, 5), (ConfigError, 2), (TaskDataError, 2))
+EXIT_WORK_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
 # Where the workflow keeps its files (workflow/rules/common.smk); the people's commands look there by default.
 WORKFLOW_PATHS = {"models_dir": "resources/models", "hub_cache": "resources/hub", "tasks_dir": "resources/tasks",
                   "task_file": "resources/tasks/{task}.jsonl", "state_dir": ".anyjev/servers", "config": "config/config.yaml",
                   "cell_dir": "results/cells/{model}/{task}", "score_log": "logs/score/{model}/{task}.log",
-                  "evaluate_log": "logs/evaluate/{model}/{task}.log", "viewer": "results/viewer"}
+                  "evaluate_log": "logs/evaluate/{model}/{task}.log", "viewer": "results/viewer",
+                  "score_model_log": "logs/score_model/{model}.log", "prepare_task_log": "logs/prepare_task/{task}.log",
+                  "fetch_log": "logs/fetch_hub_task/{dataset}.log", "prepare_model_log": "logs/prepare_model/{model}.log"}
 
 
 # -------------------------------------------------------------------------------------------- job commands
@@ -50,7 +55,7 @@ def cmd_prepare_task(args: argparse.Namespace) -> None:
 def cmd_fetch_task(args: argparse.Namespace) -> None:
     from anyjev.data.hub import FetchJob, fetch_job
 
-    log.info("fetched into %s", fetch_job(FetchJob.from_json(args.job)))
+    log.info("fetched into %s", fetch_job(FetchJob.from_json(args.job), args.out))
 
 
 def cmd_score(args: argparse.Namespace) -> None:
@@ -80,29 +85,31 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 def cmd_serve(args: argparse.Namespace) -> None:
     from anyjev.run.cell import ScoreJob
     from anyjev.serving.lease import acquire_server
-    from anyjev.serving.stop import stop_server
+    from anyjev.serving.stop import stop_servers
 
     job = ScoreJob.from_json(args.job)
     if job.managed is None:
         raise ConfigError(f"models.{job.model}.source", "is url: that server is yours, there is nothing to start")
-    handle = acquire_server(job.managed.spec, state_dir=job.managed.state_dir, owner_pid=os.getpid(), log_path=job.managed.log)
-    print(json.dumps(handle.to_dict(), indent=1), flush=True)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` ends it as Ctrl-C does: server and record go
     try:
+        handle = acquire_server(job.managed.spec, state_dir=job.managed.state_dir, owner_pid=os.getpid(),
+                                log_path=job.managed.log)
+        print(json.dumps(handle.to_dict(), indent=1), flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
         pass
-    finally:
-        stop_server(handle)
+    finally:  # this command's server, ready or still starting, and its record (a lease on a server that is gone)
+        stopped = stop_servers(job.managed.state_dir, owner_pid=os.getpid())
+        log.info("stopped %s", ", ".join(stopped) or "nothing (the server had not started)")
 
 
 # ----------------------------------------------------------------------------------------- people's commands
 def cmd_check_config(args: argparse.Namespace) -> None:
     from anyjev.config import check_config_file, check_runnable
 
-    for path in args.config:
-        check_runnable(check_config_file(path))
-        print(f"{path}: ok")
+    check_runnable(check_config_file(args.config))
+    print(f"{args.config}: ok")
 
 
 def cmd_stop_servers(args: argparse.Namespace) -> None:
@@ -124,18 +131,20 @@ def _prompt_options(args: argparse.Namespace):
 
 
 def cmd_show(args: argparse.Namespace) -> None:
-    from anyjev.run.cell import load_tokenizer
+    from anyjev.decision.tokenizer import load_tokenizer
     from anyjev.run.inspect import show_prompt
 
-    sys.stdout.write(show_prompt(args.task_file, args.item, load_tokenizer(args.tokenizer), _prompt_options(args),
-                                 args.layout, show_ids=args.ids))
+    tokenizer = load_tokenizer(args.tokenizer, argument="--tokenizer")
+    sys.stdout.write(show_prompt(args.task_file, args.item, tokenizer, _prompt_options(args), args.layout,
+                                 show_ids=args.ids))
 
 
 def cmd_export_prompts(args: argparse.Namespace) -> None:
-    from anyjev.run.cell import load_tokenizer
+    from anyjev.decision.tokenizer import load_tokenizer
     from anyjev.run.inspect import export_scores_with_prompts
 
-    print(export_scores_with_prompts(args.scores, args.task_file, load_tokenizer(args.tokenizer), out=args.out))
+    tokenizer = load_tokenizer(args.tokenizer, argument="--tokenizer")
+    print(export_scores_with_prompts(args.scores, args.task_file, tokenizer, out=args.out))
 
 
 def cmd_ls(args: argparse.Namespace) -> None:
@@ -153,9 +162,12 @@ def cmd_viewer(args: argparse.Namespace) -> None:
     if args.job:
         job = ViewerJob.from_json(args.job)
     else:  # a person regenerating a run's viewer: the workflow's layout
-        layout = CellLayout(WORKFLOW_PATHS["cell_dir"], WORKFLOW_PATHS["score_log"], WORKFLOW_PATHS["evaluate_log"])
-        job = Settings.load(args.config).viewer_job(models_dir=WORKFLOW_PATHS["models_dir"],
-                                                    task_file=WORKFLOW_PATHS["task_file"], layout=layout)
+        settings = Settings.load(args.config)
+        earlier = tuple(WORKFLOW_PATHS[k] for k in ("score_model_log", "prepare_task_log", "fetch_log", "prepare_model_log"))
+        layout = CellLayout(WORKFLOW_PATHS["cell_dir"], WORKFLOW_PATHS["score_log"], WORKFLOW_PATHS["evaluate_log"], earlier,
+                            settings.hub_folders())
+        job = settings.viewer_job(models_dir=WORKFLOW_PATHS["models_dir"], task_file=WORKFLOW_PATHS["task_file"],
+                                  layout=layout)
     log.info("wrote %s", write_viewer(job, args.out))
 
 
@@ -167,6 +179,21 @@ def cmd_plan(args: argparse.Namespace) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- parser
+class _Parser(argparse.ArgumentParser):
+    """A usage error is bad input like any other: one line naming the argument, exit 2 (not argparse's usage block)."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _existing_file(value: str) -> str:
+    """An input file argument: refused at once, naming it, when it is not there (before any work)."""
+    if not os.path.isfile(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is a folder, not a file" if os.path.isdir(value) else
+                                         f"no such file {value!r}")
+    return value
+
+
 def _command(sub: argparse._SubParsersAction, name: str, func: Callable[[argparse.Namespace], None], help: str, *,
              job: str | None = None) -> argparse.ArgumentParser:
     """A subcommand calling FUNC; with JOB (the job type's name), it takes that job as ``--job`` JSON."""
@@ -177,12 +204,12 @@ def _command(sub: argparse._SubParsersAction, name: str, func: Callable[[argpars
     return s
 
 
-def _config_flag(s: argparse.ArgumentParser) -> None:
+def _config_flag(s: argparse._ActionsContainer) -> None:
     s.add_argument("--config", default=WORKFLOW_PATHS["config"], help=f"config file (default {WORKFLOW_PATHS['config']})")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="anyjev", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="anyjev", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
     owner = "the process whose exit stops a managed server (default: the parent)"
@@ -192,10 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = _command(sub, "prepare-task", cmd_prepare_task, "build a task, split it (seeded), write it as a JSONL task file",
                  job="PrepareJob")
     s.add_argument("--out", required=True, help="the JSONL task file")
-    _command(sub, "fetch-task", cmd_fetch_task, "download a hub task's declared dataset splits into the job's cache at its revision, "
-             "recording the resolved commit in the lock file (refusing another commit when pinned)", job="FetchJob")
+    s = _command(sub, "fetch-task", cmd_fetch_task, "download a hub task's declared dataset splits at its revision, "
+                 "recording the resolved commit in the lock file (refusing another commit when pinned)", job="FetchJob")
+    s.add_argument("--out", required=True, help="the dataset's cache folder (meta.json and one JSONL file per split)")
     s = _command(sub, "score", cmd_score, "score one (model, task) cell; resumes an interrupted run", job="ScoreJob")
-    s.add_argument("--task-file", required=True, help="the cell's JSONL task file (from prepare-task)")
+    s.add_argument("--task-file", required=True, type=_existing_file, help="the cell's JSONL task file (from prepare-task)")
     s.add_argument("--out", required=True, help="the scores file (JSON lines); the checkpoint is OUT.partial")
     s.add_argument("--provenance", help="also write the cell's provenance record (JSON) here")
     s.add_argument("--owner-pid", type=int, help=owner)
@@ -205,37 +233,40 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--owner-pid", type=int, help=owner)
     s = _command(sub, "publish-cell", cmd_publish_cell, "publish a cell scored by score-model, or fail with the cell's "
                  "own error (e.g. the missing label ids)")
-    s.add_argument("--allocation", required=True, help="the outcome record score-model wrote")
+    s.add_argument("--allocation", required=True, type=_existing_file, help="the outcome record score-model wrote")
     s.add_argument("--task", required=True, help="the cell's task name")
     s.add_argument("--out", required=True, help="the cell's scores file")
     s.add_argument("--provenance", required=True, help="the cell's provenance record")
     s.add_argument("--model-log", help="the model job's log, named in a failed cell's message")
     s = _command(sub, "evaluate", cmd_evaluate, "levels and metrics (bootstrap intervals) of a scored cell; no server needed",
                  job="EvaluateJob")
-    s.add_argument("--scores", required=True, help="the scores file from `anyjev score`")
+    s.add_argument("--scores", required=True, type=_existing_file, help="the scores file from `anyjev score`")
     s.add_argument("--out", required=True, help="the metrics JSON")
     s.add_argument("--predictions", help="also write the per-item predictions CSV (for reliability diagrams) here")
     _command(sub, "serve", cmd_serve, "start a managed vLLM server from a score job and hold it until Ctrl-C", job="ScoreJob")
 
-    s = _command(sub, "check-config", cmd_check_config, "check config files as the workflow will (YAML syntax with line "
+    s = _command(sub, "check-config", cmd_check_config, "check a config file as the workflow will (YAML syntax with line "
                  "numbers, schema, the vLLM interpreter)")
-    s.add_argument("--config", action="append", required=True, help="a config file (repeat for several)")
+    _config_flag(s)
     s = _command(sub, "stop-servers", cmd_stop_servers, "stop managed servers recorded in a state folder")
     s.add_argument("--state-dir", default=WORKFLOW_PATHS["state_dir"], help=f"lease folder (default {WORKFLOW_PATHS['state_dir']})")
     s.add_argument("--owner-pid", type=int, help="only servers of this owner")
     s = _command(sub, "show", cmd_show, "print the exact prompt (text, token count, ids) of a task item and layout, as "
                  "its cell scored it")
-    s.add_argument("--task-file", required=True, help="the JSONL task file (e.g. resources/tasks/mmlu.jsonl)")
+    s.add_argument("--task-file", required=True, type=_existing_file, help="the JSONL task file (e.g. resources/tasks/mmlu.jsonl)")
     s.add_argument("--item", required=True, help="the item id")
     s.add_argument("--tokenizer", required=True, help="the model's tokenizer folder (e.g. resources/models/<model>)")
     s.add_argument("--layout", default="fwd/r0", help="layout name (fwd/r0, fwd/r1, rev/r0, ...) or 'all' (default fwd/r0)")
     s.add_argument("--ids", action="store_true", help="also print the token ids")
-    s.add_argument("--scores", help="the cell's scores file: its prompt options (profile, option order) are used")
-    _config_flag(s)
+    options = s.add_mutually_exclusive_group()  # the prompt options come from one of them
+    options.add_argument("--scores", type=_existing_file, help="the cell's scores file: its prompt options (profile, "
+                         "option order) are used, not a config's")
+    _config_flag(options)
     s = _command(sub, "export-prompts", cmd_export_prompts, "write a cell's scores with each layout's prompt text "
                  "(checked against the stored prompt hashes)")
-    s.add_argument("--scores", required=True, help="results/cells/<model>/<task>/scores.jsonl")
-    s.add_argument("--task-file", required=True, help="the task file it was scored from (resources/tasks/<task>.jsonl)")
+    s.add_argument("--scores", required=True, type=_existing_file, help="results/cells/<model>/<task>/scores.jsonl")
+    s.add_argument("--task-file", required=True, type=_existing_file,
+                   help="the task file it was scored from (resources/tasks/<task>.jsonl)")
     s.add_argument("--tokenizer", required=True, help="the model's tokenizer folder (resources/models/<model>)")
     s.add_argument("--out", help="output JSONL (default: scores_with_prompts.jsonl next to the scores)")
     s = _command(sub, "ls", cmd_ls, "list the configured tasks with their kind, K and sizes")
@@ -266,7 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.func(args)
     except AnyjevError as exc:
-        code = next((c for t, c in EXIT_CODES if isinstance(exc, t)), 1)
         print(f"anyjev {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return code
+        return EXIT_BAD_INPUT if isinstance(exc, InputError) else EXIT_WORK_FAILED
+    except KeyboardInterrupt:
+        print(f"anyjev {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0

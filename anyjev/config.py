@@ -5,16 +5,22 @@ every task needs). Every error names the key path, e.g. ``models.smollm2-135m.dt
 from __future__ import annotations
 
 import copy
+import functools
 import os
+import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
 
 from anyjev.data import builtin, hub
 from anyjev.data.declared import HubDataset, HubTaskDeclaration, check_declaration
+from anyjev.data.local import is_local
+from anyjev.data.split import missing_split
 from anyjev.data.taskfile import jsonl_rows
 from anyjev.decision.labels import check_label_capacity
-from anyjev.errors import ConfigError, ConfigSyntaxError
+from anyjev.decision.tokenizer import load_tokenizer
+from anyjev.errors import ArgumentError, ConfigError, ConfigSyntaxError, TaskDataError
 from anyjev.jobs import from_data
 from anyjev.numbers.certificate import min_certification_items
 from anyjev.schema import schema, validate
@@ -72,6 +78,12 @@ def check_local_model(folder: Path, given: str, key: str) -> None:
                           "fail only after starting; point it at the folder that holds them")
 
 
+@functools.cache
+def _loadable_tokenizer(folder: str) -> None:
+    """The tokenizer in FOLDER loads (checked once per folder and process: validation runs on every parse)."""
+    load_tokenizer(folder)
+
+
 def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
     """Return a validated copy of ``config`` with defaults filled, or raise :class:`ConfigError`."""
     config = validate(copy.deepcopy(config), schema())
@@ -84,13 +96,19 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
                 raise ConfigError(f"models.{name}.{key}", f"required for source {src!r}")
         if src == "local":
             check_local_model(Path(workdir) / model["path"], model["path"], f"models.{name}.path")
-        if src == "url" and not (Path(workdir) / model["tokenizer"]).is_dir():
-            raise ConfigError(f"models.{name}.tokenizer", f"tokenizer folder {model['tokenizer']!r} does not exist")
+        if src == "url":  # scoring renders every prompt with it: a folder without a tokenizer fails here, not there
+            try:
+                _loadable_tokenizer(str(Path(workdir) / model["tokenizer"]))
+            except ArgumentError as exc:
+                raise ConfigError(f"models.{name}.tokenizer", f"{model['tokenizer']!r}: {exc.why}") from None
         check_extra_flags(model["server_flags"], f"models.{name}.server_flags")
     if config["evaluation"]["prior_batch_size"] is not None and config["evaluation"]["prior_mode"] != "streaming":
         raise ConfigError("evaluation.prior_batch_size", "applies to prior_mode streaming only (batch uses the whole "
                           "split): set evaluation.prior_mode: streaming, or remove prior_batch_size")
     _check_hub_tasks(tasks)
+    for name, task in tasks.items():
+        if task.get("hub") is not None:
+            check_hub_source(task["hub"]["dataset"], workdir, f"tasks.{name}.hub.dataset")
     for name, task in tasks.items():
         k = largest_k(name, task, workdir)
         if k is not None:
@@ -114,6 +132,7 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
                 raise ConfigError(f"tasks.{name}.path", f"{task['path']!r} is a folder: name the task's JSONL file")
             if not (Path(workdir) / task["path"]).is_file():
                 raise ConfigError(f"tasks.{name}.path", f"task file {task['path']!r} does not exist")
+            _check_given_splits(name, task, "L1" in config["levels"], workdir)
     if "grid" in config:
         if not config["grid"]:
             raise ConfigError("grid", "is empty: no (model, task) cell to score")
@@ -132,14 +151,54 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
     return config
 
 
+def check_hub_source(dataset: str, workdir: str | os.PathLike, key: str) -> None:
+    """A local folder must exist; a hub id must not name a folder here, which datasets.load_dataset would read instead."""
+    here = Path(workdir) / dataset
+    if is_local(dataset):
+        if not here.is_dir():
+            raise ConfigError(key, f"local folder {dataset!r} does not exist" + ("" if Path(dataset).is_absolute() else
+                                                                                f" (relative to {Path(workdir).resolve()})"))
+    elif here.is_dir():
+        raise ConfigError(key, f"{dataset!r} names a folder here, which datasets.load_dataset would read instead of the hub "
+                          f"dataset: write './{dataset}' for the folder (it takes no revision), or move the folder")
+
+
 def check_config_file(path: str | os.PathLike, *, workdir: str | os.PathLike = ".") -> dict:
-    """Read and validate one config file: syntax (file:line), duplicate keys, schema, semantic checks."""
-    return validate_config(load_strict(path), workdir=workdir)
+    """Read and validate one config file: syntax (file:line), duplicate keys, schema, semantic checks; every error
+    names the file."""
+    config = load_strict(path)
+    try:
+        return validate_config(config, workdir=workdir)
+    except ConfigError as exc:
+        raise exc.located(str(path)) from None
+
+
+def _matched_depth(data: object, key_path: str) -> int:
+    """How many steps of KEY_PATH (``models.qwen2.5-7b.dtype``, ``grid[0].tasks[1]``) DATA holds."""
+    if isinstance(data, dict):
+        for key in map(str, data):
+            if key_path == key:
+                return 1
+            if key_path.startswith(key) and key_path[len(key)] in ".[":
+                return 1 + _matched_depth(data[key], key_path[len(key):].removeprefix("."))
+    if isinstance(data, list) and (index := re.match(r"\[(\d+)\]\.?", key_path)) and int(index[1]) < len(data):
+        return 1 + _matched_depth(data[int(index[1])], key_path[index.end():])
+    return 0
+
+
+def value_source(key_path: str, sources: Sequence[tuple[str, dict]]) -> str | None:
+    """Which of SOURCES (name, content), in the order they are merged (config files, then command-line values), the
+    value at KEY_PATH came from: the last one that holds the most of the path (a missing key is the fault of the source
+    that declares its parent). None when no source holds any of it."""
+    depths = [(_matched_depth(data, key_path), n) for n, (_, data) in enumerate(sources)]
+    depth, last = max(depths, default=(0, 0))
+    return sources[last][0] if depth else None
 
 
 def check_runnable(config: dict, workdir: str | os.PathLike = ".") -> None:
-    """What a run (a dry run too) needs on this machine beyond a valid config: the vLLM interpreter when the
-    workflow starts servers. (`anyjev plan` does not need it: plan a cluster run anywhere.)"""
+    """What a run needs on this machine beyond a valid config: the vLLM interpreter when the workflow starts servers.
+    A dry run and `anyjev plan` do not need it (docs/cluster.md checks a run before it sets the environment up): the
+    workflow says it is missing and refuses only a run that starts a server."""
     if any(m["source"] != "url" for m in config["models"].values()):
         check_server_python(config["server"]["python"], workdir)
 
@@ -196,6 +255,24 @@ def _check_hub_tasks(tasks: dict) -> None:
             raise ConfigError(f"tasks.{name}.hub.revision" if own else where, f"hub dataset {ds.dataset!r} is also fetched at "
                               f"revision {revision!r} for task {other!r}: the lock file records one commit per hub dataset")
         revisions.setdefault(ds.dataset, (name, ds.revision))
+
+
+def _check_given_splits(name: str, task: dict, fits_temperature: bool, workdir: str | os.PathLike) -> None:
+    """A task file whose items all carry a split must leave a test item to score, and a calibration item when levels
+    lists L1: refused here, before anything runs, naming the file."""
+    try:
+        rows = jsonl_rows(Path(workdir) / task["path"])
+    except TaskDataError:
+        return  # a malformed file is the prepare step's to explain, with its line
+    missing = missing_split([row.get("split") for _, row in rows if "question" in row], fits_temperature=fits_temperature)
+    where, path = f"tasks.{name}.path", task["path"]
+    if missing == "test":
+        raise ConfigError(where, f"{path!r}: every item says \"split\": \"calib\": no test item to score; mark the items to "
+                          f"score \"split\": \"test\" (tasks.{name}.n_test of them)")
+    if missing == "calib":
+        raise ConfigError(where, f"{path!r}: every item says \"split\": \"test\", but levels lists L1, whose temperature "
+                          f"is fitted on the calibration items: mark some items \"split\": \"calib\" (tasks.{name}.n_calib "
+                          "of them), or remove L1 from levels")
 
 
 def largest_k(name: str, task: dict, workdir: str | os.PathLike = ".") -> int | None:

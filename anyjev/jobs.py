@@ -18,7 +18,7 @@ import typing
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-from anyjev.errors import ConfigError
+from anyjev.errors import ArgumentError, ConfigError
 
 T = TypeVar("T")
 
@@ -116,10 +116,17 @@ class Job:
 
     @classmethod
     def from_json(cls, text_or_path: str) -> Self:
-        """The job from its JSON argument (or from a file holding it), as this type; ConfigError names a bad key."""
-        text = text_or_path if text_or_path.lstrip().startswith("{") else Path(text_or_path).read_text(encoding="utf-8")
+        """The job from its JSON argument (or from a file holding it), as this type; ConfigError names a bad key,
+        ArgumentError an argument that is neither JSON nor a readable file."""
+        text = text_or_path
+        if not text_or_path.lstrip().startswith("{"):
+            try:
+                text = Path(text_or_path).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ArgumentError("--job", f"{text_or_path!r:.200} is neither a JSON object nor a readable file holding "
+                                    f"one ({type(exc).__name__}: {exc.strerror if isinstance(exc, OSError) else exc})") from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ConfigError("--job", f"not JSON ({exc})") from None
+            raise ArgumentError("--job", f"not JSON ({exc})") from None
         return from_data(cls, data, "job", complete=True)

@@ -1,4 +1,4 @@
-"""The lock file: the commit every hub dataset and hub model of a run resolved to.
+"""The lock file: the commit every hub dataset and hub model of a run resolved to (a local folder: its content hash).
 
 A branch name such as ``main`` moves; a commit does not. Fetching a hub dataset and preparing a hub model record
 the commit they got (keyed by hub id, with the revision the config asked for) in a YAML lock file:
@@ -8,6 +8,10 @@ the commit they got (keyed by hub id, with the revision the config asked for) in
 * pinned run (``lock: <path>``): every dataset and model the lock names is downloaded at the locked commit, and a
   cache or a download at any other commit is refused, naming the hub id, the locked and the found commit. Hub ids
   the lock does not name yet are resolved and added to it, so the committed file stays complete.
+
+A dataset in a local folder has no commit: its entry, under the folder as the config names it, holds the content
+hash of its files instead (``content_sha256``, :mod:`anyjev.data.local`), and a pinned run refuses the folder once
+its content differs.
 
 Standard library and PyYAML only; the network is touched only by :func:`resolve_commit` (a full commit hash
 needs none).
@@ -31,8 +35,9 @@ log = logging.getLogger(__name__)
 KINDS = ("datasets", "models")
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 HEADER = (
-    "# anyjev lock file: the commit each hub dataset and model resolved to (written by fetch and prepare-model).\n"
-    "# Commit it next to your config and set `lock: <this file>` there to pin every later run to these commits.\n"
+    "# anyjev lock file: the commit each hub dataset and model resolved to, and the content hash of each local dataset\n"
+    "# folder (written by fetch and prepare-model). Commit it next to your config and set `lock: <this file>` there to\n"
+    "# pin every later run to them.\n"
 )
 
 
@@ -101,6 +106,20 @@ class Lock:
         self.check(kind, repo, revision, commit, where)
         self.record(kind, repo, revision, commit, **extra)
 
+    def settle_content(self, kind: str, name: str, content_sha256: str, where: str, **extra: Any) -> None:
+        """A local folder NAME (what WHERE holds, pinned by the content hash of its files): refuse another hash than a
+        pinned lock's, then record it."""
+        self.check_content(kind, name, content_sha256, where)
+        self._write(kind, name, {"content_sha256": content_sha256, **extra})
+
+    def check_content(self, kind: str, name: str, content_sha256: str, where: str) -> None:
+        """Refuse CONTENT_SHA256 (the content hash of the local folder NAME, at WHERE) when the pinned lock names another."""
+        entry = self.locked(kind, name)
+        if entry is not None and entry.get("content_sha256") != content_sha256:
+            raise ConfigError("lock", f"{kind[:-1]} {name!r} is locked at content sha256 {entry.get('content_sha256')} in "
+                              f"{self.path}, but {where} holds content sha256 {content_sha256}: restore its files, or delete "
+                              f"its entry from {self.path} if the change is intended")
+
     def revision_to_fetch(self, kind: str, repo: str, revision: str | None) -> str | None:
         """What to download: the locked commit in a pinned run (after checking the config's revision), else REVISION."""
         entry = self.locked(kind, repo)
@@ -114,13 +133,18 @@ class Lock:
         if commit is None:
             log.warning("%s %s@%s: no commit known, not recorded in %s", kind[:-1], repo, revision, self.path)
             return
+        if self._write(kind, repo, {"revision": revision, "commit": commit, **extra}):
+            log.info("%s %s@%s -> commit %s recorded in %s", kind[:-1], repo, revision, commit, self.path)
+
+    def _write(self, kind: str, name: str, entry: dict[str, Any]) -> bool:
+        """Add or update NAME's entry (pinned: only add; an existing entry was checked and is kept); whether written."""
         folder = Path(self.path).parent
         folder.mkdir(parents=True, exist_ok=True)
         with flock(folder):  # one writer at a time (fetch and prepare-model jobs run in parallel)
             data = self.read() if Path(self.path).is_file() else {k: {} for k in KINDS}
-            if self.pinned and repo in data[kind]:
-                return
-            data[kind][repo] = {"revision": revision, "commit": commit, **extra, "recorded": now_iso()}
+            if self.pinned and name in data[kind]:
+                return False
+            data[kind][name] = {**entry, "recorded": now_iso()}
             body = yaml.safe_dump({k: dict(sorted(v.items())) for k, v in data.items()}, sort_keys=False)
             write_text_atomic(self.path, HEADER + body)
-        log.info("%s %s@%s -> commit %s recorded in %s", kind[:-1], repo, revision, commit, self.path)
+        return True

@@ -36,6 +36,7 @@ from anyjev.run.prepared import prepare_item
 from anyjev.run.probes import CONTENT_FREE_PROBES, prepare_content_free
 from anyjev.run.requests import sent_counts
 from anyjev.serving.describe import describe_server
+from anyjev.serving.spec import check_server_python
 from anyjev.settings import Settings
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -237,6 +238,12 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
                                "their margin is certified, so prompts and tokens are those of reading every rotation")
         cells.append(cell)
     managed = [m for m in dict.fromkeys(m for m, _ in settings.cells) if settings.models[m].managed]
+    missing = []
+    if managed:
+        try:
+            check_server_python(settings.server.python, workdir)
+        except ConfigError as exc:  # a run needs it, a plan does not (docs/cluster.md: plan, then set up the server)
+            missing.append(str(exc))
     return {
         "config": str(config_path),
         "cells": cells,
@@ -246,6 +253,7 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
            "cells_without_prompts": sum(c["prompts"] is None for c in cells)},
         "score_jobs": score_jobs_mode(settings.score_jobs),
         "server_starts": server_starts(settings, managed),
+        "missing_for_a_run": missing,
     }
 
 
@@ -329,4 +337,7 @@ def plan_text(plan: dict[str, Any]) -> str:
     estimates = {c["task"]: c["estimate"] for c in plan["cells"] if c["estimate"]}
     if estimates:
         lines += ["", "~ estimate:"] + [f"  {task}: {why}" for task, why in estimates.items()]
+    if plan.get("missing_for_a_run"):
+        lines += ["", "not here yet (this plan does not need it; a run that starts a server does):"] + [
+            f"  {why}" for why in plan["missing_for_a_run"]]
     return "\n".join(lines) + "\n"

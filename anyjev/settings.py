@@ -8,7 +8,6 @@ paths the rule owns, and passes that object as one quoted JSON argument; the CLI
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from anyjev.backends.vllm import ClientOptions
 from anyjev.config import cells, check_config_file, task_dataset
 from anyjev.data.declared import HubDataset, HubTaskDeclaration
-from anyjev.data.hub import FetchJob, configured
+from anyjev.data.hub import FetchJob, configured, fetch_inputs
 from anyjev.data.prepare import PrepareJob
 from anyjev.decision.options import PromptOptions
 from anyjev.errors import ConfigError
@@ -32,6 +31,9 @@ from anyjev.run.identity import ScoringOptions
 from anyjev.schema import setting
 from anyjev.serving.models import ModelJob
 from anyjev.serving.spec import ServerSpec
+
+# The scoring job's resources a model may set (models.<name>.*), in Snakemake's names.
+SCORE_RESOURCES = ("mem_mb", "runtime")
 
 
 @dataclass(frozen=True)
@@ -197,10 +199,15 @@ class Settings:
         m = self.models[model]
         return ModelJob(name=model, source=m.source, repo=m.repo, revision=m.revision, lock=self.run_lock(lock_record))
 
-    def fetch_job(self, dataset: str, *, hub_cache: str, lock_record: str) -> FetchJob:
-        """What the fetch step of the hub data cached as DATASET (a folder under HUB_CACHE) needs: the declared dataset,
-        config, revision and splits, the cache and the lock."""
-        return FetchJob(name=dataset, hub=self.hub_datasets()[dataset], cache=hub_cache, lock=self.run_lock(lock_record))
+    def fetch_job(self, dataset: str, *, lock_record: str) -> FetchJob:
+        """What the fetch step of the hub data cached as DATASET (a folder under the hub cache, the rule's output) needs:
+        the declared dataset, config, revision and splits, and the lock."""
+        return FetchJob(hub=self.hub_datasets()[dataset], lock=self.run_lock(lock_record))
+
+    def fetch_inputs(self, dataset: str) -> list[str]:
+        """The files the fetch step of the data cached as DATASET reads here: a local folder's data files (Snakemake
+        reruns the fetch when one is newer than the cache), none for a hub id."""
+        return fetch_inputs(self.hub_datasets()[dataset])
 
     def viewer_job(self, *, models_dir: str, task_file: str, layout: CellLayout) -> ViewerJob:
         """What the viewer needs: the cells and levels, each model's tokenizer, each task's file (TASK_FILE: the rule's
@@ -219,6 +226,10 @@ class Settings:
         t = self.tasks[task]
         return configured(task, t.builtin, t.revision, t.hub)
 
+    def hub_folders(self) -> dict[str, str]:
+        """Each hub task's cache folder under the hub cache (where its fetch step writes, and what names its log)."""
+        return {name: self.hub_task(name)[0] for name, t in self.tasks.items() if t.source == "hub"}
+
     def hub_datasets(self) -> dict[str, HubDataset]:
         """What to fetch, per cache folder: the declared dataset, config, revision and splits (one per folder, as the
         config's validation made sure)."""
@@ -229,22 +240,24 @@ class Settings:
                 wanted.setdefault(folder, declared.hub_dataset())
         return wanted
 
-    def score_resources(self, site: Any = None) -> dict[str, Callable[[Any], int | float]]:
-        """The scoring job's memory and time per model (``models.<name>.mem_mb`` / ``runtime``), as Snakemake resources.
+    def score_resources(self, defaults: dict[str, int | float | None]) -> dict[str, dict[str, int | float]]:
+        """The scoring job's memory and time per model (``models.<name>.mem_mb`` / ``runtime``, the keys of
+        ``SCORE_RESOURCES``), as plain numbers: workflow/rules/common.smk makes Snakemake resources of them.
 
         A resource is returned only when some model sets it (otherwise the profile decides, as for any rule); a model
-        that leaves it null then gets SITE's value (the profile's default-resources, a Snakemake Resources mapping),
-        which must be a number. Snakemake's --set-resources for the rule would override both.
+        that leaves it null then gets DEFAULTS' value (the profile's default-resources), which must be a number.
+        Snakemake's --set-resources for the rule would override both.
         """
-        found: dict[str, Callable[[Any], int | float]] = {}
-        for key in ("mem_mb", "runtime"):
-            values = {m: getattr(self.models[m], key) for m, _ in self.cells}
+        found: dict[str, dict[str, int | float]] = {}
+        models = list(dict.fromkeys(m for m, _ in self.cells))
+        for key in SCORE_RESOURCES:
+            values = {m: getattr(self.models[m], key) for m in models}
             if all(v is None for v in values.values()):
                 continue
-            fallback = getattr(site.get(key), "value", None) if site is not None else None
+            fallback = defaults.get(key)
             for m, v in values.items():
                 if v is None and (isinstance(fallback, bool) or not isinstance(fallback, int | float)):
                     raise ConfigError(f"models.{m}.{key}", f"is null while another model sets it, and the profile has no "
                                       f"default-resources {key} number to fall back on: set it, or {key} under default-resources")
-            found[key] = lambda wc, key=key, fallback=fallback: getattr(self.models[wc.model], key) or fallback
+            found[key] = {m: fallback if v is None else v for m, v in values.items()}
         return found

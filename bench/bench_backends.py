@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import gc
 import itertools
-import json
 import math
 import os
 import shutil
@@ -57,7 +55,7 @@ from anyjev.serving.lease import acquire_server
 from anyjev.serving.proc import group_pids, proc_stat
 from anyjev.serving.spec import ServerSpec
 from anyjev.serving.stop import stop_server
-from bench.common import REPO, SERVER_PYTHON, SMOL_DIR, machine, smollm2_spec  # noqa: E402
+from bench.common import REPO, SERVER_PYTHON, SMOL_DIR, run_record, smollm2_spec, write_json  # noqa: E402
 
 TINY_DIR = REPO / "resources" / "models" / "tiny-random-smollm2"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
@@ -528,11 +526,9 @@ def main(argv: list[str] | None = None) -> int:
 
     t_start = time.monotonic()
     report: dict = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "command": [sys.executable, *sys.argv],
+        **run_record(),
         "quick": args.quick,
         "repeats": {"tiny": args.fast_repeats, "smollm2": args.repeats, "exploration": args.explore_repeats},
-        "machine": machine(),
         "clients": {
             "vllm_backend": "anyjev.backends.vllm.VLLMBackend with its defaults",
             "per_prompt_pool16": "the published pattern, written in this bench: httpx.Client (16 keep-alive connections) + "
@@ -566,12 +562,12 @@ def main(argv: list[str] | None = None) -> int:
             case = cases[name]
             report["servers"][name] = run_case(case, prompts[:case.n_prompts], labels, args, Path(state_dir), log_dir)
             report["total_seconds"] = round(time.monotonic() - t_start, 1)
-            json_path.write_text(json.dumps(report, indent=1) + "\n")  # after each server, so a crash keeps the first
+            write_json(json_path, report)  # after each server, so a crash keeps the first
     fast = report["servers"].get("tiny")
     if fast:
         report["targets_met"] = {k: v["met"] for k, v in fast["ratios"].items()}
     report["total_seconds"] = round(time.monotonic() - t_start, 1)
-    json_path.write_text(json.dumps(report, indent=1) + "\n")
+    write_json(json_path, report)
 
     m = report["machine"]
     print(f"\n==== results ({report['date']}, nproc {m['nproc']}, {m['cpu_model']}, total {report['total_seconds']:.0f} s)")

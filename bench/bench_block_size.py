@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
-import json
 import os
 import statistics
 import sys
@@ -57,7 +55,7 @@ from anyjev.serving.proc import group_pids  # noqa: E402
 from anyjev.serving.spec import ServerSpec  # noqa: E402
 from anyjev.serving.stop import stop_server  # noqa: E402
 from bench.bench_l0_cost import Server, Workload, build_workloads, l0_decisions  # noqa: E402
-from bench.common import SMOL_DIR, machine, smollm2_spec  # noqa: E402
+from bench.common import SMOL_DIR, run_record, smollm2_spec, write_json  # noqa: E402
 
 CHUNK_ITEMS = 16  # score_cell's default chunk
 # One server setting each, on top of the chosen block size: (flags, environment), what it asks vLLM.
@@ -212,8 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
     report: dict = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "command": [sys.executable, *sys.argv],
-        "machine": machine() | {"loadavg_start": os.getloadavg()[0]},
+        **run_record(),
         "model": "SmolLM2-135M-Instruct, float32, fp32 head (config/config.yaml smollm2-135m server flags and environment)",
         "method": __doc__.split("Rows, per workload", 1)[1].split("    .venv", 1)[0].strip(),
         "workloads": {w.name: {"title": w.title, "k": w.k, "n_test": len(w.test),
@@ -225,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> None:
         report["total_seconds"] = round(time.monotonic() - t_start, 1)
         public = {k: v for k, v in report.items() if k != "_reference"}
-        out.write_text(json.dumps(public, indent=1, default=float) + "\n")
+        write_json(out, public)
 
     measure_server("nocache", spec("bs-nocache", caching=False, block_size=128), workloads, logs, report,
                    lambda s, w: {"nocache": run_row(s, w)}, save)

@@ -15,7 +15,6 @@ workload at once (what two scoring jobs on one 2-core machine do), wall time for
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import statistics
@@ -37,7 +36,7 @@ from anyjev.decision.options import PromptOptions  # noqa: E402
 from anyjev.run.prepared import PreparedItem, prepare_item  # noqa: E402
 from anyjev.serving.lease import acquire_server  # noqa: E402
 from anyjev.serving.stop import stop_server  # noqa: E402
-from bench.common import SMOL_DIR, machine, smollm2_spec  # noqa: E402
+from bench.common import SMOL_DIR, run_record, smollm2_spec, write_json  # noqa: E402
 
 RESERVED = "VLLM_CPU_NUM_OF_RESERVED_CPU"
 SETTINGS = {"vllm_default": None, "none_reserved": "0"}  # None: the variable unset (vLLM keeps one core)
@@ -117,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     state = out_dir / "logs" / "cpu-threads-state"
     state.mkdir(parents=True, exist_ok=True)
     report: dict = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "command": [sys.executable, *sys.argv],
-        "machine": machine() | {"loadavg_start": os.getloadavg()[0]},
+        **run_record(),
         "model": "SmolLM2-135M-Instruct", "dtype": "float32", "fp32_head": True, "prefix_caching": True,
         "workload": {"task": "mmlu", "items": len(items), "prompts": sum(len(p.layouts) for p in items)},
         "settings": {k: ({RESERVED: v} if v is not None else {}) for k, v in SETTINGS.items()},
@@ -141,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                                    / report["pair"]["none_reserved"]["wall_s_both"], 2)
     report["machine"]["loadavg_end"] = os.getloadavg()[0]
     path = out_dir / "cpu_threads.json"
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    write_json(path, report)
     print(json.dumps({k: report[k] for k in ("speedup_single", "speedup_pair", "logprobs")}), f"-> {path}")
     return 0
 

@@ -7,7 +7,9 @@ Each commit is checked out into a scratch folder (``git worktree``) that shares 
 workflow runs as README command 1 runs it (``snakemake --workflow-profile workflow/profiles/default --forceall``),
 from a clean ``resources/`` (the model is converted and the tasks prepared again). Recorded per commit: the wall time
 of the whole workflow, and from each cell's provenance.json its scoring seconds, the server's start seconds and the
-prompt tokens the server counted; the summary table's decisions are compared with the last commit's.
+prompt tokens the server counted; and every decision (each cell's predictions.csv: the predicted option and the
+number of tied top options per item, level and layout group) is compared with the last commit's. The last commit is
+the reference, so its row has no comparison.
 
     .venv/bin/python bench/bench_default_run.py [--commits "7885147=what it is;0763f83=...;HEAD=..."]
 """
@@ -15,7 +17,6 @@ prompt tokens the server counted; the summary table's decisions are compared wit
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import subprocess
@@ -27,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.common import machine  # noqa: E402
+from bench.common import run_record, write_json  # noqa: E402
 
 SHARED = (".venv", ".venv-server", ".assets")
 # The commits the default run was measured at (docs/benchmarks.md): before the CPU server used both cores and before
@@ -62,22 +63,35 @@ def run_at(commit: str, label: str, scratch: Path) -> dict:
             cells[prov.parent.name] = {"seconds": round(p["seconds"], 1), "server_start_s": p["server"].get("start_seconds"),
                                        "server_reused": p["server"].get("reused"),
                                        "prompt_tokens": p["counts"].get("server_saw", {}).get("prompt_tokens")}
-        summary = (work / "results" / "tables" / "summary.csv").read_text()
-        return {"commit": sha, "what": label, "wall_s": round(wall, 1),
-                "cells": cells, "loadavg_after": round(os.getloadavg()[0], 2), "_summary": summary}
+        return {"commit": sha, "what": label, "wall_s": round(wall, 1), "cells": cells,
+                "loadavg_after": round(os.getloadavg()[0], 2), "_decisions": decisions(work / "results" / "cells")}
     finally:
         git("worktree", "remove", "--force", str(work))
 
 
-def same_accuracies(a: str, b: str) -> bool:
-    """Whether two summary.csv hold the same accuracies (the decisions' figure) for every cell and level."""
-    import io
+DECISION_KEYS = ("item_id", "level", "group")
 
+
+def decisions(cells: Path) -> dict[tuple[str, ...], tuple[int, int]]:
+    """Every decision of a run: (model, task, item, level, layout group) -> (predicted option, tied top options), from
+    each cell's predictions.csv."""
     import pandas as pd
 
-    x, y = (pd.read_csv(io.StringIO(t)) for t in (a, b))
-    keys = ["model", "task", "level"]
-    return x[keys + ["acc"]].round(6).equals(y[keys + ["acc"]].round(6))
+    out = {}
+    for path in sorted(cells.glob("*/*/predictions.csv")):
+        model, task = path.parent.parent.name, path.parent.name
+        for row in pd.read_csv(path).itertuples(index=False):
+            out[(model, task, *(str(getattr(row, k)) for k in DECISION_KEYS))] = (int(row.pred), int(row.n_top))
+    return out
+
+
+def compare_decisions(run: dict, reference: dict) -> dict:
+    """RUN's decisions against REFERENCE's: how many, how many differ (the first few named), and which exist in one
+    run only."""
+    shared = run.keys() & reference.keys()
+    differ = sorted(k for k in shared if run[k] != reference[k])
+    return {"decisions": len(shared), "differ": len(differ), "first_differing": ["/".join(k) for k in differ[:5]],
+            "only_in_this_run": len(run.keys() - reference.keys()), "only_in_the_last": len(reference.keys() - run.keys())}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commits", default=DEFAULT_COMMITS, help="COMMIT=what it is, separated by ';', oldest first")
     ap.add_argument("--out", default="results/bench/default_run.json")
     args = ap.parse_args(argv)
-    report = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "command": [sys.executable, *sys.argv],
-              "machine": machine() | {"loadavg_start": os.getloadavg()[0]},
+    report = {**run_record(),
               "workflow": "snakemake --workflow-profile workflow/profiles/default --forceall (README command 1's "
                           "workflow part), one commit after the other, environments shared", "runs": []}
     with tempfile.TemporaryDirectory(prefix="default-run-") as scratch:
@@ -98,10 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     last = report["runs"][-1]
     for run in report["runs"]:
         run["vs_last"] = round(run["wall_s"] / last["wall_s"], 2)
-        run["same_accuracy_as_last"] = same_accuracies(run.pop("_summary"), last["_summary"]) if run is not last else True
-    last.pop("_summary", None)
+        if run is not last:
+            run["decisions_vs_last"] = compare_decisions(run["_decisions"], last["_decisions"])
+    for run in report["runs"]:
+        run.pop("_decisions")
     out = REPO / args.out
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    write_json(out, report)
     print(f"wrote {out}")
     return 0
 

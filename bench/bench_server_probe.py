@@ -20,7 +20,6 @@ prefix-cache salt twice, and twice without a salt (the second time from the pref
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import itertools
 import json
 import os
@@ -42,7 +41,7 @@ from anyjev.run.prepared import prepare_items  # noqa: E402
 from anyjev.run.server_check import PROBE_LAYOUTS, PROBE_TOLERANCE, dedupe  # noqa: E402
 from anyjev.serving.lease import acquire_server  # noqa: E402
 from anyjev.serving.stop import stop_server  # noqa: E402
-from bench.common import SMOL_DIR, machine, smollm2_spec  # noqa: E402
+from bench.common import SMOL_DIR, run_record, smollm2_spec, write_json  # noqa: E402
 
 OUT = REPO / "results" / "bench" / "server_probe.json"
 SERVERS = {"float32": ("float32", True), "bfloat16+fp32-head": ("bfloat16", True), "bfloat16": ("bfloat16", False)}
@@ -65,15 +64,13 @@ def main() -> int:
     args = ap.parse_args()
     state = REPO / "results" / "bench" / "logs" / "server_probe"
     state.mkdir(parents=True, exist_ok=True)
-    load_start = os.getloadavg()[0]
     specs = {name: smollm2_spec(f"probe-{i}", dtype=dtype, fp32_head=head) for i, (name, (dtype, head)) in enumerate(SERVERS.items())}
     with ThreadPoolExecutor(len(specs)) as pool:
         started = {name: pool.submit(acquire_server, spec, state_dir=state, owner_pid=os.getpid(),
                                      log_path=state / f"{spec.name}.log") for name, spec in specs.items()}
     handles = {name: f.result() for name, f in started.items()}
     tokenizer = load_tokenizer(SMOL_DIR)
-    report: dict = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "machine": machine() | {"loadavg_start": load_start},
-                    "items": args.items, "probe_layouts": PROBE_LAYOUTS, "probe_tolerance": PROBE_TOLERANCE,
+    report: dict = run_record() | {"items": args.items, "probe_layouts": PROBE_LAYOUTS, "probe_tolerance": PROBE_TOLERANCE,
                     "servers": {name: list(cfg) for name, cfg in SERVERS.items()}, "tasks": {}}
     try:
         for task, make in TASKS.items():
@@ -105,7 +102,7 @@ def main() -> int:
                          "tolerance_between": noise < PROBE_TOLERANCE < apart}
     report["vllm_version"] = next(iter(next(iter(report["tasks"].values()))["servers"].values()))["fingerprint"][0].split("-")[1]
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(OUT, report)
     print(json.dumps(report["summary"]), f"-> {OUT.relative_to(REPO)}")
     return 0 if report["summary"]["tolerance_between"] else 1
 

@@ -20,10 +20,8 @@ all in one run, side by side. Sizes on disk per cell come from the files.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -40,6 +38,7 @@ from anyjev.jobs import from_data  # noqa: E402
 from anyjev.outputs.viewer import ViewerJob  # noqa: E402
 from anyjev.results import CellLayout, read_run  # noqa: E402
 from bench import time_limit  # noqa: E402
+from bench.common import machine_of, measured_on, run_record, write_json  # noqa: E402
 
 CHROMIUM = Path(os.environ.get("ANYJEV_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -234,14 +233,6 @@ def sizes(viewer: Path, cells: list[tuple[str, str]]) -> dict:
             "total_mb": round(total / 1e6, 2)}
 
 
-def machine() -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    mem = next((int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")), 0)
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gb": round(mem / 1e6, 1), "load_1min_at_start": round(os.getloadavg()[0], 2),
-            "python": platform.python_version()}
-
-
 def run_benchmark(args) -> dict:
     from importlib.metadata import version
 
@@ -250,8 +241,7 @@ def run_benchmark(args) -> dict:
     from anyjev.outputs.viewer import write_viewer
     from anyjev.run.cell import load_tokenizer
 
-    started = dt.datetime.now(dt.UTC)
-    info = machine()
+    record = run_record()
     tokenizer = load_tokenizer(REPO / "resources" / "models" / "smollm2-135m")
     root = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="bench-viewer-"))
     saved = root / "built.json"
@@ -286,10 +276,10 @@ def run_benchmark(args) -> dict:
             browser.close()
         load_after = round(os.getloadavg()[0], 2)
         report = {
-            "date": started.isoformat(timespec="seconds"),
-            "command": "python bench/bench_viewer.py " + " ".join(sys.argv[1:]),
-            "machine": info | {"chromium": chromium, "playwright": version("playwright"),
-                               "load_1min_browser": [load_before, load_after]},
+            **record,
+            "command": " ".join(record["command"]),
+            "machine": record["machine"] | {"chromium": chromium, "playwright": version("playwright"),
+                                            "load_1min_browser": [load_before, load_after]},
             "grid": {"models": list(MODELS), "tasks": list(TASKS), "n_test": args.n_test, "n_calib": args.n_calib,
                      "layouts": {"banking20": 40, "newsgroups": 40, "injection": 4},
                      "k": {"banking20": 20, "newsgroups": 20, "injection": 2}},
@@ -309,10 +299,10 @@ def run_benchmark(args) -> dict:
 # ------------------------------------------------------------------------------------------------ report
 def markdown(report: dict) -> str:
     """docs/viewer.md's figures, from the JSON."""
-    m, g = report["machine"], report["grid"]
+    m, g = machine_of(report), report["grid"]
     cells = [c for c in report["browser"] if not c.startswith("reference")]
-    load = m.get("load_1min_browser", [m["load_1min_at_start"]] * 2)
-    lines = [f"Measured {report['date'][:10]} on {m['cpu']} ({m['cores']} cores, {m['memory_gb']} GB; a machine shared with other "
+    load = m.get("load_1min_browser", [m["loadavg_start"]] * 2)
+    lines = [f"Measured ({measured_on(report)}, {m['memory_gb']} GB; a machine shared with other "
              f"work: load {load[0]} to {load[1]} while the browser measured), Chromium {m['chromium']} headless (software "
              f"rendering), Playwright {m['playwright']}; "
              f"{len(g['models'])} x {len(g['tasks'])} cells, {g['n_test']} test items each, medians of {report['reps']} "
@@ -388,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     report = run_benchmark(args)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    write_json(Path(args.out), report)
     print(markdown(report), end="")
     return 0
 

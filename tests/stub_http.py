@@ -11,7 +11,8 @@ action per request; when it runs out, ``default`` answers (a normal completion).
   ``mutate(body, payload)`` may edit it
 * ``Status(code, body)``: an HTTP error with a JSON (dict) or raw (str) body
 * ``Raw(text)``: HTTP 200 with this body (e.g. malformed JSON)
-* ``Hang(seconds)``: read the request, then answer nothing for ``seconds`` (a stuck server)
+* ``Hang(seconds)``: read the request, then answer nothing until the client gives up and closes the connection
+  (counted in ``stub.abandoned``), or for ``seconds`` at most (a stuck server)
 * ``Reset()``: read the request, then close the socket without a byte of answer (RST)
 
 The normal answer is keyed ``token_id:<id>`` like a server asked for ``return_tokens_as_token_ids``, and
@@ -24,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import select
 import socket
 import struct
 import threading
@@ -133,6 +135,7 @@ class StubCompletions:
         self.shift = 0.0
         self.in_flight = 0
         self.max_in_flight = 0
+        self.abandoned = 0  # hanging requests whose client closed the connection (it gave up waiting)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         stub = self
@@ -205,7 +208,9 @@ class StubCompletions:
             h.connection.close()
             return
         if isinstance(action, Hang):
-            self._stop.wait(action.seconds)
+            if self._until_the_client_leaves(h, action.seconds):
+                with self._lock:
+                    self.abandoned += 1
             h.close_connection = True
             return
         if isinstance(action, Raw):
@@ -223,6 +228,17 @@ class StubCompletions:
         if action.mutate is not None:
             action.mutate(body, payload)
         self._send(h, 200, json.dumps(body))
+
+    def _until_the_client_leaves(self, h: BaseHTTPRequestHandler, seconds: float) -> bool:
+        """Answer nothing until the client closes the connection (True), the stub stops or SECONDS pass (False)."""
+        deadline = time.monotonic() + seconds
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            if select.select([h.connection], [], [], 0.05)[0]:  # the request was read whole: readable means closed
+                try:
+                    return not h.connection.recv(1, socket.MSG_PEEK)
+                except ConnectionResetError:
+                    return True
+        return False
 
     @staticmethod
     def _send(h: BaseHTTPRequestHandler, code: int, text: str) -> None:

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +24,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from anyjev.errors import BackendError, BatchCollisionError, LabelTokenError
+from anyjev.errors import BackendError, BatchCollisionError, LabelTokenError, one_line
 from anyjev.numbers.logprobs import log_softmax
 from anyjev.schema import default, setting
 
@@ -37,14 +38,12 @@ FIX_HINT = (
 # sets logprob_token_ids, every other request's logprobs become [its sampled token, padding id 0 at -inf (-9999 in the
 # response)] (vllm-project/vllm PR 51789; the V2 model runner, which merges per request, needs Triton, absent on CPU).
 COLLISION_CAUSE = (
-    "this request shared an engine batch with a request that set `logprob_token_ids` (an answer-mass request, "
-    "scoring.answer_mass, from this or another client of the server): vLLM 0.32's V1 sampler then returns every other "
-    "request's log-probs as that request's gather, only the sampled token and padding (vllm-project/vllm PR 51789). "
-    "The server's logprobs mode is not the cause."
+    "this request shared an engine batch with a request that set `logprob_token_ids` (an answer-mass request): vLLM "
+    "0.32's V1 sampler then returns every other request's log-probs as that request's gather, only the sampled token "
+    "and padding (vllm-project/vllm PR 51789). The server's logprobs mode is not the cause."
 )
-COLLISION_FIX = (
-    "Keep other clients' logprob_token_ids requests off this server while scoring, or set scoring.answer_mass: false."
-)
+# vLLM's 400 for a request asking more log-probs than the server's --max-logprobs (vllm/sampling_params.py).
+MAX_LOGPROBS_REFUSED = re.compile(r"Requested sample logprobs of (\d+), which is greater than max allowed: (\d+)")
 PADDING_ID = 0
 MASKED = -9000.0  # the response clamps -inf to -9999
 # A processed-logprobs response sums to one over the labels up to float32 rounding.
@@ -68,8 +67,8 @@ class _Transient(Exception):
 
 
 def _quote(text: str, limit: int = 400) -> str:
-    text = text.strip().replace("\n", " ")
-    return text if len(text) <= limit else text[:limit] + "..."
+    """What a server said, for a message: one line, an HTML error page (a proxy's) reduced to its text."""
+    return one_line(text, limit)
 
 
 def _server_message(resp: httpx.Response) -> str:
@@ -269,7 +268,13 @@ class VLLMBackend:
         if resp.status_code >= 500:
             raise _Transient(f"HTTP {resp.status_code}: {_server_message(resp)}")
         if resp.status_code >= 400:
-            raise BackendError(f"POST {self.url} answered HTTP {resp.status_code}: {_server_message(resp)}")
+            said = _server_message(resp)
+            if refused := MAX_LOGPROBS_REFUSED.search(said):
+                wanted, allowed = refused.groups()
+                raise BackendError(f"POST {self.url} answered HTTP {resp.status_code}: the server returns at most {allowed} "
+                                   f"log-probs per token (its --max-logprobs), and these labels need {wanted}: restart it "
+                                   f"with `--max-logprobs {wanted}` or more (the server said: {said})")
+            raise BackendError(f"POST {self.url} answered HTTP {resp.status_code}: {said}")
         try:
             return resp.json()
         except ValueError as exc:
@@ -289,12 +294,25 @@ class VLLMBackend:
             except BatchCollisionError as exc:
                 self.batch_collisions += 1
                 if attempt == attempts:
-                    raise BatchCollisionError(f"{exc} Resent {attempts - 1} time(s), colliding each time. {COLLISION_FIX}",
-                                              missing_ids=exc.missing_ids, returned_ids=exc.returned_ids) from None
+                    raise BatchCollisionError(f"{exc} Resent {attempts - 1} time(s), colliding each time. "
+                                              f"{self._collision_fix()}", missing_ids=exc.missing_ids,
+                                              returned_ids=exc.returned_ids) from None
                 delay = self.backoff * 2 ** (attempt - 1)
                 log.warning("%s; resending the request in %.1f s (attempt %d/%d)", exc, delay, attempt + 1, attempts)
                 time.sleep(delay)
         raise AssertionError("unreachable")
+
+    def _collision_fix(self) -> str:
+        """What to do about a request that collides every time: its cause is a logprob_token_ids request of a client
+        outside this client's request lock (every client inside it waits for the lock), whatever this cell's
+        scoring.answer_mass."""
+        if self.request_lock is None:
+            return ("Keep logprob_token_ids (answer-mass) requests off this server while scoring, or score against a "
+                    "server of its own.")
+        return (f"Every client of this working directory holds {self.request_lock} and never sends the two kinds at once, "
+                "so the colliding requests come from a client outside it (another working directory's run, another "
+                "program): keep its logprob_token_ids requests off this server while scoring, or score against a server "
+                "of its own.")
 
     def _read_response(self, body: dict, prompts: list[Sequence[int]], labels: list[int], first_index: int,
                        vocab: bool) -> np.ndarray:

@@ -1,17 +1,20 @@
 """A hub task declared as data, and the one builder that turns a declaration and the rows of its cached hub splits
 into items.
 
-A declaration says where a hub dataset is (id, config, revision), which splits the items come from (one or more,
-split into test and calibration items by the seeded split; or a test split and a calibration split), which column
-holds the text (or a template over several columns) and which the label, how the labels are named (the dataset's
-``ClassLabel``, given names, or a column of names), the question and its kind (``choice``; ``noul`` with the labels
-that mean Yes or No; ``score`` with the labels as ordered levels), and optional filters: keep the N most frequent
-labels, drop short texts, cut long ones, readable option names. The config gives one under ``tasks.<name>.hub``
-(``anyjev/config.schema.yaml``, ``config/README.md``); the published tasks are declared in the same format
-(``anyjev/data/published_tasks.yaml``).
+A declaration says where a hub dataset is (id, config, revision; or a local folder, :mod:`anyjev.data.local`), which
+splits the items come from (one or more, split into test and calibration items by the seeded split; or a test split
+and a calibration split), which column holds the text (or a template over several columns) and which the label, how
+the labels are named (the dataset's ``ClassLabel``, given names, or a column of names), the question (one for every
+row, or a column of questions) and its kind (``choice``; ``noul`` with the labels that mean Yes or No; ``score`` with
+the labels as ordered levels), and optional filters: keep the N most frequent labels, drop short texts, cut long
+ones, readable option names. Or the options are each row's own (``options_field``; built by
+:mod:`anyjev.data.row_options`). The config gives one under ``tasks.<name>.hub`` (``anyjev/config.schema.yaml``,
+``config/README.md``); the published tasks are declared in the same format (``anyjev/data/published_tasks.yaml``).
 
-Items are the rows of the item splits in hub order, with ids ``<hub split>-<row index>``. Standard library only: the
-fetch step (:mod:`anyjev.data.hub`) writes the cache this builder reads.
+A ``*_field`` key names a column, or with dots a path into a nested one (``choices.text``: the ``text`` of the struct
+column ``choices``; in a list of structs, that field of each). Items are the rows of the item splits in hub order,
+with ids ``<hub split>-<row index>``. Standard library only: the fetch step (:mod:`anyjev.data.hub`) writes the cache
+this builder reads.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from anyjev.data.local import is_local
 from anyjev.data.taskfile import jsonl_rows
 from anyjev.data.tasks import Item
-from anyjev.decision.questions import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, choice, noul, score
+from anyjev.decision.questions import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS, Question, choice, noul, score
 from anyjev.errors import ConfigError, TaskDataError
 from anyjev.jobs import from_data
 from anyjev.schema import schema_node, setting, validate
@@ -36,13 +40,18 @@ def _hub(key: str) -> Any:
 
 @dataclass(frozen=True)
 class HubDataset:
-    """What the fetch step downloads: a hub dataset (and config) at a revision, and the splits a task reads (in the
-    order they are fetched)."""
+    """What the fetch step downloads: a hub dataset (and config) at a revision, or a local folder (no revision), and
+    the splits a task reads (in the order they are fetched)."""
 
     dataset: str
     config: str | None
-    revision: str
+    revision: str | None
     splits: tuple[str, ...]
+
+    @property
+    def local(self) -> bool:
+        """The dataset is a local folder (pinned by its content), not a hub id (pinned by a commit)."""
+        return is_local(self.dataset)
 
 
 @dataclass(frozen=True)
@@ -50,11 +59,16 @@ class HubTaskDeclaration:
     """A hub task as data (``tasks.<name>.hub``; each field is the config key of the same name)."""
 
     dataset: str
-    revision: str
     label_field: str
-    question: str
     kind: str
+    revision: str | None = None  # required for a hub id, none for a local folder (check_declaration)
+    question: str | None = None  # unset: question_field
     config: str | None = None  # unset: the dataset's default config
+    question_field: str | None = _hub("question_field")
+    options_field: str | None = _hub("options_field")
+    option_labels_field: str | None = _hub("option_labels_field")
+    gold: str | None = _hub("gold")
+    invalid_options: str = _hub("invalid_options")
     splits: tuple[str, ...] | None = _hub("splits")
     test_split: str | None = _hub("test_split")
     calib_split: str | None = _hub("calib_split")
@@ -87,6 +101,16 @@ class HubTaskDeclaration:
         """What the fetch step downloads for this task."""
         return HubDataset(self.dataset, self.config, self.revision, self.hub_splits)
 
+    @property
+    def prior_group(self) -> str:
+        """What the batch label prior is pooled over: the one question, or the task when every row asks its own."""
+        return "task" if self.question_field or self.options_field else "question"
+
+    @property
+    def gold_format(self) -> str:
+        """With options_field, how the label column picks a row's option (``gold``, its unset default resolved)."""
+        return self.gold or ("option_label" if self.option_labels_field else "index")
+
     def at_revision(self, revision: str | None) -> HubTaskDeclaration:
         """The same declaration at REVISION (unchanged when None)."""
         return replace(self, revision=revision) if revision else self
@@ -95,6 +119,8 @@ class HubTaskDeclaration:
         """The number of options known before the data is fetched, and where it comes from (None: unknown)."""
         if self.kind == "noul":
             return 2, "Yes/No"
+        if self.options_field:
+            return None, "each row gives its own options"
         n = len(self.label_names) if self.label_names is not None else None
         if self.keep_most_frequent is not None:
             return (min(n, self.keep_most_frequent) if n else self.keep_most_frequent), "keep_most_frequent"
@@ -124,8 +150,52 @@ def template_fields(template: str, where: str = "text_template") -> list[str]:
     return list(dict.fromkeys(fields))
 
 
+# The keys that name and shape label-name options, which a row with options of its own has no use for.
+LABEL_OPTION_KEYS = ("label_names", "label_text_field", "label_ids", "keep_most_frequent", "frequency_split", "option_names")
+ROW_OPTION_KEYS = ("option_labels_field", "gold")
+
+
+def _check_source(d: HubTaskDeclaration, where: str) -> None:
+    if is_local(d.dataset):
+        if d.revision is not None:
+            raise ConfigError(f"{where}.revision", f"a local folder has no revision ({d.dataset!r} is pinned by the content "
+                              "of its files, recorded in the lock file): remove it")
+    elif d.revision is None:
+        raise ConfigError(f"{where}.revision", f"required for a hub dataset ({d.dataset!r}): a commit hash pins it; a branch "
+                          "(main) is resolved and recorded in the lock file. A local folder is written as a path: "
+                          f"./{d.dataset}")
+
+
+def _check_row_options(d: HubTaskDeclaration, where: str) -> None:
+    """The keys of options in each row (options_field) and of a question in each row (question_field)."""
+    if (d.question is None) == (d.question_field is None):
+        raise ConfigError(f"{where}.question", "give question (one for every row) or question_field (each row's own)"
+                          + ("" if d.question is None else ", not both"))
+    if not d.options_field:
+        for key in ROW_OPTION_KEYS:
+            if getattr(d, key) is not None:
+                raise ConfigError(f"{where}.{key}", "applies to options_field (options of each row's own): set options_field, "
+                                  "or remove it")
+        if d.invalid_options == "drop":
+            raise ConfigError(f"{where}.invalid_options", "applies to options_field (options of each row's own): set "
+                              "options_field, or remove it")
+        return
+    if d.kind != "choice":
+        raise ConfigError(f"{where}.options_field", f"applies to kind choice, not {d.kind} (a row's own options are the "
+                          "choices A, B, ...)")
+    for key in LABEL_OPTION_KEYS:
+        if getattr(d, key):
+            raise ConfigError(f"{where}.{key}", "names or shapes label names as options, but each row gives its own options "
+                              "here (options_field): remove it")
+    if (d.gold_format == "option_label") != (d.option_labels_field is not None):
+        raise ConfigError(f"{where}.option_labels_field", "is read with gold: option_label, and gold: option_label reads "
+                          "it: give both, or neither")
+
+
 def check_declaration(d: HubTaskDeclaration, where: str) -> HubTaskDeclaration:
     """What the schema cannot say about a declaration; ConfigError naming the key path under WHERE."""
+    _check_source(d, where)
+    _check_row_options(d, where)
     if d.splits is not None and (d.test_split is not None or d.calib_split is not None):
         raise ConfigError(f"{where}.splits", "give either splits (one seeded split of their items) or test_split and "
                           "calib_split (the items of two hub splits), not both")
@@ -137,9 +207,13 @@ def check_declaration(d: HubTaskDeclaration, where: str) -> HubTaskDeclaration:
         if d.test_split == d.calib_split:
             raise ConfigError(f"{where}.calib_split", f"is the test split {d.test_split!r} too: give one split under "
                               "splits (the seeded split draws both from it), or two different splits")
-    if (d.text_field is None) == (d.text_template is None):
+    if d.text_field is not None and d.text_template is not None:
         raise ConfigError(f"{where}.text_field", "give either text_field (one column) or text_template (several columns "
-                          "in braces)" + ("" if d.text_field is None else ", not both"))
+                          "in braces), not both")
+    if d.text_field is None and d.text_template is None and d.question_field is None and d.options_field is None:
+        raise ConfigError(f"{where}.text_field", "give either text_field (one column) or text_template (several columns "
+                          "in braces); the state may be empty only where each row has its own question or options "
+                          "(question_field, options_field)")
     if d.text_template is not None:
         template_fields(d.text_template, f"{where}.text_template")
     if d.min_chars is not None and d.max_chars is not None and d.min_chars > d.max_chars:
@@ -208,12 +282,37 @@ class CachedSplit:
         self.rows = jsonl_rows(path)
 
 
-def _field(row: dict, col: str, types: type | tuple[type, ...], path: Path, line: int):
-    if col not in row:
-        raise TaskDataError(str(path), f"line {line}", f"missing column {col!r} (has {sorted(row)})")
-    val = row[col]
+def column_value(row: dict, col: str) -> Any:
+    """The value a ``*_field`` key names in ROW: the column COL, or with dots a path into nested columns (in a list of
+    structs, that field of each). LookupError saying what is missing."""
+    value: Any = row
+    walked: list[str] = []
+    for part in col.split("."):
+        name = ".".join(walked)
+        if isinstance(value, dict):
+            if part not in value:
+                raise LookupError(f"column {name!r} has no field {part!r} (its fields: {', '.join(sorted(value))})" if walked
+                                  else f"missing column {part!r} (has {sorted(value)})")
+            value = value[part]
+        elif isinstance(value, list) and all(isinstance(v, dict) for v in value):
+            lacking = next((v for v in value if part not in v), None)
+            if lacking is not None:
+                raise LookupError(f"column {name!r} has no field {part!r} (its fields: {', '.join(sorted(lacking))})")
+            value = [v[part] for v in value]
+        else:
+            raise LookupError(f"column {name!r} = {value!r:.80} has no field {part!r} (a dot goes into a nested column)")
+        walked.append(part)
+    return value
+
+
+def _field(row: dict, col: str, types: type | tuple[type, ...], path: Path, line: int, who: str = ""):
+    """The value at COL (:func:`column_value`) of one of TYPES; TaskDataError naming the file and line, after WHO."""
+    try:
+        val = column_value(row, col)
+    except LookupError as exc:
+        raise TaskDataError(str(path), f"line {line}", f"{who}{exc}") from None
     if isinstance(val, bool) or not isinstance(val, types):
-        raise TaskDataError(str(path), f"line {line}", f"column {col!r} = {val!r:.80} has an unexpected type")
+        raise TaskDataError(str(path), f"line {line}", f"{who}column {col!r} = {val!r:.80} has an unexpected type")
     return val
 
 
@@ -266,8 +365,11 @@ class _Labels:
                 raise TaskDataError(str(path), f"line {line}", f"label {value} (column {d.label_field!r}) is not a label id "
                                     f"0..{len(names) - 1} of the {len(names)} label names")
             name = names[value]
-            text = row.get(d.label_text_field) if d.label_text_field else None
-            if d.label_text_field and d.label_text_field in row and text != name:
+            try:
+                text, has_text = (column_value(row, d.label_text_field), True) if d.label_text_field else (None, False)
+            except LookupError:
+                text, has_text = None, False
+            if has_text and text != name:
                 raise TaskDataError(str(path), f"line {line}", f"label {value} is {text!r} (column {d.label_text_field!r}), "
                                     f"expected {name!r}")
             return _Row(f"{split}-{index}", split, path, line, row, (0, value), name)
@@ -287,18 +389,50 @@ class _Labels:
         return {key: found[key] for key in sorted(found)}
 
 
-def _text(d: HubTaskDeclaration, fields: list[str], r: _Row) -> str:
-    if d.text_template is None:
-        return _field(r.row, str(d.text_field), str, r.path, r.line)
-    return d.text_template.format_map({f: _field(r.row, f, str, r.path, r.line) for f in fields})
+def row_state(d: HubTaskDeclaration, fields: list[str], row: dict, path: Path, line: int) -> str | None:
+    """A row's state: its text_field, text_template (naming FIELDS) or nothing (empty), stripped and cut as declared;
+    None when min_chars drops the row."""
+    if d.text_template is not None:
+        text = d.text_template.format_map({f: _field(row, f, str, path, line) for f in fields})
+    else:
+        text = _field(row, d.text_field, str, path, line) if d.text_field is not None else ""
+    if d.strip:
+        text = text.strip()
+    if d.min_chars is not None and len(text) < d.min_chars:
+        return None
+    return text[:d.max_chars] if d.max_chars is not None else text
 
 
-def _option(d: HubTaskDeclaration, name: str) -> str:
+def row_who(task: str, item_id: str, d: HubTaskDeclaration, key: str) -> str:
+    """What an error about a row's value begins with: the task, the row (its item id) and the declaration key."""
+    return f"task {task!r}, row {item_id}: hub.{key} {getattr(d, key)!r}: "
+
+
+def row_question(d: HubTaskDeclaration, row: dict, path: Path, line: int, who: str) -> str:
+    """A row's question text: the declared question, or its question_field (a non-empty string)."""
+    if d.question is not None:
+        return d.question
+    text = _field(row, str(d.question_field), str, path, line, who)
+    if not text.strip():
+        raise TaskDataError(str(path), f"line {line}", f"{who}the question is empty")
+    return text
+
+
+def option_shown(d: HubTaskDeclaration, name: str) -> str:
+    """How a label name or a row's own option is shown: its option_names entry, else after option_replace."""
     if name in d.option_names:
         return d.option_names[name]
     for old, new in d.option_replace.items():
         name = name.replace(old, new)
     return name
+
+
+def item_split(d: HubTaskDeclaration, hub_split: str) -> str | None:
+    """The split an item from HUB_SPLIT is marked with: test or calib with test_split and calib_split, else none (the
+    seeded split draws both)."""
+    if d.splits is not None:
+        return None
+    return "test" if hub_split == d.test_split else "calib"
 
 
 def _kept(d: HubTaskDeclaration, splits: dict[str, CachedSplit], rows: list[_Row]) -> set[tuple]:
@@ -312,15 +446,16 @@ def _kept(d: HubTaskDeclaration, splits: dict[str, CachedSplit], rows: list[_Row
     return set(sorted(counts, key=lambda key: (-counts[key], key))[:n])
 
 
-def build_items(d: HubTaskDeclaration, splits: dict[str, CachedSplit], recorded: list[str] | None, meta_path: Path) -> list[Item]:
-    """The items of declaration D from its cached hub splits (every split of ``d.hub_splits``). RECORDED: the label
-    column's ClassLabel names from the cache's meta.json (META_PATH), if any. TaskDataError names the file and line."""
+def build_items(d: HubTaskDeclaration, task: str, splits: dict[str, CachedSplit], recorded: list[str] | None,
+                meta_path: Path) -> list[Item]:
+    """The items of TASK's declaration D, whose options are its label names, from its cached hub splits (every split of
+    ``d.hub_splits``). RECORDED: the label column's ClassLabel names from the cache's meta.json (META_PATH), if any.
+    TaskDataError names the file and line."""
     labels = _Labels(d, recorded, meta_path)
     rows = [labels.read(s, i, splits[s].path, line, row) for s in d.hub_splits for i, (line, row) in enumerate(splits[s].rows)]
     fields = template_fields(d.text_template) if d.text_template is not None else []
-    two_splits = d.splits is None
     if d.kind == "noul":
-        question = noul(d.question)
+        make = noul
         yes, no = set(d.yes_labels or ()), set(d.no_labels or ())
         for side, given in (("yes_labels", yes), ("no_labels", no)):
             unknown = sorted(given - set(labels.names)) if labels.names is not None else []
@@ -339,30 +474,31 @@ def build_items(d: HubTaskDeclaration, splits: dict[str, CachedSplit], recorded:
         unnamed = [key for key in keys if every.get(key) is None]
         if unnamed:
             first = next(r for r in rows if r.key == unnamed[0])
-            raise TaskDataError(str(first.path), f"line {first.line}", f"label {first.row[d.label_field]!r} has no name: give "
-                                "label_names, or label_text_field (a column of names)")
+            raise TaskDataError(str(first.path), f"line {first.line}", f"label {column_value(first.row, d.label_field)!r} has "
+                                "no name: the options of a declared task are its label names, unless options_field names "
+                                "a column of each row's own options (as MMLU's choices); give label_names, label_text_field "
+                                "(a column of names), or options_field")
         most = MAX_CHOICE_OPTIONS if d.kind == "choice" else MAX_SCORE_LEVELS
         if not 2 <= len(keys) <= most:
             raise TaskDataError(str(meta_path.parent), "labels", f"{len(keys)} labels, but a {d.kind} question has 2 to {most} "
                                 "options" + (": set keep_most_frequent" if d.kind == "choice" and len(keys) > most else ""))
-        options = [_option(d, str(every[key])) for key in keys]
-        question = choice(d.question, options) if d.kind == "choice" else score(d.question, options)
+        options = [option_shown(d, str(every[key])) for key in keys]
+
+        def make(text: str) -> Question:
+            return choice(text, options) if d.kind == "choice" else score(text, options)
         index = {key: j for j, key in enumerate(keys)}
 
         def gold(r: _Row) -> int | None:
             return index.get(r.key)
+    fixed = make(d.question) if d.question is not None else None
     items = []
     for r in (r for s in d.item_splits for r in rows if r.split == s):
         g = gold(r)
         if g is None:
             continue
-        text = _text(d, fields, r)
-        if d.strip:
-            text = text.strip()
-        if d.min_chars is not None and len(text) < d.min_chars:
+        text = row_state(d, fields, r.row, r.path, r.line)
+        if text is None:
             continue
-        if d.max_chars is not None:
-            text = text[:d.max_chars]
-        split = ("test" if r.split == d.test_split else "calib") if two_splits else None
-        items.append(Item(id=r.id, state=text, question=question, gold=g, split=split))
+        question = fixed or make(row_question(d, r.row, r.path, r.line, row_who(task, r.id, d, "question_field")))
+        items.append(Item(id=r.id, state=text, question=question, gold=g, split=item_split(d, r.split)))
     return items

@@ -14,13 +14,17 @@ Two steps, so that scoring never needs the network:
    A cache whose meta.json has the same dataset, config and revision and every split is reused without network.
    To use the tasks offline: ``snakemake --until fetch_hub_task`` on a machine with network, then copy
    ``resources/hub/<name>`` over. The commit is recorded in the run's lock file (:mod:`anyjev.lock`).
+
+   A dataset in a local folder (:mod:`anyjev.data.local`) has no commit: meta.json records, under ``local``, the
+   sha256 of each of its files and their content hash, the lock file that hash, and the cache is reused only while
+   the folder's content is the same (read again otherwise).
 2. :func:`build` turns the cached files into a :class:`~anyjev.data.tasks.Task` with the standard library only, by the
    task's declaration (:mod:`anyjev.data.declared`).
 
 A task is a declaration: the config's own (``tasks.<name>.hub``, cached under the task's name) or one of the
 published tasks (``banking20``, ``newsgroups``, ``injection``, ``massive_route``, ``clinc_escalate``), declared in
-``anyjev/data/published_tasks.yaml`` in the same format and cached under their names. All use prior_group =
-"question" (one question per task).
+``anyjev/data/published_tasks.yaml`` in the same format and cached under their names. A task with one question uses
+prior_group = "question"; one whose rows ask their own questions or give their own options, "task".
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from pathlib import Path
 import yaml
 
 from anyjev.data.declared import CachedSplit, HubDataset, HubTaskDeclaration, build_items, declaration_from_data
+from anyjev.data.local import local_content, local_files
+from anyjev.data.row_options import row_items
 from anyjev.data.tasks import Task
 from anyjev.errors import TaskDataError
 from anyjev.files import file_sha256
@@ -78,7 +84,15 @@ def configured(name: str, builtin: str | None, revision: str | None, declared: H
 
 def _describe(ds: HubDataset) -> str:
     cfg = f", config {ds.config!r}" if ds.config else ""
+    if ds.local:
+        return f"local dataset folder {ds.dataset!r}{cfg}"
     return f"hub dataset {ds.dataset!r}{cfg} at revision {ds.revision!r}"
+
+
+def fetch_inputs(ds: HubDataset) -> list[str]:
+    """The files the fetch of DS reads on this machine: a local folder's data files (an edit of one makes the workflow
+    fetch again), none for a hub id."""
+    return [str(p) for p in local_files(ds.dataset)] if ds.local else []
 
 
 def _prefetch_hint(name: str, cache_dir: Path) -> str:
@@ -108,18 +122,37 @@ def _read_meta(task_dir: Path) -> dict | None:
     return meta
 
 
-def _cache_matches(task_dir: Path, ds: HubDataset) -> bool:
+def _cache_matches(task_dir: Path, ds: HubDataset, content: str | None) -> bool:
+    """The cache holds DS (a local folder: at CONTENT, its content hash now)."""
     meta = _read_meta(task_dir)
     if meta is None:
         return False
     same = (meta.get("dataset"), meta.get("config"), meta.get("revision")) == (ds.dataset, ds.config, ds.revision)
+    if ds.local and (meta.get("local") or {}).get("content_sha256") != content:
+        return False
     return same and all((task_dir / f"{s}.jsonl").is_file() for s in ds.splits)
 
 
-def _settle_lock(lock: Lock | None, ds: HubDataset, commit: str | None, where: str) -> None:
-    """Refuse a commit other than the pinned lock's, then record it (anyjev.lock)."""
-    if lock is not None:
-        lock.settle("datasets", ds.dataset, ds.revision, commit, where, **({"config": ds.config} if ds.config else {}))
+def _local_source(ds: HubDataset, task_dir: Path) -> dict:
+    """A local folder's content (meta.json's ``local``: its content hash and each file's sha256)."""
+    folder = Path(ds.dataset)
+    if not folder.is_dir():
+        raise TaskDataError(str(task_dir), "fetch", f"{_describe(ds)} does not exist (relative to {Path.cwd()})")
+    content, files = local_content(folder)
+    if not files:
+        raise TaskDataError(str(task_dir), "fetch", f"{_describe(ds)} holds no data files")
+    return {"content_sha256": content, "files": files}
+
+
+def _settle_lock(lock: Lock | None, ds: HubDataset, commit: str | None, local: dict | None, where: str) -> None:
+    """Refuse a commit (a local folder: a content hash) other than the pinned lock's, then record it (anyjev.lock)."""
+    if lock is None:
+        return
+    extra = {"config": ds.config} if ds.config else {}
+    if local is not None:
+        lock.settle_content("datasets", ds.dataset, local["content_sha256"], where, **extra)
+    else:
+        lock.settle("datasets", ds.dataset, ds.revision, commit, where, **extra)
 
 
 def fetch(name: str, cache_dir: str | os.PathLike, revision: str | None = None, *, dataset: HubDataset | None = None,
@@ -131,15 +164,24 @@ def fetch(name: str, cache_dir: str | os.PathLike, revision: str | None = None, 
     revision, every split) is returned without touching the network. Without network (or without the ``datasets``
     package) and without a cache, raises TaskDataError naming the dataset id, the revision and how to pre-fetch. The
     revision is resolved to a commit first and that commit is downloaded; with LOCK, the commit is recorded there, and
-    a pinned lock's other commit is refused (for a cache or a download alike). SOURCE: what ``datasets.load_dataset``
+    a pinned lock's other commit is refused (for a cache or a download alike). A local folder (DATASET's ``local``)
+    is read without a revision and pinned by its content instead: the cache is reused while the folder's content hash
+    is the one it recorded, and LOCK records (or, pinned, enforces) that hash. SOURCE: what ``datasets.load_dataset``
     reads instead of the hub id (a local folder holding the hub repo's files: a site mirror, or the tests), still
     recorded under the hub id.
     """
     ds = dataset if dataset is not None else declaration(name, revision).hub_dataset()
     cache_dir = Path(cache_dir)
     task_dir = cache_dir / name
-    if not force and _cache_matches(task_dir, ds):
-        _settle_lock(lock, ds, (_read_meta(task_dir) or {}).get("resolved_sha"), f"the cache {task_dir}")
+    local = _local_source(ds, task_dir) if ds.local else None
+    if local is not None and lock is not None:
+        lock.check_content("datasets", ds.dataset, local["content_sha256"], f"the folder {ds.dataset}")
+    if not force and _cache_matches(task_dir, ds, local and local["content_sha256"]):
+        if local is not None:
+            # The workflow reran this step because a file of the folder is newer than the cache, with the same content:
+            # the cache is current, and says so by its time, or the next run would see it as out of date again.
+            os.utime(task_dir / "meta.json")
+        _settle_lock(lock, ds, (_read_meta(task_dir) or {}).get("resolved_sha"), local, f"the cache {task_dir}")
         return task_dir
     stale = _read_meta(task_dir) if task_dir.is_dir() else None
     note = f" (the cache holds revision {stale.get('revision')!r})" if stale else " (no cached copy)"
@@ -150,21 +192,31 @@ def fetch(name: str, cache_dir: str | os.PathLike, revision: str | None = None, 
             str(task_dir), "fetch", f"{_describe(ds)} is not cached{note} and the `datasets` package is not "
             f"installed; {_prefetch_hint(name, cache_dir)}"
         ) from e
-    want = lock.revision_to_fetch("datasets", ds.dataset, ds.revision) if lock else ds.revision
-    commit = resolve_commit("datasets", ds.dataset, want)
-    if lock is not None:
-        lock.check("datasets", ds.dataset, ds.revision, commit, f"the download of {ds.dataset}@{want}")
+    if local is not None:
+        # A folder has no commit; its files are read anew (not from datasets' own cache of an earlier read).
+        want, commit, options = None, None, {"download_mode": "force_redownload"}
+    else:
+        want = lock.revision_to_fetch("datasets", ds.dataset, ds.revision) if lock else ds.revision
+        commit = resolve_commit("datasets", ds.dataset, want)
+        if lock is not None:
+            lock.check("datasets", ds.dataset, ds.revision, commit, f"the download of {ds.dataset}@{want}")
+        options = {"revision": commit or want}
     tables = {}
     try:
         for split in ds.splits:
-            tables[split] = datasets.load_dataset(str(source or ds.dataset), ds.config, split=split, revision=commit or want)
+            tables[split] = datasets.load_dataset(str(source or ds.dataset), ds.config, split=split, **options)
     except Exception as e:  # noqa: BLE001 - any download failure gets the same actionable message
+        if local is not None:
+            raise TaskDataError(str(task_dir), "fetch", f"could not read {_describe(ds)} with datasets.load_dataset "
+                                f"({type(e).__name__}: {e})") from e
         offline = _offline_env()
         why = f"{offline} is set" if offline else "no network, or the dataset/revision is not reachable"
         raise TaskDataError(
             str(task_dir), "fetch", f"could not download {_describe(ds)}{note}: {why} "
             f"({type(e).__name__}: {e}); {_prefetch_hint(name, cache_dir)}"
         ) from e
+    if local is not None and _local_source(ds, task_dir) != local:
+        raise TaskDataError(str(task_dir), "fetch", f"{_describe(ds)} changed while it was read: fetch it again")
     try:
         ds_version = importlib.metadata.version("datasets")
     except importlib.metadata.PackageNotFoundError:
@@ -181,6 +233,7 @@ def fetch(name: str, cache_dir: str | os.PathLike, revision: str | None = None, 
             "datasets_version": ds_version,
             "splits": {},
             "label_names": {},
+            **({"local": local} if local is not None else {}),
         }
         for split, table in tables.items():
             out = tmp / f"{split}.jsonl"
@@ -207,25 +260,24 @@ def fetch(name: str, cache_dir: str | os.PathLike, revision: str | None = None, 
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
-    _settle_lock(lock, ds, commit, f"the download into {task_dir}")
+    _settle_lock(lock, ds, commit, local, f"the download into {task_dir}")
     return task_dir
 
 
 @dataclass(frozen=True)
 class FetchJob(Job):
-    """What the fetch step of a hub task needs (built by ``Settings.fetch_job``): the cache folder's name (a published
-    task's name, or the name of the task that declares the dataset), what to download (the declaration's dataset,
-    config, revision and splits), the cache root, and the run's lock file."""
+    """What the fetch step of a hub task needs (built by ``Settings.fetch_job``): what to download (the declaration's
+    dataset, config, revision and splits) and the run's lock file."""
 
-    name: str
     hub: HubDataset
-    cache: str
     lock: Lock
 
 
-def fetch_job(job: FetchJob) -> Path:
-    """The workflow's fetch step: the declared dataset at its revision, the run's lock."""
-    return fetch(job.name, job.cache, dataset=job.hub, lock=job.lock)
+def fetch_job(job: FetchJob, out: str | os.PathLike) -> Path:
+    """The workflow's fetch step: the declared dataset at its revision into the cache folder OUT (the rule's
+    ``<hub cache>/<name>``: a published task's name, or the name of the task that declares the dataset), the run's lock."""
+    out = Path(out)
+    return fetch(out.name, out.parent, dataset=job.hub, lock=job.lock)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -275,8 +327,12 @@ def build(task_name: str, cached_dir: str | os.PathLike, revision: str | None = 
             raise TaskDataError(str(path), "file", f"sha256 {sha} differs from the {recorded} recorded at fetch time")
         files[s] = {"path": str(path), "sha256": sha}
     splits = {s: CachedSplit(s, task_dir / f"{s}.jsonl") for s in ds.splits}
-    names = (meta.get("label_names") or {}).get(d.label_field)
-    items = build_items(d, splits, names, task_dir / "meta.json")
+    dropped = None
+    if d.options_field:
+        items, dropped = row_items(d, task_name, splits)
+    else:
+        names = (meta.get("label_names") or {}).get(d.label_field)
+        items = build_items(d, task_name, splits, names, task_dir / "meta.json")
     source = {
         "dataset": ds.dataset,
         "config": ds.config,
@@ -285,6 +341,10 @@ def build(task_name: str, cached_dir: str | os.PathLike, revision: str | None = 
         "datasets_version": meta.get("datasets_version"),
         "files": files,
     }
+    if "local" in meta:  # a local folder: the content it was read at
+        source["local"] = meta["local"]
+    if d.invalid_options == "drop":
+        source["dropped"] = dropped
     if not items:
         raise TaskDataError(str(task_dir), "cache", f"task {task_name!r} has no items after filtering")
-    return Task(name=task_name, items=items, prior_group="question", source=source)
+    return Task(name=task_name, items=items, prior_group=d.prior_group, source=source)

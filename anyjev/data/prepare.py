@@ -10,7 +10,7 @@ from pathlib import Path
 
 from anyjev.data import builtin, hub
 from anyjev.data.declared import HubTaskDeclaration
-from anyjev.data.split import split_items
+from anyjev.data.split import missing_split, split_items
 from anyjev.data.taskfile import load_task_file, write_task_file
 from anyjev.data.tasks import Task
 from anyjev.errors import ConfigError, TaskDataError
@@ -68,14 +68,20 @@ def prepare_task(job: PrepareJob, out: str | os.PathLike[str]) -> Task:
     """Build, split (seeded) and write the task file OUT; returns the written task."""
     written = split_task(job, build_task(job))
     n_test = sum(it.split == "test" for it in written.items)
-    if job.fits_temperature and n_test == len(written.items):
-        # the config-time check (n_calib: 0 with L1) cannot see a file whose own splits leave no calibration item
-        where, why = (job.path, 'every item says "split": "test"') if job.source == "file" else (f"<task {job.name}>", "")
-        raise TaskDataError(str(where), "split", f"no calibration items after the split ({n_test} test items"
-                            f"{'; ' + why if why else ''}), but levels lists L1, whose temperature is fitted on them: "
+    n_calib = len(written.items) - n_test
+    missing = missing_split([it.split for it in written.items], fits_temperature=job.fits_temperature)
+    # The config-time check sees a task file's own splits; this one what the split left (a built task, a smoke run).
+    where = job.path if job.source == "file" else f"<task {job.name}>"
+    if missing == "test":
+        why = '; every item says "split": "calib"' if job.source == "file" else ""
+        raise TaskDataError(str(where), "split", f"no test items after the split ({n_calib} calibration items{why}): "
+                            f'nothing to score: mark the items to score "split": "test" (tasks.{job.name}.n_test of them)')
+    if missing == "calib":
+        why = '; every item says "split": "test"' if job.source == "file" else ""
+        raise TaskDataError(str(where), "split", f"no calibration items after the split ({n_test} test items{why}), but "
+                            "levels lists L1, whose temperature is fitted on them: "
                             f'mark some items "split": "calib" (tasks.{job.name}.n_calib of them), or remove L1 from '
                             "levels")
     write_task_file(written, out)
-    log.info("task %s: %d test + %d calibration items (K=%s) -> %s", job.name, n_test, len(written.items) - n_test,
-             written.k, out)
+    log.info("task %s: %d test + %d calibration items (K=%s) -> %s", job.name, n_test, n_calib, written.k, out)
     return written

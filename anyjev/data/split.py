@@ -74,3 +74,14 @@ def split_items(
     test = [dataclasses.replace(it, split="test") for it in visited[:n_test]]
     calib = [dataclasses.replace(it, split="calib") for it in visited[n_test : n_test + n_calib]]
     return test + calib
+
+
+def missing_split(splits: Sequence[str | None], *, fits_temperature: bool) -> str | None:
+    """The split a task needs but its items leave empty: ``"test"`` (nothing to score) or, when levels lists L1
+    (FITS_TEMPERATURE), ``"calib"`` (nothing to fit its temperature on). None when neither is empty, or when an item
+    carries no split (the seeded split then draws both)."""
+    if not splits or any(s is None for s in splits):
+        return None
+    if "test" not in splits:
+        return "test"
+    return "calib" if fits_temperature and "calib" not in splits else None

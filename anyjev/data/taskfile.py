@@ -55,6 +55,7 @@ text) and a written file loads back to an equal task; writing a loaded task agai
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import os
@@ -182,10 +183,30 @@ def _parse_item(obj: object, path: str, where: str) -> Item:
     return Item(id=item_id, state=obj["state"], question=q, gold=gold, split=split)
 
 
+# Byte order marks of the encodings an editor may save instead of UTF-8 (UTF-32's first, as they begin like UTF-16's).
+BOMS = {codecs.BOM_UTF32_LE: "UTF-32", codecs.BOM_UTF32_BE: "UTF-32", codecs.BOM_UTF16_LE: "UTF-16",
+        codecs.BOM_UTF16_BE: "UTF-16"}
+
+
+def check_utf8(path: str | os.PathLike, head: bytes) -> None:
+    """Refuse a file saved as UTF-16 or UTF-32, saying so (HEAD: its first bytes): a byte order mark, or, without one,
+    the zero bytes that UTF-16 puts beside every ASCII character."""
+    bom, encoding = next(((bom, name) for bom, name in BOMS.items() if head.startswith(bom)), (b"", None))
+    what = f"{encoding} (it begins with the byte order mark {bom.hex(' ').upper()})"
+    if encoding is None and len(head) >= 2 and head.count(0) * 3 >= len(head):
+        encoding = "UTF-16BE" if head[0] == 0 else "UTF-16LE"
+        what = f"{encoding} (a zero byte beside every character, no byte order mark)"
+    if encoding:
+        raise TaskDataError(str(path), "line 1", f"the file is {what}, not UTF-8: save it as UTF-8 (e.g. "
+                            f"`iconv -f {encoding} -t UTF-8 {Path(path).name} > fixed.jsonl`)")
+
+
 def jsonl_rows(path: Path) -> list[tuple[int, dict]]:
     """(line number, object) for each non-blank line; a bad line raises naming its number."""
     rows = []
     with open(path, "rb") as f:
+        check_utf8(path, f.read(64))
+        f.seek(0)
         for n, raw in enumerate(f, start=1):
             try:
                 line = raw.decode("utf-8")
@@ -230,6 +251,7 @@ def load_task_file(path: str | os.PathLike, name: str | None = None) -> Task:
     if not p.is_file():
         raise TaskDataError(ps, "file", "not a regular file")
     data = p.read_bytes()
+    check_utf8(ps, data[:64])
     header: dict | None = None
     items: list[Item] = []
     first_line: dict[str, int] = {}

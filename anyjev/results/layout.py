@@ -3,8 +3,10 @@ failed and why: what the run reader (:mod:`anyjev.results`) reads a run by.
 
 A cell is *finished* when its ``metrics.json`` exists. A cell without one has *failed* when the log of the step
 that should have made its next file exists (the score log while it has no ``scores.jsonl``, else the evaluate log):
-that step ran and left nothing. Where the files and logs are is the workflow's (:class:`CellLayout`, built from the
-paths in ``workflow/rules/common.smk``).
+that step ran and left nothing. Why it failed is the first line of the error that log ends with; when that step never
+ran, the error of the earlier step that stopped it (its model's scoring job, its task's preparation or fetch, its
+model's preparation). Where the files and logs are is the workflow's (:class:`CellLayout`, built from the paths in
+``workflow/rules/common.smk``).
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ import glob
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from anyjev.errors import one_line
+
 CELL_FILES = ("metrics.json", "predictions.csv", "scores.jsonl", "provenance.json")  # what a finished cell holds
-ERROR_LINE = 300  # characters of an error line kept
 _CLI_ERROR = re.compile(r"^anyjev [\w-]+: \w+")  # anyjev.cli's last word: "anyjev score: ServerError: ..."
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")  # a traceback's last line
 
@@ -30,6 +33,10 @@ class CellLayout:
     cell_dir: str
     score_log: str
     evaluate_log: str
+    # The logs of the steps before scoring, nearest first (the model's scoring job, the task's preparation and fetch,
+    # the model's preparation): patterns with {model}, {task} and {dataset}, a hub task's cache folder (DATASETS).
+    earlier_logs: tuple[str, ...] = ()
+    datasets: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of_run(cls, results: str | os.PathLike, logs: str | os.PathLike) -> CellLayout:
@@ -76,21 +83,43 @@ class CellLayout:
         """The CELLS whose ``metrics.json`` exists."""
         return [(m, t) for m, t in cells if self.is_finished(m, t)]
 
+    def earlier_logs_of(self, model: str, task: str) -> list[Path]:
+        """The logs of the steps before the cell's scoring, nearest first (a fetch log only for a hub task)."""
+        names = {"model": model, "task": task, "dataset": self.datasets.get(task)}
+        return [Path(p.format(**names)) for p in self.earlier_logs if "{dataset}" not in p or names["dataset"]]
+
     def failure(self, model: str, task: str) -> dict[str, str]:
-        """Why a cell has no ``metrics.json``: ``{"error": first line of its error, "log": the log's path}``."""
+        """Why a cell has no ``metrics.json``: ``{"error": first line of its error, "log": the log's path}``. The newest
+        of the logs that say something: the log of the step that should have made the cell's next file (its error, or
+        that it stopped without one), and the logs of the earlier steps that hold an error (the step that stopped it
+        from running). A log left by an earlier run is older than what this run's steps wrote."""
         log = self.step_log(model, task)
-        if not log.is_file():
-            return {"error": f"no metrics.json and no log ({log}): the cell has not run", "log": str(log)}
-        line = error_line(log.read_text(errors="replace"))
-        return {"error": line or "the log is empty", "log": str(log)}
+        said: list[tuple[float, str, Path]] = []
+        if log.is_file():
+            text = log.read_text(errors="replace")
+            line = error_line(text, last_line=False)
+            if line is None:
+                last = text.strip().splitlines()[-1] if text.strip() else None
+                line = ("the log is empty: the step stopped before it wrote anything" if last is None else
+                        f"the step stopped without an error (interrupted or killed); its log ends: {one_line(last)}")
+            said.append((log.stat().st_mtime, line, log))
+        for earlier in self.earlier_logs_of(model, task):
+            line = error_line(earlier.read_text(errors="replace"), last_line=False) if earlier.is_file() else None
+            if line is not None:
+                said.append((earlier.stat().st_mtime, line, earlier))
+        if not said:
+            return {"error": f"no metrics.json, and neither {log} nor the log of an earlier step holds an error: the "
+                             "cell has not run", "log": str(log)}
+        _, line, where = max(said, key=lambda s: s[0])
+        return {"error": line, "log": str(where)}
 
 
-def error_line(text: str) -> str | None:
-    """The first line of the error a log ends with: anyjev's own ``anyjev <command>: <Error>: ...`` line, else
-    the last exception line of a traceback, else the last non-empty line; None for an empty log."""
+def error_line(text: str, *, last_line: bool = True) -> str | None:
+    """The first line of the error a log ends with, whole and on one line (an HTML page reduced to its text):
+    anyjev's own ``anyjev <command>: <Error>: ...`` line, else the last exception line of a traceback, else (with
+    LAST_LINE) the last non-empty line; None for a log without one."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if not lines:
-        return None
     found = next((line for line in lines if _CLI_ERROR.match(line)), None)
-    found = found or next((line for line in reversed(lines) if _EXCEPTION.match(line)), None) or lines[-1]
-    return found if len(found) <= ERROR_LINE else found[: ERROR_LINE - 3] + "..."
+    found = found or next((line for line in reversed(lines) if _EXCEPTION.match(line)), None)
+    found = found or (lines[-1] if lines and last_line else None)
+    return None if found is None else one_line(found)

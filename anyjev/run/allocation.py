@@ -4,7 +4,7 @@ On a cluster, Snakemake's job groups cannot share one GPU allocation among a mod
 fates together (one failed job fails the group and deletes its members' outputs). So one job per model,
 ``score_model``, holds the allocation: it starts the model's server once and scores every cell into the cell's
 staging folder (``results/cells/<model>/<task>/staged/``), recording each cell's outcome in
-``results/cells/<model>/allocation.json`` instead of stopping at the first failure. A local ``score_cell`` job per
+``results/allocations/<model>.json`` instead of stopping at the first failure. A local ``score_cell`` job per
 cell then publishes the staged scores, or fails with the cell's own error (the missing label ids), so a failed
 cell fails alone and every other cell keeps its outputs.
 

@@ -21,6 +21,5 @@ def canary(backend: Backend, p: PreparedItem, *, answer_mass: bool) -> None:
         if answer_mass:  # the server must also name every label's full-vocabulary value (logprob_token_ids)
             answer_masses(backend, [p])
     except LabelTokenError as exc:
-        raise LabelTokenError(f"canary request (item {p.item.id!r}) failed: {exc}", missing_ids=exc.missing_ids,
-                              returned_ids=exc.returned_ids) from exc
+        raise exc.within(f"canary request (item {p.item.id!r}) failed") from exc
     log.info("canary ok: the server returned exactly the label ids %s, summing to one", p.label_ids)

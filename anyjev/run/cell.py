@@ -3,6 +3,7 @@ score every item with resume, and write the cell's provenance."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -15,6 +16,7 @@ from typing import Any
 from anyjev.backends.vllm import ClientOptions, VLLMBackend
 from anyjev.data.taskfile import load_task_file
 from anyjev.decision.labels import check_label_capacity
+from anyjev.decision.tokenizer import load_tokenizer
 from anyjev.errors import BackendError, ConfigError
 from anyjev.files import file_sha256, now_iso, write_json_atomic
 from anyjev.jobs import Job, to_data
@@ -25,6 +27,7 @@ from anyjev.run.prepared import prepare_items
 from anyjev.run.scoring import score_cell
 from anyjev.run.server_check import ServerGuard
 from anyjev.run.store import scored_under
+from anyjev.serving.build import resolve_server
 from anyjev.serving.describe import describe_server
 from anyjev.serving.metrics import CacheCounters, read_counters, settled_counters
 from anyjev.serving.spec import ServerSpec, check_server_python
@@ -82,6 +85,13 @@ class ScoreJob(Job):
         if (self.managed is None) == (self.external is None):
             raise ConfigError(f"models.{self.model}.source", "a score job needs exactly one server: managed or url")
 
+    def resolved(self) -> ScoreJob:
+        """This job with its managed server's dtype, block size and prefix caching as this machine's server runs them
+        (:func:`~anyjev.serving.build.resolve_server`), which the cell's identity records; a url job as it is."""
+        if self.managed is None:
+            return self
+        return dataclasses.replace(self, managed=dataclasses.replace(self.managed, spec=resolve_server(self.managed.spec)))
+
     def model_identity(self) -> dict[str, Any]:
         """What identifies the model's scores (part of the cell's identity)."""
         if self.managed is None:
@@ -91,13 +101,6 @@ class ScoreJob(Job):
         return {"backend": "vllm", "model": spec.model, "dtype": spec.dtype, "served_name": spec.served_name,
                 "server_flags": list(spec.server_flags), "max_model_len": spec.max_model_len, "seed": spec.seed,
                 "prefix_caching": spec.prefix_caching, "block_size": spec.block_size, "fp32_head": spec.fp32_head}
-
-
-def load_tokenizer(path: str | os.PathLike[str]):
-    """The model's tokenizer (transformers), loaded once per job."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(path))
 
 
 def check_task_label_capacity(task, max_logprobs: int) -> None:
@@ -178,6 +181,7 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
               provenance_path: str | os.PathLike[str] | None, owner_pid: int) -> dict[str, Any]:
     """Score the cell described by JOB into OUT; returns the scoring counts."""
     started, t0 = now_iso(), time.monotonic()
+    job = job.resolved()
     task = load_task_file(task_path)
     tokenizer = load_tokenizer(job.tokenizer)
     identity = cell_identity(job, task, task_path)

@@ -61,5 +61,4 @@ def sent_counts(p: PreparedItem, *, answer_mass: bool) -> tuple[int, int]:
 
 def name_items(chunk: Sequence[PreparedItem], exc: LabelTokenError) -> LabelTokenError:
     ids = ", ".join(repr(p.item.id) for p in chunk[:5])
-    return LabelTokenError(f"scoring items {ids}{'...' if len(chunk) > 5 else ''}: {exc}",
-                           missing_ids=exc.missing_ids, returned_ids=exc.returned_ids)
+    return exc.within(f"scoring items {ids}{'...' if len(chunk) > 5 else ''}")

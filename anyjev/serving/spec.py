@@ -1,5 +1,5 @@
 """What defines one model's server (:class:`ServerSpec`, the ``server`` of a score job), and the check that its
-interpreter exists."""
+interpreter exists. Making a spec runs nothing: :func:`anyjev.serving.build.resolve_server` resolves it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from typing import Any
 
 from anyjev.errors import ConfigError
 from anyjev.schema import setting
-from anyjev.serving.build import pinned_block_size, resolve_dtype
 from anyjev.serving.proc import STOP_GRACE
 
 # Fields that say how long to wait, not what runs: a lease is reused across different values of these.
@@ -34,10 +33,10 @@ def prefix_caching_on(setting_value: bool | str, dtype: str) -> bool:
 @dataclass(frozen=True)
 class ServerSpec:
     """Everything that defines one model's server. Defaults are the config schema's (``models.<name>.*``,
-    ``server.*``); ``dtype`` (:func:`~anyjev.serving.build.resolve_dtype`) and then ``prefix_caching``
-    (:func:`prefix_caching_on`) are resolved when the spec is made, so the spec and every cell's identity hold
-    what the server runs. ``block_size`` is not a setting: None is the block size pinned for the server environment's
-    vLLM (:func:`~anyjev.serving.build.pinned_block_size`), resolved here too; benchmarks and tests name one."""
+    ``server.*``). ``dtype: auto``, ``prefix_caching: auto`` and ``block_size: None`` (the size pinned for the server
+    environment's vLLM; benchmarks and tests name one) are what the config says; the server runs what
+    :func:`~anyjev.serving.build.resolve_server` makes of them on the machine that starts it, and a cell's identity
+    records that. Making a spec runs nothing."""
 
     name: str
     model: str
@@ -61,13 +60,13 @@ class ServerSpec:
     stop_grace: float = STOP_GRACE
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "dtype", resolve_dtype(self.dtype, self.python, f"models.{self.name}.dtype"))
-        object.__setattr__(self, "prefix_caching", prefix_caching_on(self.prefix_caching, self.dtype))
-        if self.block_size is None:
-            object.__setattr__(self, "block_size", pinned_block_size(self.python, "server.python"))
         object.__setattr__(self, "server_flags", tuple(self.server_flags))
         env = self.server_env.items() if isinstance(self.server_env, dict) else self.server_env  # the config's mapping
         object.__setattr__(self, "server_env", tuple(sorted(tuple(kv) for kv in env)))
+
+    def is_resolved(self) -> bool:
+        """Whether this is what a server runs: a dtype, a block size and prefix caching on or off."""
+        return self.dtype != "auto" and self.block_size is not None and isinstance(self.prefix_caching, bool)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ServerSpec:
@@ -94,5 +93,5 @@ def check_server_python(python: str, workdir: str | os.PathLike = ".") -> None:
     found = shutil.which(python) if os.sep not in python else (Path(workdir) / path if not path.is_absolute() else path)
     if found is None or not (Path(found).is_file() and os.access(found, os.X_OK)):
         raise ConfigError("server.python", f"{python!r} is not an executable interpreter (from {Path(workdir).resolve()}): "
-                          "point it at the vLLM environment's python (`bash scripts/setup_env.sh` creates "
-                          ".venv-server/bin/python; on a GPU cluster, the CUDA vLLM environment's)")
+                          "`bash scripts/setup_env.sh` creates .venv-server/bin/python (with `--gpu`, the CUDA vLLM, "
+                          "where a cluster's GPU nodes see the checkout), or point it at a vLLM environment's python")

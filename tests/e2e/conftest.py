@@ -70,12 +70,12 @@ def slurm_cluster():
     require_slurm()
     times = {}
     try:
-        for step, timeout in (("install", 900), ("start", 300)):
-            proc, times[step] = cluster_step(step, timeout)
+        for step in ("install", "start"):
+            proc, times[step] = cluster_step(step)
             assert proc.returncode == 0, f"cluster.sh {step} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
         print(f"\n[slurm] cluster.sh install: {times['install']:.1f} s, start: {times['start']:.1f} s")
         yield times
     finally:
-        proc, seconds = cluster_step("stop", 300)
+        proc, seconds = cluster_step("stop")
         print(f"\n[slurm] cluster.sh stop: rc {proc.returncode}, {seconds:.1f} s")
         assert proc.returncode == 0, proc.stderr[-3000:]

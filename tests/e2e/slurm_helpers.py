@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import require
 from tests.e2e.workflow_helpers import REPO, SNAKEFILE, SNAKEMAKE, env, interruptible, job_blocks
+from tests.waiting import HANG_GUARD
 
 CLUSTER_SH = REPO / "tests" / "slurm" / "cluster.sh"
 PROFILE = REPO / "workflow" / "profiles" / "slurm"
@@ -42,10 +43,10 @@ def require_slurm() -> None:
             f"the SLURM tests start a real cluster with {CLUSTER_SH} (root, Debian packages): {', '.join(problems)}")
 
 
-def cluster_step(step: str, timeout: float) -> tuple[subprocess.CompletedProcess, float]:
+def cluster_step(step: str) -> tuple[subprocess.CompletedProcess, float]:
     """`bash tests/slurm/cluster.sh STEP` (install, start, stop, status) and how long it took."""
     t0 = time.monotonic()
-    proc = subprocess.run(["bash", str(CLUSTER_SH), step], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(["bash", str(CLUSTER_SH), step], capture_output=True, text=True, timeout=HANG_GUARD)
     return proc, time.monotonic() - t0
 
 
@@ -55,16 +56,16 @@ def slurm_cmd(work: Path, *args: str) -> list[str]:
             "--executor", "slurm", "--workflow-profile", str(PROFILE), *TEST_CLUSTER_ARGS, *args]
 
 
-def finish(proc: subprocess.Popen, timeout: float) -> tuple[str, bool]:
-    """Wait for PROC (stdout piped); past TIMEOUT: SIGTERM, then SIGKILL 60 s later (like `timeout -k 60`).
-    Returns (output, timed out)."""
+def finish(proc: subprocess.Popen) -> tuple[str, bool]:
+    """Wait for PROC (stdout piped); past the hang guard: SIGTERM, then SIGKILL once SIGTERM is seen to have failed
+    (the process still runs when its output ends). Returns (output, hung)."""
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        out, _ = proc.communicate(timeout=HANG_GUARD)
         return out, False
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGTERM)
         try:
-            out, _ = proc.communicate(timeout=60)
+            out, _ = proc.communicate(timeout=HANG_GUARD)
         except subprocess.TimeoutExpired:
             proc.kill()
             out, _ = proc.communicate()
@@ -77,13 +78,13 @@ def start_slurm_run(work: Path, *args: str) -> subprocess.Popen:
                             cwd=work, preexec_fn=interruptible)
 
 
-def run_slurm(work: Path, *args: str, timeout: float) -> dict:
+def run_slurm(work: Path, *args: str) -> dict:
     """A whole Snakemake run through SLURM: output, exit code, wall seconds, main pid, jobs and submissions."""
     t0 = time.monotonic()
     proc = start_slurm_run(work, *args)
-    out, timed_out = finish(proc, timeout)
-    if timed_out:
-        pytest.fail(f"the SLURM run did not finish in {timeout} s:\n{out[-8000:]}")
+    out, hung = finish(proc)
+    if hung:
+        pytest.fail(f"hang: the SLURM run still ran after {HANG_GUARD:.0f} s (tests/waiting.py):\n{out[-8000:]}")
     return {"dir": work, "out": out, "rc": proc.returncode, "seconds": time.monotonic() - t0, "main_pid": proc.pid,
             "jobs": job_blocks(out), "submitted": submissions(out)}
 
@@ -93,18 +94,20 @@ def submissions(out: str) -> list[tuple[int, int, str]]:
     return [(int(a), int(b), log) for a, b, log in SUBMITTED.findall(out)]
 
 
-def sacct_records(ids: list[int], wait: float = 60.0) -> dict[int, dict]:
-    """sacct records (allocation lines) of IDS, epoch times; waits for slurmdbd to have all of them finished."""
+def sacct_records(ids: list[int], finished: bool = True) -> dict[int, dict]:
+    """sacct records (allocation lines) of IDS, epoch times; with FINISHED, once slurmdbd has all of them finished
+    (what it has when the hang guard ends the wait, else)."""
     fields = ["JobIDRaw", "JobName", "State", "ExitCode", "Start", "End", "NodeList", "AllocCPUS"]
-    deadline = time.monotonic() + wait
+    deadline = time.monotonic() + HANG_GUARD
     while True:
         proc = subprocess.run(["sacct", "-X", "-n", "-P", "-j", ",".join(map(str, ids)), f"--format={','.join(fields)}"],
-                              capture_output=True, text=True, timeout=30, env=os.environ | {"SLURM_TIME_FORMAT": "%s"})
+                              capture_output=True, text=True, timeout=HANG_GUARD,
+                              env=os.environ | {"SLURM_TIME_FORMAT": "%s"})
         rows = {}
         for line in proc.stdout.splitlines():
             rec = dict(zip(fields, line.split("|"), strict=True))
             rows[int(rec["JobIDRaw"])] = rec
         done = set(rows) == set(ids) and all(r["End"].isdigit() for r in rows.values())
-        if done or time.monotonic() > deadline:
+        if done or not finished or time.monotonic() > deadline:
             return rows
-        time.sleep(2)
+        time.sleep(1)  # each look asks slurmdbd

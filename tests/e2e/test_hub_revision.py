@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 
 from tests.e2e.workflow_helpers import make_workdir, run_snakemake
+from tests.tiny_tokenizer import write_tiny_tokenizer
 
 
 def shell_commands(out: str) -> list[str]:
@@ -26,7 +27,7 @@ def test_config_revision_reaches_fetch_and_prepare(tmp_path: Path) -> None:
                             "question": "Is this movie review positive?", "kind": "noul", "yes_labels": ["positive"]}}},
               "levels": ["raw", "L0"], "published": None}
     work = make_workdir(tmp_path / "w", config, smollm2_dir=tmp_path)
-    (work / "tok").mkdir()
+    write_tiny_tokenizer(work / "tok")
     proc = run_snakemake(work, "-n", "-p", "--until", "prepare_task")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
@@ -36,14 +37,14 @@ def test_config_revision_reaches_fetch_and_prepare(tmp_path: Path) -> None:
         if " fetch-task " in c:
             argv = shlex.split(c)
             job = json.loads(argv[argv.index("--job") + 1])
-            fetch[job["name"]] = job
+            fetch[Path(argv[argv.index("--out") + 1]).name] = job | {"out": argv[argv.index("--out") + 1]}
     wanted = {"banking20": ("mteb/banking77", "deadbeef", ["train", "test"]), "newsgroups": ("SetFit/20_newsgroups", "cafe01", ["test"]),
               "sst2": ("stanfordnlp/sst2", "main", ["validation", "train"])}
     assert set(fetch) == set(wanted)
     for name, (dataset, revision, splits) in wanted.items():
         # the revision reaches the fetch step, and so the lock it records into (unpinned: resources/lock.yaml)
-        assert fetch[name] == {"name": name, "hub": {"dataset": dataset, "config": None, "revision": revision, "splits": splits},
-                               "cache": "resources/hub", "lock": {"path": "resources/lock.yaml", "pinned": False}}, fetch[name]
+        assert fetch[name] == {"hub": {"dataset": dataset, "config": None, "revision": revision, "splits": splits},
+                               "out": f"resources/hub/{name}", "lock": {"path": "resources/lock.yaml", "pinned": False}}, fetch[name]
     prepared = {}
     for c in cmds:
         if " prepare-task " in c:

@@ -4,7 +4,9 @@
 `sinfo`/`sacct`/`sbatch`/... first on PATH that record each call and fail, and asserts that the dry run succeeds
 and made no call but the plugin's `scontrol show config` probe. It runs in a scratch
 directory holding copies of config/config.yaml (so that a --configfile merged into the default config, instead
-of replacing it, would show up as extra cells), config/paper.yaml and the published table.
+of replacing it, would show up as extra cells), config/paper.yaml and the published table, and no server environment:
+docs/cluster.md checks a run (step 4) before it creates one (step 5), so the dry run and `anyjev plan` say what is
+missing and go on, while a run refuses at once, naming the key.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 import yaml
 
 from tests.e2e.workflow_helpers import REPO, SNAKEFILE, SNAKEMAKE, env, job_blocks
+from tests.waiting import HANG_GUARD
 
 PROFILE = REPO / "workflow" / "profiles" / "slurm"
 PAPER = REPO / "config" / "paper.yaml"
@@ -76,12 +79,6 @@ def paper_dry_run(tmp_path_factory):
     (work / "config").mkdir()
     shutil.copy(REPO / "config" / "config.yaml", work / "config" / "config.yaml")
     shutil.copy(PAPER, work / "config" / "paper.yaml")
-    # The CUDA vLLM environment's interpreter that paper.yaml names (server.python), as on a GPU cluster: a stand-in
-    # that reports the CUDA vllm when asked which vLLM it holds (the server's pinned block size depends on it).
-    gpu_python = work / yaml.safe_load(PAPER.read_text())["server"]["python"]
-    gpu_python.parent.mkdir(parents=True)
-    gpu_python.write_text("#!/bin/sh\necho '{\"vllm\": \"0.32.0\"}'\n")
-    gpu_python.chmod(0o755)
     published = yaml.safe_load(PAPER.read_text())["published"]
     (work / published).parent.mkdir(parents=True)
     shutil.copy(REPO / published, work / published)
@@ -97,15 +94,62 @@ def paper_dry_run(tmp_path_factory):
     e["PATH"] = f"{stubs}{os.pathsep}{e['PATH']}"
     cmd = [str(SNAKEMAKE), "-s", str(SNAKEFILE), "-d", str(work), "--configfile", str(work / "config" / "paper.yaml"),
            "--executor", "slurm", "--workflow-profile", str(PROFILE), "-n"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=e, cwd=work)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=HANG_GUARD, env=e, cwd=work)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     local = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-c", LOCALRULES_SCRIPT, str(SNAKEFILE), str(work),
-                            str(work / "config" / "paper.yaml")], capture_output=True, text=True, timeout=600,
+                            str(work / "config" / "paper.yaml")], capture_output=True, text=True, timeout=HANG_GUARD,
                            env=e, cwd=work)
     assert local.returncode == 0, local.stdout[-3000:] + local.stderr[-3000:]
     localrules = json.loads(re.search(r"^LOCALRULES=(.*)$", local.stdout, re.M).group(1))
-    return {"out": out, "jobs": job_blocks(out), "calls": calls, "localrules": localrules}
+    return {"work": work, "env": e, "out": out, "jobs": job_blocks(out), "calls": calls, "localrules": localrules}
+
+
+# What the dry run, the plan and a run say of the server environment paper.yaml uses before it is created.
+MISSING = ("config key server.python: '.venv-server/bin/python' is not an executable interpreter (from {work}): "
+           "`bash scripts/setup_env.sh` creates .venv-server/bin/python (with `--gpu`, the CUDA vLLM, where a cluster's "
+           "GPU nodes see the checkout)")
+
+
+def test_the_dry_run_before_the_setup_says_what_is_missing(paper_dry_run):
+    """docs/cluster.md, step 4 before step 5: the dry run goes on (the fixture asserts it succeeded) and names the key,
+    the interpreter it looked for and the command that creates it."""
+    assert not (paper_dry_run["work"] / ".venv-server").exists()
+    said = [line for line in paper_dry_run["out"].splitlines() if line.startswith("anyjev: not here yet: ")]
+    assert said == [f"anyjev: not here yet: {MISSING.format(work=paper_dry_run['work'])}, or point it at a vLLM "
+                    "environment's python (a dry run goes on without it; a run that starts a server refuses)"], said
+
+
+def test_the_plan_before_the_setup_says_what_is_missing(paper_dry_run):
+    """docs/cluster.md, step 4: `python -m anyjev plan --config config/paper.yaml`, run where the dry run ran."""
+    work = paper_dry_run["work"]
+    proc = subprocess.run([str(REPO / ".venv" / "bin" / "python"), "-m", "anyjev", "plan", "--config", "config/paper.yaml"],
+                          capture_output=True, text=True, timeout=600, env=paper_dry_run["env"] | {"PYTHONPATH": str(REPO)},
+                          cwd=work)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "anyjev plan: config/paper.yaml (9 cells)" in proc.stdout
+    assert proc.stdout.endswith("not here yet (this plan does not need it; a run that starts a server does):\n  "
+                                f"{MISSING.format(work=work)}, or point it at a vLLM environment's python\n"), proc.stdout
+
+
+def test_a_run_before_the_setup_is_refused_at_once_naming_the_key(paper_dry_run):
+    """The same grid run for real (locally: nothing to submit) before the server environment exists: refused before
+    any job runs (nothing fetched, prepared or submitted), with one line that names server.python."""
+    work = paper_dry_run["work"]
+    cmd = [str(SNAKEMAKE), "-s", str(SNAKEFILE), "-d", str(work), "--configfile", str(work / "config" / "paper.yaml"),
+           "--cores", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=paper_dry_run["env"], cwd=work)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-4000:]
+    refused = (f"invalid config ({work / 'config' / 'paper.yaml'}): {MISSING.format(work=work)}, or point it at a vLLM "
+               "environment's python")
+    assert refused in out, out[-4000:]
+    assert "Select jobs to execute" not in out and "Traceback" not in out and "File " not in out, out[-4000:]
+    said = [line for line in out.splitlines() if "server.python" in line]  # the parse's notice, then the refusal
+    assert said[-1] == refused and said[:-1] == [line for line in said if line.startswith("anyjev: not here yet: ")]
+    assert not (work / "resources").exists() and not (work / "logs").exists(), "a job ran"
+    calls = paper_dry_run["calls"].read_text().splitlines() if paper_dry_run["calls"].exists() else []
+    assert set(calls) <= {"scontrol show config"}, calls
 
 
 def test_dry_run_needs_no_slurm(paper_dry_run):

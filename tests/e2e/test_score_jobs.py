@@ -66,7 +66,7 @@ def test_one_job_per_model_fails_one_cell_alone_and_retries_it(tmp_path, stub, q
     (work / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     stub.default = Reply(mutate=_drop_second_label)
 
-    proc = run_snakemake(work, "--keep-going", timeout=600)
+    proc = run_snakemake(work, "--keep-going")
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-4000:]
     jobs = job_blocks(out)
@@ -82,7 +82,7 @@ def test_one_job_per_model_fails_one_cell_alone_and_retries_it(tmp_path, stub, q
     for name in ("scores.jsonl", "provenance.json", "metrics.json", "predictions.csv"):
         assert (work / f"results/cells/{MODEL}/capitals/{name}").is_file(), name
     # The end of the run drops the outcome record, so the next run schedules the model's job again.
-    assert not (work / f"results/cells/{MODEL}/allocation.json").exists()
+    assert not (work / f"results/allocations/{MODEL}.json").exists()
     assert f"{MODEL}: cell(s) yesno failed; the next run retries them" in out
     staged = work / f"results/cells/{MODEL}/capitals/staged/scores.jsonl"
     published = (work / f"results/cells/{MODEL}/capitals/scores.jsonl").read_bytes()
@@ -105,18 +105,18 @@ def test_one_job_per_model_fails_one_cell_alone_and_retries_it(tmp_path, stub, q
     [shown] = [c["error"] for c in run["cells"] if c["task"] == "yesno"]
     assert shown == error or (shown.endswith("...") and error.startswith(shown[:-3])), (shown, error)
     assert "2 cell(s) failed" not in out and "1 cell(s) failed; results/tables/" in out
-    report = run_snakemake(work, "--report", "report.html", timeout=600)
+    report = run_snakemake(work, "--report", "report.html")
     assert report.returncode == 0 and (work / "report.html").stat().st_size > 10_000, report.stderr[-3000:]
 
     # The server is fixed: the rerun scores the failed cell only and completes the run.
     stub.default = Reply()
     before = len(stub.requests)
-    proc = run_snakemake(work, "--keep-going", timeout=600)
+    proc = run_snakemake(work, "--keep-going")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     sent = stub.requests[before:]
     assert sent and all(len(p["allowed_token_ids"]) == 2 for p in sent), "only the failed (Yes/No) cell is re-sent"
-    record = json.loads((work / f"results/cells/{MODEL}/allocation.json").read_text())
+    record = json.loads((work / f"results/allocations/{MODEL}.json").read_text())
     assert {t: c["status"] for t, c in record["cells"].items()} == {"capitals": "ok", "yesno": "ok"}
     assert record["cells"]["capitals"]["counts"]["prompts"] == 0
     assert (work / f"results/cells/{MODEL}/capitals/scores.jsonl").read_bytes() == published
@@ -137,7 +137,7 @@ def test_the_cut_is_the_configs_whatever_the_executor(tmp_path, qwen3_tokenizer)
 
     def rules(cut: dict, *args: str) -> dict[str, list[bool]]:
         (work / "config" / "config.yaml").write_text(yaml.safe_dump(config | cut, sort_keys=False))
-        proc = run_snakemake(work, "-n", *args, timeout=300)
+        proc = run_snakemake(work, "-n", *args)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         found: dict[str, list[bool]] = {}
         for j in job_blocks(proc.stdout + proc.stderr):

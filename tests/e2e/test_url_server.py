@@ -3,7 +3,8 @@ to its neighbour). vLLM 0.32 returns only the sampled token to label requests th
 `logprob_token_ids` (answer-mass) request; the score jobs of one url server share a request lock
 (`.anyjev/servers/url-<hash>.requests.lock`, named by the URL), so the two cells run side by side and neither
 collides. (tests/integration/test_vllm_real.py shows the collision on the real server without the lock, recognised
-and resent.)"""
+and resent.) That the cells run at once is forced, not left to the scheduler: the test holds their request lock until
+both cells' scoring processes wait for it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from tests.e2e.workflow_helpers import make_workdir, run_snakemake
+from tests.e2e.workflow_helpers import make_workdir, run_holding_request_locks, url_request_lock
 
 pytestmark = pytest.mark.vllm
 
@@ -40,15 +41,17 @@ def test_two_cells_of_one_url_server_at_once_with_answer_mass(tmp_path, vllm_fp3
     config = {"models": {"shared": model}, "tasks": write_tasks(work), "levels": ["raw", "L0"], "score_jobs": "cell",
               "scoring": {"answer_mass": True}, "client": {"chunk_items": 2, "prompts_per_request": 2}, "published": None}
     make_workdir(work, config, smollm2_dir)
-    proc = run_snakemake(work, "results/cells/shared/capitals/metrics.json", "results/cells/shared/yesno/metrics.json",
-                         timeout=900)
-    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    lock = url_request_lock(work, vllm_fp32.url)
+    proc, waited = run_holding_request_locks(work, [lock], 2, "results/cells/shared/capitals/metrics.json",
+                                             "results/cells/shared/yesno/metrics.json")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert waited == [["-m", "anyjev", "score"]] * 2, f"two scoring jobs, one per cell, waited on the URL's lock: {waited}"
+    digest = hashlib.sha256(vllm_fp32.url.rstrip("/").encode()).hexdigest()[:16]
+    assert lock.name == f"url-{digest}.requests.lock", "the cells' shared lock, named by the URL"
     provs = {t: json.loads((work / f"results/cells/shared/{t}/provenance.json").read_text()) for t in ("capitals", "yesno")}
     (a0, a1), (b0, b1) = window(provs["capitals"]), window(provs["yesno"])
-    assert a0 < b1 and b0 < a1, "the two cells were not scored at once"
+    assert a0 < b1 and b0 < a1, "the two cells' scoring windows do not overlap"
     assert {t: p["backend"]["batch_collisions_resent"] for t, p in provs.items()} == {"capitals": 0, "yesno": 0}
-    digest = hashlib.sha256(vllm_fp32.url.rstrip("/").encode()).hexdigest()[:16]
-    assert (work / f".anyjev/servers/url-{digest}.requests.lock").is_file(), "the cells' shared lock, named by the URL"
     for t in ("capitals", "yesno"):
         metrics = json.loads((work / f"results/cells/shared/{t}/metrics.json").read_text())
         assert 0 < metrics["answer_mass"]["value"] <= 1, metrics.get("answer_mass")

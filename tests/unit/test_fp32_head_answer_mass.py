@@ -25,11 +25,13 @@ from anyjev.run.prepared import prepare_items
 from anyjev.run.scoring import score_cell
 from anyjev.run.store import read_scores
 from anyjev.serving.argv import PINNED_FLAGS, build_argv, check_extra_flags
+from anyjev.serving.build import resolve_server
 from anyjev.serving.spec import ServerSpec
 
 
 def spec(**kw: object) -> ServerSpec:
-    return ServerSpec(name="smol", model="/m", served_name="smol", python="py", **({"dtype": "bfloat16", "block_size": 128} | kw))  # type: ignore[arg-type]
+    return resolve_server(ServerSpec(name="smol", model="/m", served_name="smol", python="py",
+                                     **({"dtype": "bfloat16", "block_size": 128} | kw)))  # type: ignore[arg-type]
 
 
 def overrides(argv: list[str]) -> list[dict]:

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+import datasets
 import pytest
 import yaml
 
@@ -26,8 +27,6 @@ from anyjev.settings import Settings
 from tests.conftest import QWEN3_TOKENIZER_DIR, REPO
 from tests.hub_repos import write_hub_repo
 from tests.published_hub_cases import write_case, written_cases
-
-datasets = pytest.importorskip("datasets")
 
 COMMIT = "c" * 40
 SENTIMENT = ["negative", "neutral", "positive"]
@@ -76,10 +75,10 @@ SPAM_TASK = {"source": "hub", "n_test": 4, "n_calib": 2, "allow_fewer": False, "
 
 def fetch_and_prepare(settings: Settings, task: str, repo: Path) -> tuple[Path, object]:
     """The workflow's two steps for TASK: its fetch job (reading REPO instead of the hub), then its prepare job."""
-    job = settings.fetch_job(settings.prepare_job(task, hub_cache="resources/hub").dataset, hub_cache="resources/hub",
-                             lock_record="resources/lock.yaml")
+    dataset = settings.prepare_job(task, hub_cache="resources/hub").dataset
+    job = settings.fetch_job(dataset, lock_record="resources/lock.yaml")
     assert FetchJob.from_json(job.to_json()) == job
-    folder = hub.fetch(job.name, job.cache, dataset=job.hub, lock=job.lock, source=repo)
+    folder = hub.fetch(dataset, "resources/hub", dataset=job.hub, lock=job.lock, source=repo)
     prepare = settings.prepare_job(task, hub_cache="resources/hub")
     assert PrepareJob.from_json(prepare.to_json()) == prepare  # the declaration survives the job's JSON argument
     return folder, prepare_task(prepare, f"resources/tasks/{task}.jsonl")
@@ -214,7 +213,8 @@ def test_label_names_and_readable_options(tmp_path: Path) -> None:
     with pytest.raises(TaskDataError, match="ClassLabel 'label' names its labels \\['neg', 'pos'\\], but .* label_names"):
         build(tmp_path / "disagree", declared(label_names=["pos", "neg"]), {"test": rows}, {"label": ["neg", "pos"]})
     # integer labels without any names cannot be options
-    with pytest.raises(TaskDataError, match="line 2: label 0 has no name: give label_names"):
+    with pytest.raises(TaskDataError, match="line 2: label 0 has no name: the options of a declared task are its label "
+                                            "names, unless options_field .*; give label_names, label_text_field"):
         build(tmp_path / "unnamed", declared(), {"test": rows})
     # a score question: the labels are the ordered levels
     t = build(tmp_path / "score", declared(kind="score", label_names=["low", "mid", "high"]), {"test": [{"text": "x", "label": 2}]})
@@ -382,21 +382,35 @@ def test_plan_counts_a_declared_task_before_and_after_fetching(offline, tmp_path
 # ----------------------------------------------------------------------------------------------------- the docs
 
 
-def test_the_documented_examples_are_valid_and_every_key_is_documented() -> None:
+def test_the_documented_examples_are_valid_and_every_key_is_documented(tmp_path: Path) -> None:
+    """Every declaration in the docs is a valid config (a local folder's example, where its folder exists); the sst2
+    example is in both documents; config/README.md's table documents every key."""
     import re
 
+    from anyjev.data.local import is_local
     from anyjev.schema import schema_node
 
     examples = []
     for doc in ("docs/configuration.md", "config/README.md"):
         blocks = re.findall(r"```yaml\n(.*?)```", (REPO / doc).read_text(encoding="utf-8"), re.S)
         examples += [(doc, yaml.safe_load(b)) for b in blocks if "hub:" in b]
-    assert [doc for doc, _ in examples] == ["docs/configuration.md", "config/README.md"]
+    sst2 = []
     for doc, example in examples:
-        settings = Settings.from_config(config(example["tasks"]))
-        [(name, task)] = settings.tasks.items()
-        assert task.hub is not None and task.hub.dataset == "stanfordnlp/sst2" and task.hub.kind == "noul", doc
-        assert settings.hub_datasets()[name].revision == "main"
+        [(name, entry)] = example["tasks"].items()
+        local = is_local(entry["hub"]["dataset"])
+        if local:
+            (tmp_path / entry["hub"]["dataset"]).mkdir(parents=True, exist_ok=True)
+        settings = Settings.from_config(validate_config(
+            {"models": {"m": {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": str(QWEN3_TOKENIZER_DIR)}},
+             "tasks": example["tasks"], "published": None, "server": {"python": sys.executable}}, workdir=tmp_path))
+        task = settings.tasks[name]
+        assert task.hub is not None and settings.hub_datasets()[name].local == local, (doc, name)
+        assert (settings.hub_datasets()[name].revision is None) == local, (doc, name)
+        if task.hub.dataset == "stanfordnlp/sst2":
+            sst2.append(doc)
+            assert task.hub.kind == "noul" and settings.hub_datasets()[name].revision == "main"
+    assert sst2 == ["docs/configuration.md", "config/README.md"]
+    assert any(is_local(e["tasks"][n]["hub"]["dataset"]) for doc, e in examples for n in e["tasks"] if doc == "docs/configuration.md")
     section = (REPO / "config" / "README.md").read_text(encoding="utf-8").split("### A hub dataset of your own")[1]
     table = section.split("### ")[0]
     undocumented = [key for key in schema_node("tasks", "*", "hub")["properties"] if f"`{key}`" not in table]

@@ -14,6 +14,7 @@ import json
 import sys
 from pathlib import Path
 
+import datasets
 import pytest
 import yaml
 
@@ -22,8 +23,6 @@ import anyjev.serving.models as models
 from anyjev.errors import ConfigError
 from anyjev.lock import Lock
 from tests.hub_repos import write_hub_repo
-
-datasets = pytest.importorskip("datasets")
 
 COMMIT_A = "a" * 40
 COMMIT_B = "b" * 40
@@ -97,10 +96,10 @@ def test_config_revision_reaches_fetch_and_the_lock(offline, tmp_path: Path) -> 
     from anyjev.settings import Settings
 
     settings = Settings.from_config(_config({"injection": {"source": "hub", "revision": "v1.0", "n_test": 2, "n_calib": 1}}))
-    job = settings.fetch_job("injection", hub_cache="resources/hub", lock_record="resources/lock.yaml")
+    job = settings.fetch_job("injection", lock_record="resources/lock.yaml")
     assert job.hub.revision == "v1.0" and job.lock == Lock("resources/lock.yaml", pinned=False)
-    assert job.hub == hub.declaration("injection", "v1.0").hub_dataset() and job.name == "injection"
-    hub.fetch(job.name, job.cache, dataset=job.hub, lock=job.lock, source=injection_repo(tmp_path / "inj"))
+    assert job.hub == hub.declaration("injection", "v1.0").hub_dataset()
+    hub.fetch("injection", "resources/hub", dataset=job.hub, lock=job.lock, source=injection_repo(tmp_path / "inj"))
     assert ("datasets", "deepset/prompt-injections", "v1.0") in offline
     entry = yaml.safe_load(Path("resources/lock.yaml").read_text())["datasets"]["deepset/prompt-injections"]
     assert (entry["revision"], entry["commit"]) == ("v1.0", COMMIT_A)

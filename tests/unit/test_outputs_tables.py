@@ -28,7 +28,8 @@ from anyjev.outputs.tables import (
     summary_markdown,
 )
 from anyjev.results import read_cells
-from tests.conftest import REPO
+from tests.conftest import REPO, require
+from tests.waiting import HANG_GUARD
 
 SUMMARY = REPO / "results" / "tables" / "summary.csv"
 
@@ -69,13 +70,13 @@ def test_latex_table_has_the_summary_rows(summary) -> None:
         assert r[5] == f"{s['acc']:.3f} {{\\scriptsize [{s['acc_lo']:.3f}, {s['acc_hi']:.3f}]}}"
 
 
-@pytest.mark.skipif(shutil.which("pdflatex") is None, reason="pdflatex not installed (apt-get install texlive-latex-base)")
 def test_latex_table_compiles(summary, tmp_path: Path) -> None:
+    require("latex", shutil.which("pdflatex") is not None, "pdflatex is not installed (apt-get install texlive-latex-base)")
     (tmp_path / "summary.tex").write_text(summary_latex(summary))
     (tmp_path / "doc.tex").write_text("\\documentclass{article}\n\\usepackage[landscape,margin=1cm]{geometry}\n"
                                       "\\begin{document}\n\\tiny\n\\input{summary.tex}\n\\end{document}\n")
     proc = subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "doc.tex"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=HANG_GUARD)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert (tmp_path / "doc.pdf").read_bytes().startswith(b"%PDF")
 

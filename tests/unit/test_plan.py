@@ -127,6 +127,10 @@ def test_plan_of_the_paper_config_offline(tmp_path: Path, monkeypatch, capsys) -
     out = capsys.readouterr().out
     assert "total" in out and "123,000" in out and "n/a (task data not fetched, tokenizer not prepared)" in out
     assert "K = 20 (choice) from the declaration (keep_most_frequent)" in out and "server starts, local run (one per model): 3" in out
+    # before the server environment exists (docs/cluster.md plans at step 4, sets it up at step 5): said, not refused
+    [missing] = plan["missing_for_a_run"]
+    assert missing.startswith("config key server.python: '.venv-server/bin/python' is not an executable interpreter")
+    assert "not here yet (this plan does not need it; a run that starts a server does):\n  " + missing in out
 
 
 def test_plan_says_when_the_tokenizer_is_not_prepared(tmp_path: Path, monkeypatch) -> None:

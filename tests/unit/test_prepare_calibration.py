@@ -1,5 +1,5 @@
 """A requested L1 never vanishes: a task file whose own splits leave no calibration item is refused by the prepare
-step, naming the file and the fix, when levels lists L1 (the config-time check sees only n_calib: 0)."""
+step, naming the file and the fix, when levels lists L1 (and when the config is checked: test_bad_input_refused.py)."""
 
 from __future__ import annotations
 

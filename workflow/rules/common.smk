@@ -6,12 +6,12 @@ import shutil
 import sys
 from pathlib import Path
 
-from anyjev.config import check_runnable, load_strict, validate_config
+from anyjev.config import check_runnable, load_strict, validate_config, value_source
 from anyjev.errors import ConfigError
 from anyjev.outputs.run import Figure, RunOutputs, kept_as_they_are, write_run_outputs
 from anyjev.results import CellLayout
 from anyjev.run.allocation import failed_cells, score_jobs_mode
-from anyjev.settings import Settings
+from anyjev.settings import SCORE_RESOURCES, Settings
 
 # A smoke run (`--config limit=N`) keeps what it writes under smoke/limit-N/: its task files, results, logs and
 # benchmarks are its own, so it cannot overwrite the real run's outputs, nor can Snakemake delete them when one of its
@@ -32,6 +32,10 @@ SERVER_LOG = f"{LOGS}/servers/{{model}}.log"
 SCORE_LOG = f"{LOGS}/score/{{model}}/{{task}}.log"
 EVALUATE_LOG = f"{LOGS}/evaluate/{{model}}/{{task}}.log"
 SCORE_MODEL_LOG = f"{LOGS}/score_model/{{model}}.log"
+PREPARE_TASK_LOG = f"{LOGS}/prepare_task/{{task}}.log"
+# Shared by a smoke run and the real one, as what they make is.
+FETCH_LOG = "logs/fetch_hub_task/{dataset}.log"
+PREPARE_MODEL_LOG = "logs/prepare_model/{model}.log"
 RESULTS = f"{RUN_ROOT}results"
 CELL_DIR = f"{RESULTS}/cells/{{model}}/{{task}}"
 TABLES = f"{RESULTS}/tables"
@@ -40,9 +44,19 @@ RELIABILITY = f"{PLOTS}/reliability/{{model}}/{{task}}"
 VIEWER = f"{RESULTS}/viewer"
 # Where one model's job (score_jobs: model) scores a cell before its score_cell job publishes it (docs/servers.md).
 STAGED_DIR = f"{CELL_DIR}/staged"
-ALLOCATION = f"{RESULTS}/cells/{{model}}/allocation.json"
-# Where a cell's files and the logs of its steps are: what tells a finished cell from a failed one.
-CELL_LAYOUT = CellLayout(CELL_DIR, SCORE_LOG, EVALUATE_LOG)
+# Beside the cells' folder, not in it: a task may have any name (allocation.json too).
+ALLOCATION = f"{RESULTS}/allocations/{{model}}.json"
+# Where a cell's files and the logs of its steps are: what tells a finished cell from a failed one, and why
+# (CELL_LAYOUT, below the settings: a hub task's fetch log is named by its cache folder).
+EARLIER_LOGS = (SCORE_MODEL_LOG, PREPARE_TASK_LOG, FETCH_LOG, PREPARE_MODEL_LOG)
+
+
+def _invalid_config_line(exc):
+    return f"invalid config ({', '.join(map(str, workflow.configfiles))}): {exc}"
+
+
+def _invalid_config(exc):
+    return WorkflowError(_invalid_config_line(exc))
 
 
 def _load_settings():
@@ -54,11 +68,23 @@ def _load_settings():
             raise WorkflowError(f"invalid config {path}: {exc}")
     try:
         validated = validate_config(config)
-        check_runnable(validated)
         return validated, Settings.from_config(validated)
     except ConfigError as exc:
-        files = ", ".join(map(str, workflow.configfiles))
-        raise WorkflowError(f"invalid config ({files}): {exc}")
+        # Name the file (or --config) the wrong value came from, not every file merged.
+        sources = [(str(p), load_strict(p)) for p in workflow.configfiles]
+        sources.append(("--config", dict(workflow.config_settings.config)))
+        where = value_source(exc.key_path, sources) or ", ".join(name for name, _ in sources[:-1])
+        raise WorkflowError(f"invalid config ({where}): {exc}")
+
+
+def _missing_for_a_run():
+    # What a run needs on this machine that a dry run (and `anyjev plan`) does not: the vLLM interpreter, when the
+    # workflow starts servers. Said here, refused by check_servers_can_start() when jobs that start servers will run.
+    try:
+        check_runnable(CONFIG_AS_RUN)
+    except ConfigError as exc:
+        return exc
+    return None
 
 
 def _check_rule_python():
@@ -79,6 +105,10 @@ def _check_rule_python():
 CONFIG_AS_RUN, SETTINGS = _load_settings()
 _check_rule_python()
 CELLS = SETTINGS.cells
+MISSING_FOR_A_RUN = _missing_for_a_run()
+if MISSING_FOR_A_RUN is not None:
+    print(f"anyjev: not here yet: {MISSING_FOR_A_RUN} (a dry run goes on without it; a run that starts a server refuses)")
+CELL_LAYOUT = CellLayout(CELL_DIR, SCORE_LOG, EVALUATE_LOG, EARLIER_LOGS, SETTINGS.hub_folders())
 
 
 # One scoring job per model (the default: one server start, each cell published or failed alone) or per cell
@@ -90,6 +120,29 @@ TASKS = sorted({t for _, t in CELLS})
 # Snakemake process that parses this file (the main one, or a cluster job's) owns the servers its jobs start;
 # a job passes its parent's pid ($PPID, this process) to `anyjev score`.
 OWNER_PID = os.getpid()
+
+
+def check_servers_can_start():
+    """At the start of a run (not a dry run), before any job: refused when a job that starts a managed server will
+    run and the server environment is not here (docs/cluster.md: the dry run before the setup only says so)."""
+    starts_servers = "score_cell" if SCORE_JOBS == "cell" else "score_model"
+    models = {job.wildcards.model for job in workflow.dag.needrun_jobs() if job.rule.name == starts_servers}
+    if MISSING_FOR_A_RUN is not None and any(SETTINGS.models[m].managed for m in models):
+        # One line and the exit code: a WorkflowError raised in the hook would print its frames. Nothing has run.
+        print(_invalid_config_line(MISSING_FOR_A_RUN), file=sys.stderr)
+        sys.exit(1)
+
+
+def score_resources():
+    """The scoring job's memory and time per model (models.<name>.mem_mb / runtime, the profile's default-resources
+    for a model that leaves them unset) as Snakemake resources: functions of the job's model."""
+    site = workflow.resource_settings.default_resources
+    defaults = {key: getattr(site.get(key), "value", None) if site is not None else None for key in SCORE_RESOURCES}
+    try:
+        per_model = SETTINGS.score_resources(defaults)
+    except ConfigError as exc:
+        raise _invalid_config(exc)
+    return {key: (lambda wc, values=values: values[wc.model]) for key, values in per_model.items()}
 
 
 def score_job(wildcards):

@@ -5,7 +5,7 @@ rule prepare_model:
     output:
         f"{MODELS_DIR}/{{model}}/anyjev-model.json",
     log:
-        "logs/prepare_model/{model}.log",
+        PREPARE_MODEL_LOG,
     localrule: True
     conda:
         "../envs/client.yaml"

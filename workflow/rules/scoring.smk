@@ -20,7 +20,7 @@ if SCORE_JOBS == "cell":
             "../envs/client.yaml"
         resources:
             # memory and time per model (models.<name>.mem_mb / runtime); unset: the profile's
-            **SETTINGS.score_resources(workflow.resource_settings.default_resources),
+            **score_resources(),
             gpu=lambda wc: SETTINGS.models[wc.model].gpus,
         params:
             job=score_job,
@@ -47,7 +47,7 @@ else:
             "../envs/client.yaml"
         resources:
             # memory and time of the model's whole allocation (models.<name>.mem_mb / runtime); unset: the profile's
-            **SETTINGS.score_resources(workflow.resource_settings.default_resources),
+            **score_resources(),
             gpu=lambda wc: SETTINGS.models[wc.model].gpus,
         params:
             job=score_model_job,
