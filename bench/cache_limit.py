@@ -11,7 +11,6 @@ a prompt's last token (its logits are the answer), so a prompt is served at most
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterable, Sequence
 
@@ -120,26 +119,23 @@ def markdown(report: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Write results/bench/l0_cost_limits.json from results/bench/l0_cost.json (no server: token ids only)."""
     import argparse
-    import datetime as dt
     import json
     from pathlib import Path
 
     from transformers import AutoTokenizer
 
-    from bench.common import REPO, SMOL_DIR, machine
+    from bench.common import REPO, SMOL_DIR, run_record, write_json
 
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--l0-cost", default=str(REPO / "results" / "bench" / "l0_cost.json"))
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "l0_cost_limits.json"))
     args = ap.parse_args(argv)
     source = Path(args.l0_cost)
-    report = {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-              "command": ["bench/cache_limit.py", *(argv if argv is not None else sys.argv[1:])],
-              "machine": machine() | {"loadavg_start": round(os.getloadavg()[0], 2)},
+    report = run_record() | {
               "from": source.resolve().relative_to(REPO).as_posix() if source.resolve().is_relative_to(REPO) else source.name,
               "method": __doc__.split("\n\n")[1].replace("\n", " "),
               "limits": limits(json.loads(source.read_text()), AutoTokenizer.from_pretrained(SMOL_DIR))}
-    Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    write_json(Path(args.out), report)
     print(markdown(report))
     return 0
 
