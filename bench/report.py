@@ -242,6 +242,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "default-run": default_run_block,
     "setup": setup_block,
     "ceiling": ceiling_block,
+    "scale": scale_block,
 }
 README_BLOCKS: dict[str, Callable[[Path], str]] = {"readme-timing": readme_timing_block}
 METRICS_DOC = REPO / "docs" / "metrics.md"
