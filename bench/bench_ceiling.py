@@ -34,6 +34,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -235,40 +236,43 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = load_tokenizer(MODELS_DIR / MODEL)
     logs = REPO / "results" / "bench" / "logs" / "ceiling"
     logs.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="ceiling-", dir=logs))
-    cells = default_cells(settings, tokenizer, args.items, work)
-    report: dict = run_record() | {
-                    "model": "SmolLM2-135M-Instruct, float32, fp32 head (config/config.yaml's server flags and environment)",
-                    "client": dataclasses.asdict(settings.client), "answer_mass": settings.scoring.answer_mass,
-                    "variants": {name: RUN_VARIANTS[name] for name in args.variants},
-                    "method": __doc__.split("\n\n")[1].replace("\n", " "),
-                    "cells": {c.task: {"items": len(c.prepared), "prompts": sum(len(p) for _, p in c.engine_requests()),
-                                       "prompt_tokens": sum(len(x) for _, p in c.engine_requests() for x in p),
-                                       "passes": {}} for c in cells}}
-    say = lambda text: print(f"[bench_ceiling] {text}", flush=True)  # noqa: E731
+    work = Path(tempfile.mkdtemp(prefix="bench-ceiling-"))  # the prepared tasks and the run passes' scores
+    try:
+        cells = default_cells(settings, tokenizer, args.items, work)
+        report: dict = run_record() | {
+                        "model": "SmolLM2-135M-Instruct, float32, fp32 head (config/config.yaml's server flags and environment)",
+                        "client": dataclasses.asdict(settings.client), "answer_mass": settings.scoring.answer_mass,
+                        "variants": {name: RUN_VARIANTS[name] for name in args.variants},
+                        "method": __doc__.split("\n\n")[1].replace("\n", " "),
+                        "cells": {c.task: {"items": len(c.prepared), "prompts": sum(len(p) for _, p in c.engine_requests()),
+                                           "prompt_tokens": sum(len(x) for _, p in c.engine_requests() for x in p),
+                                           "passes": {}} for c in cells}}
+        say = lambda text: print(f"[bench_ceiling] {text}", flush=True)  # noqa: E731
 
-    def record(task: str, name: str, figures: dict) -> None:
-        runs = report["cells"][task]["passes"].setdefault(name, {"runs": []})["runs"]
-        runs.append(figures)
-        say(f"{task} {name}: {figures['tokens_per_s']:.0f} computed tokens/s ({figures['computed_tokens']:.0f} in "
-            f"{figures['wall_s']:.1f} s)")
+        def record(task: str, name: str, figures: dict) -> None:
+            runs = report["cells"][task]["passes"].setdefault(name, {"runs": []})["runs"]
+            runs.append(figures)
+            say(f"{task} {name}: {figures['tokens_per_s']:.0f} computed tokens/s ({figures['computed_tokens']:.0f} in "
+                f"{figures['wall_s']:.1f} s)")
 
-    servers = [("nocache_b32", spec("ceiling-nocache-b32", caching=False, block_size=PINNED_BLOCK)),
-               ("nocache_b128", spec("ceiling-nocache-b128", caching=False, block_size=128)),
-               ("cache_b32", spec("ceiling-cache-b32", caching=True, block_size=PINNED_BLOCK))]
-    for key, server_spec in servers:
-        with Started(server_spec, logs) as server:
-            report["vllm_version"] = server.handle.vllm_version
-            for cell in cells:  # warm-up, not measured: the engine meets every cell's batch shapes once
-                engine_pass(server, dataclasses.replace(cell, prepared=cell.prepared[:WARM_UP_ITEMS]))
-            for _ in range(args.reps):
-                for cell in cells:
-                    record(cell.task, f"engine_{key}", engine_pass(server, cell))
-                    if key == "nocache_b32":
-                        record(cell.task, "per_request", engine_pass(server, cell, tail=TAIL_TOKENS))
-                    if key == "cache_b32":
-                        for name in args.variants:
-                            record(cell.task, name, run_pass(server, cell, settings, tokenizer, RUN_VARIANTS[name], work))
+        servers = [("nocache_b32", spec("ceiling-nocache-b32", caching=False, block_size=PINNED_BLOCK)),
+                   ("nocache_b128", spec("ceiling-nocache-b128", caching=False, block_size=128)),
+                   ("cache_b32", spec("ceiling-cache-b32", caching=True, block_size=PINNED_BLOCK))]
+        for key, server_spec in servers:
+            with Started(server_spec, logs) as server:
+                report["vllm_version"] = server.handle.vllm_version
+                for cell in cells:  # warm-up, not measured: the engine meets every cell's batch shapes once
+                    engine_pass(server, dataclasses.replace(cell, prepared=cell.prepared[:WARM_UP_ITEMS]))
+                for _ in range(args.reps):
+                    for cell in cells:
+                        record(cell.task, f"engine_{key}", engine_pass(server, cell))
+                        if key == "nocache_b32":
+                            record(cell.task, "per_request", engine_pass(server, cell, tail=TAIL_TOKENS))
+                        if key == "cache_b32":
+                            for name in args.variants:
+                                record(cell.task, name, run_pass(server, cell, settings, tokenizer, RUN_VARIANTS[name], work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     write_json(Path(args.out), report)  # the passes first: the summary below is computed from them alone
     summarize(report)
     write_json(Path(args.out), report)
