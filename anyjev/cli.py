@@ -1,13 +1,14 @@
 """Command line: ``python -m anyjev <command>`` (the commands are listed below).
 
-The workflow's rules call the job commands with one ``--job`` JSON argument, the typed job that
-:class:`anyjev.settings.Settings` built from the validated config (:mod:`anyjev.jobs`); the other commands are for
-people. Each command parses its arguments and calls one library function.
+The workflow's rules call the job commands with one ``--job`` file, the typed job that
+:class:`anyjev.settings.Settings` built from the validated config (:mod:`anyjev.jobs`), and the files the rule
+writes; the other commands are for people. Each command parses its arguments and calls one library function.
 
 One convention throughout: a flag means one thing in every command (``--task-file`` is a JSONL task file,
 ``--task`` a task name, ``--config`` one config file, default config/config.yaml, ``--out`` what the command makes:
-a file, or a folder); what a command makes goes to ``--out``, what it reports to a person goes to standard output
-(``--json`` where a program reads it), and the log and errors go to standard error.
+a file, or a folder; a command that writes several files names each: ``--csv``, ``--md``, ``--png``, ...); what a
+command makes goes to ``--out``, what it reports to a person goes to standard output (``--json`` where a program reads
+it), and the log and errors go to standard error.
 Exit codes: 0 ok; 1 the work failed (a label, server or backend error: its last line says which); 2 bad input (a
 config value, a task file, a command's argument: one line on standard error naming it, no traceback); 130 interrupted.
 """
@@ -25,17 +26,13 @@ import typing
 from collections.abc import Callable
 
 from anyjev.errors import AnyjevError, ConfigError, InputError
+from anyjev.paths import CONFIG, SCORES, RunPaths
 
 log = logging.getLogger("anyjev")
 
 EXIT_WORK_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 1, 2, 130
-# Where the workflow keeps its files (workflow/rules/common.smk); the people's commands look there by default.
-WORKFLOW_PATHS = {"models_dir": "resources/models", "hub_cache": "resources/hub", "tasks_dir": "resources/tasks",
-                  "task_file": "resources/tasks/{task}.jsonl", "state_dir": ".anyjev/servers", "config": "config/config.yaml",
-                  "cell_dir": "results/cells/{model}/{task}", "score_log": "logs/score/{model}/{task}.log",
-                  "evaluate_log": "logs/evaluate/{model}/{task}.log", "viewer": "results/viewer",
-                  "score_model_log": "logs/score_model/{model}.log", "prepare_task_log": "logs/prepare_task/{task}.log",
-                  "fetch_log": "logs/fetch_hub_task/{dataset}.log", "prepare_model_log": "logs/prepare_model/{model}.log"}
+# Where the workflow keeps a run's files (anyjev.paths); the people's commands look there by default.
+PATHS = RunPaths()
 
 
 # -------------------------------------------------------------------------------------------- job commands
@@ -71,15 +68,53 @@ def cmd_score_model(args: argparse.Namespace) -> None:
 
 
 def cmd_publish_cell(args: argparse.Namespace) -> None:
-    from anyjev.run.allocation import publish_cell
+    from anyjev.run.allocation import PublishJob, publish_cell
 
-    publish_cell(args.allocation, args.task, args.out, args.provenance, model_log=args.model_log)
+    publish_cell(PublishJob.from_json(args.job), args.allocation, args.out, args.provenance)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from anyjev.run.evaluate import EvaluateJob, evaluate_cell
 
     evaluate_cell(EvaluateJob.from_json(args.job), args.scores, args.out, args.predictions)
+
+
+def cmd_summary_table(args: argparse.Namespace) -> None:
+    from anyjev.outputs.tables import SummaryJob, summary_table
+
+    log.info("summary: %d rows", len(summary_table(SummaryJob.from_json(args.job), args.csv, args.md, args.tex)))
+
+
+def cmd_provenance_table(args: argparse.Namespace) -> None:
+    from anyjev.outputs.provenance import ProvenanceJob, provenance_table
+
+    log.info("provenance: %d sections", len(provenance_table(ProvenanceJob.from_json(args.job), args.md, args.html)))
+
+
+def cmd_vs_published(args: argparse.Namespace) -> None:
+    from anyjev.outputs.tables import VsPublishedJob, vs_published
+
+    log.info("vs published: %d matching rows", len(vs_published(VsPublishedJob.from_json(args.job), args.csv, args.md)))
+
+
+def cmd_reliability_plot(args: argparse.Namespace) -> None:
+    from anyjev.outputs.plots import ReliabilityJob, reliability_plot
+
+    log.info("reliability diagram: %s", reliability_plot(ReliabilityJob.from_json(args.job), args.png, args.pdf)[0])
+
+
+def cmd_summary_plots(args: argparse.Namespace) -> None:
+    from anyjev.outputs.plots import SummaryPlotsJob, summary_plots
+
+    summary = summary_plots(SummaryPlotsJob.from_json(args.job), args.by_level_png, args.by_level_pdf, args.flip_png,
+                            args.flip_pdf)
+    log.info("summary plots: %d rows", len(summary))
+
+
+def cmd_vs_published_plot(args: argparse.Namespace) -> None:
+    from anyjev.outputs.plots import VsPublishedPlotJob, vs_published_plot
+
+    log.info("vs published plot: %d rows", len(vs_published_plot(VsPublishedPlotJob.from_json(args.job), args.png, args.pdf)))
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
@@ -163,11 +198,8 @@ def cmd_viewer(args: argparse.Namespace) -> None:
         job = ViewerJob.from_json(args.job)
     else:  # a person regenerating a run's viewer: the workflow's layout
         settings = Settings.load(args.config)
-        earlier = tuple(WORKFLOW_PATHS[k] for k in ("score_model_log", "prepare_task_log", "fetch_log", "prepare_model_log"))
-        layout = CellLayout(WORKFLOW_PATHS["cell_dir"], WORKFLOW_PATHS["score_log"], WORKFLOW_PATHS["evaluate_log"], earlier,
-                            settings.hub_folders())
-        job = settings.viewer_job(models_dir=WORKFLOW_PATHS["models_dir"], task_file=WORKFLOW_PATHS["task_file"],
-                                  layout=layout)
+        job = settings.viewer_job(models_dir=PATHS.models_dir, task_file=PATHS.task_file,
+                                  layout=CellLayout.of_paths(PATHS, settings.hub_folders()))
     log.info("wrote %s", write_viewer(job, args.out))
 
 
@@ -200,12 +232,12 @@ def _command(sub: argparse._SubParsersAction, name: str, func: Callable[[argpars
     s = sub.add_parser(name, help=help, description=help)
     s.set_defaults(func=func)
     if job:
-        s.add_argument("--job", required=True, help=f"the {job} as JSON (or a file holding it), as the workflow writes it")
+        s.add_argument("--job", required=True, help=f"the {job} file (or its JSON), as the workflow writes it")
     return s
 
 
 def _config_flag(s: argparse._ActionsContainer) -> None:
-    s.add_argument("--config", default=WORKFLOW_PATHS["config"], help=f"config file (default {WORKFLOW_PATHS['config']})")
+    s.add_argument("--config", default=CONFIG, help=f"config file (default {CONFIG})")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -232,30 +264,53 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="the job's outcome record (JSON): what publish-cell reads")
     s.add_argument("--owner-pid", type=int, help=owner)
     s = _command(sub, "publish-cell", cmd_publish_cell, "publish a cell scored by score-model, or fail with the cell's "
-                 "own error (e.g. the missing label ids)")
+                 "own error (e.g. the missing label ids)", job="PublishJob")
     s.add_argument("--allocation", required=True, type=_existing_file, help="the outcome record score-model wrote")
-    s.add_argument("--task", required=True, help="the cell's task name")
     s.add_argument("--out", required=True, help="the cell's scores file")
     s.add_argument("--provenance", required=True, help="the cell's provenance record")
-    s.add_argument("--model-log", help="the model job's log, named in a failed cell's message")
     s = _command(sub, "evaluate", cmd_evaluate, "levels and metrics (bootstrap intervals) of a scored cell; no server needed",
                  job="EvaluateJob")
     s.add_argument("--scores", required=True, type=_existing_file, help="the scores file from `anyjev score`")
     s.add_argument("--out", required=True, help="the metrics JSON")
     s.add_argument("--predictions", help="also write the per-item predictions CSV (for reliability diagrams) here")
     _command(sub, "serve", cmd_serve, "start a managed vLLM server from a score job and hold it until Ctrl-C", job="ScoreJob")
+    s = _command(sub, "summary-table", cmd_summary_table, "the summary table of a run's finished cells, its failed cells "
+                 "listed", job="SummaryJob")
+    s.add_argument("--csv", required=True, help="the table as CSV")
+    s.add_argument("--md", required=True, help="the table as Markdown")
+    s.add_argument("--tex", required=True, help="the table as LaTeX")
+    s = _command(sub, "provenance-table", cmd_provenance_table, "the provenance report of a run: the config as run and "
+                 "what made each cell", job="ProvenanceJob")
+    s.add_argument("--md", required=True, help="the report as Markdown")
+    s.add_argument("--html", required=True, help="the report as HTML (shown in the Snakemake report)")
+    s = _command(sub, "vs-published", cmd_vs_published, "the summary beside published numbers, for the cells both "
+                 "have", job="VsPublishedJob")
+    s.add_argument("--csv", required=True, help="the comparison as CSV")
+    s.add_argument("--md", required=True, help="the comparison as Markdown")
+    for name, func, what, job in (("reliability-plot", cmd_reliability_plot, "a cell's reliability diagram (a failed "
+                                   "cell: a figure naming its error)", "ReliabilityJob"),
+                                  ("vs-published-plot", cmd_vs_published_plot, "ours against the published numbers, "
+                                   "one panel per metric", "VsPublishedPlotJob")):
+        s = _command(sub, name, func, what, job=job)
+        s.add_argument("--png", required=True, help="the figure as PNG")
+        s.add_argument("--pdf", required=True, help="the figure as PDF")
+    s = _command(sub, "summary-plots", cmd_summary_plots, "the summary table's figures: each metric by level, and the "
+                 "flip rate of every level", job="SummaryPlotsJob")
+    for figure in ("by-level", "flip"):
+        s.add_argument(f"--{figure}-png", required=True, help=f"the {figure} figure as PNG")
+        s.add_argument(f"--{figure}-pdf", required=True, help=f"the {figure} figure as PDF")
 
     s = _command(sub, "check-config", cmd_check_config, "check a config file as the workflow will (YAML syntax with line "
                  "numbers, schema, the vLLM interpreter)")
     _config_flag(s)
     s = _command(sub, "stop-servers", cmd_stop_servers, "stop managed servers recorded in a state folder")
-    s.add_argument("--state-dir", default=WORKFLOW_PATHS["state_dir"], help=f"lease folder (default {WORKFLOW_PATHS['state_dir']})")
+    s.add_argument("--state-dir", default=PATHS.state_dir, help=f"lease folder (default {PATHS.state_dir})")
     s.add_argument("--owner-pid", type=int, help="only servers of this owner")
     s = _command(sub, "show", cmd_show, "print the exact prompt (text, token count, ids) of a task item and layout, as "
                  "its cell scored it")
-    s.add_argument("--task-file", required=True, type=_existing_file, help="the JSONL task file (e.g. resources/tasks/mmlu.jsonl)")
+    s.add_argument("--task-file", required=True, type=_existing_file, help=f"the JSONL task file (e.g. {PATHS.task_file})")
     s.add_argument("--item", required=True, help="the item id")
-    s.add_argument("--tokenizer", required=True, help="the model's tokenizer folder (e.g. resources/models/<model>)")
+    s.add_argument("--tokenizer", required=True, help=f"the model's tokenizer folder (e.g. {PATHS.models_dir}/{{model}})")
     s.add_argument("--layout", default="fwd/r0", help="layout name (fwd/r0, fwd/r1, rev/r0, ...) or 'all' (default fwd/r0)")
     s.add_argument("--ids", action="store_true", help="also print the token ids")
     options = s.add_mutually_exclusive_group()  # the prompt options come from one of them
@@ -264,27 +319,25 @@ def build_parser() -> argparse.ArgumentParser:
     _config_flag(options)
     s = _command(sub, "export-prompts", cmd_export_prompts, "write a cell's scores with each layout's prompt text "
                  "(checked against the stored prompt hashes)")
-    s.add_argument("--scores", required=True, type=_existing_file, help="results/cells/<model>/<task>/scores.jsonl")
-    s.add_argument("--task-file", required=True, type=_existing_file,
-                   help="the task file it was scored from (resources/tasks/<task>.jsonl)")
-    s.add_argument("--tokenizer", required=True, help="the model's tokenizer folder (resources/models/<model>)")
+    s.add_argument("--scores", required=True, type=_existing_file, help=f"the cell's scores file ({PATHS.cell_file(SCORES)})")
+    s.add_argument("--task-file", required=True, type=_existing_file, help=f"the task file it was scored from ({PATHS.task_file})")
+    s.add_argument("--tokenizer", required=True, help=f"the model's tokenizer folder ({PATHS.models_dir}/{{model}})")
     s.add_argument("--out", help="output JSONL (default: scores_with_prompts.jsonl next to the scores)")
     s = _command(sub, "ls", cmd_ls, "list the configured tasks with their kind, K and sizes")
     _config_flag(s)
-    s.add_argument("--tasks-dir", default=WORKFLOW_PATHS["tasks_dir"], help=f"prepared task files (default {WORKFLOW_PATHS['tasks_dir']})")
+    s.add_argument("--tasks-dir", default=PATHS.tasks_dir, help=f"prepared task files (default {PATHS.tasks_dir})")
     s = _command(sub, "plan", cmd_plan, "what a run will send, from the config alone: items, layouts, prompts and prompt "
                  "tokens per cell and in total, and the server starts per model")
     _config_flag(s)
     s.add_argument("--json", action="store_true", help="print the plan as JSON")
-    s.add_argument("--models-dir", default=WORKFLOW_PATHS["models_dir"],
-                   help=f"prepared models, for their tokenizers (default {WORKFLOW_PATHS['models_dir']})")
-    s.add_argument("--hub-cache", default=WORKFLOW_PATHS["hub_cache"], help=f"fetched hub data (default {WORKFLOW_PATHS['hub_cache']})")
+    s.add_argument("--models-dir", default=PATHS.models_dir, help=f"prepared models, for their tokenizers (default {PATHS.models_dir})")
+    s.add_argument("--hub-cache", default=PATHS.hub_cache, help=f"fetched hub data (default {PATHS.hub_cache})")
     s = _command(sub, "viewer", cmd_viewer, "write the run's item-level viewer (an index.html that opens from disk, "
                  "offline) from the cells that finished; the others are shown as failed")
-    s.add_argument("--job", help="the ViewerJob as JSON, as the workflow writes it (else from --config and the workflow's "
-                   "folders)")
+    s.add_argument("--job", help="the ViewerJob file (or its JSON), as the workflow writes it (else from --config and the "
+                   "workflow's folders)")
     _config_flag(s)
-    s.add_argument("--out", default=WORKFLOW_PATHS["viewer"], help=f"output folder, replaced (default {WORKFLOW_PATHS['viewer']})")
+    s.add_argument("--out", default=PATHS.viewer, help=f"output folder, replaced (default {PATHS.viewer})")
     return p
 
 

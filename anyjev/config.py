@@ -203,6 +203,29 @@ def check_runnable(config: dict, workdir: str | os.PathLike = ".") -> None:
         check_server_python(config["server"]["python"], workdir)
 
 
+# Config keys that name a file shipping with the workflow: the published numbers (results/published/) and the vLLM
+# environment's interpreter (scripts/setup_env.sh makes .venv-server beside the workflow).
+SHIPPED = (("published",), ("server", "python"))
+
+
+def with_shipped_paths(config: dict, home: str | os.PathLike, workdir: str | os.PathLike = ".") -> dict:
+    """CONFIG (validated) with each SHIPPED path that is relative, and not in WORKDIR but in HOME (the workflow's own
+    folder), made HOME's absolute path: a run in a folder of its own (``snakemake --directory``, the workflow as a
+    module) finds what ships with the workflow, while a file of the run's own, in its working directory, comes first."""
+    config = copy.deepcopy(config)
+    for keys in SHIPPED:
+        *parents, key = keys
+        section = config
+        for parent in parents:
+            section = section[parent]
+        value = section.get(key)
+        if not value or os.sep not in value or Path(value).is_absolute() or (Path(workdir) / value).exists():
+            continue
+        if (Path(home) / value).exists():
+            section[key] = str(Path(home).resolve() / value)
+    return config
+
+
 def task_dataset(name: str, builtin_name: str | None) -> str:
     """The built-in or published hub task a task loads: ``tasks.<name>.builtin``, else the task's own name."""
     return builtin_name or name

@@ -2,8 +2,9 @@
 
 Each step owns the type of its job (``PrepareJob`` in :mod:`anyjev.data.prepare`, ``ScoreJob`` in
 :mod:`anyjev.run.cell`, ...); :class:`anyjev.settings.Settings` builds every job once from the validated config; a
-rule passes it as one quoted JSON argument (``--job '{...}'``); the command line parses it back into the same type
-with :meth:`Job.from_json`, refusing a key it does not know or a key it misses (naming the key path), and hands the
+rule writes it as a file named by its content (:meth:`Job.to_file`) and passes the file's path (``--job
+.anyjev/jobs/ScoreJob-<digest>.json``); the command line parses it back into the same type with
+:meth:`Job.from_json`, refusing a key it does not know or a key it misses (naming the key path), and hands the
 typed object on. A setting therefore has one name from the schema to the function that uses it, and cannot be
 dropped on the way: a field that is not in the type is an error, not a silently ignored key, and a field the JSON
 lacks is an error too, not a default filled in silently (the rule wrote every field; one it lacks was lost).
@@ -12,13 +13,16 @@ lacks is an error too, not a default filled in silently (the rule wrote every fi
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import os
 import types
 import typing
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from anyjev.errors import ArgumentError, ConfigError
+from anyjev.files import write_text_atomic
 
 T = TypeVar("T")
 
@@ -108,16 +112,27 @@ def from_data(cls: type[T], data: Any, where: str = "job", *, complete: bool = F
 
 
 class Job:
-    """Mixin for the frozen dataclass a rule hands its job: one JSON argument there, the same type here."""
+    """Mixin for the frozen dataclass a rule hands its job: one JSON file there, the same type here."""
 
     def to_json(self) -> str:
-        """The job as the one JSON argument a rule passes (sorted keys)."""
+        """The job as JSON (sorted keys): what its file holds."""
         return json.dumps(to_data(self), sort_keys=True)
+
+    def to_file(self, folder: str | os.PathLike) -> str:
+        """The job as a file in FOLDER named by its type and a digest of its JSON (``ScoreJob-<16 hex>.json``), written
+        once (atomically: a file of that name already holds this job); returns its path. A rule passes this path as its
+        job: a changed setting is a new name, so Snakemake's params trigger reruns the job, and the command line it
+        prints stays short."""
+        text = self.to_json()
+        path = Path(folder) / f"{type(self).__name__}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+        if not path.is_file():
+            write_text_atomic(path, text + "\n")
+        return str(path)
 
     @classmethod
     def from_json(cls, text_or_path: str) -> Self:
-        """The job from its JSON argument (or from a file holding it), as this type; ConfigError names a bad key,
-        ArgumentError an argument that is neither JSON nor a readable file."""
+        """The job from its file (or from its JSON text), as this type; ConfigError names a bad key, ArgumentError an
+        argument that is neither JSON nor a readable file."""
         text = text_or_path
         if not text_or_path.lstrip().startswith("{"):
             try:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from anyjev.data.declared import HubTaskDeclaration
+from anyjev.data.hub import META_FILE
 from anyjev.data.prepare import build_task
 from anyjev.data.split import split_items
 from anyjev.data.tasks import Item
@@ -69,7 +70,7 @@ def task_counts(settings: Settings, task: str, hub_cache: str) -> TaskCounts:
     """The task's split items, built as the prepare step builds them; an estimate for a hub task not fetched."""
     job = settings.prepare_job(task, hub_cache=hub_cache)
     reason = None
-    meta = Path(hub_cache) / job.dataset / "meta.json"
+    meta = Path(hub_cache) / job.dataset / META_FILE
     if job.hub is not None and not meta.is_file():
         reason = f"{meta} not fetched"
     else:

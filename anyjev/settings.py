@@ -1,9 +1,10 @@
 """The validated config as typed settings, and every job built from it once.
 
 A rule never hands its job a piece of the config: it asks :class:`Settings` for the job's typed object
-(``prepare_job``, ``fetch_job``, ``model_job``, ``score_job``, ``score_model_job``, ``evaluate_job``), passing the
-paths the rule owns, and passes that object as one quoted JSON argument; the CLI parses it back into the same type
-(:mod:`anyjev.jobs`). Each setting keeps its schema key's name and its schema default (:mod:`anyjev.schema`).
+(``prepare_job``, ``fetch_job``, ``model_job``, ``score_job``, ``score_model_job``, ``evaluate_job``,
+``summary_job``, ...), passing the paths the rule owns (:mod:`anyjev.paths`), and passes that object as one job file;
+the CLI parses it back into the same type (:mod:`anyjev.jobs`). Each setting keeps its schema key's name and its
+schema default (:mod:`anyjev.schema`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ from anyjev.errors import ConfigError
 from anyjev.jobs import from_data
 from anyjev.lock import Lock
 from anyjev.numbers.options import EvaluationOptions
+from anyjev.outputs.plots import ReliabilityJob
+from anyjev.outputs.provenance import ProvenanceJob
+from anyjev.outputs.tables import SummaryJob, VsPublishedJob
 from anyjev.outputs.viewer import ViewerJob
+from anyjev.paths import PROVENANCE, SCORES
 from anyjev.results import CellLayout
 from anyjev.run.allocation import ModelCell, ScoreModelJob
 from anyjev.run.cell import ExternalServer, ManagedServer, ScoreJob
@@ -174,8 +179,8 @@ class Settings:
         path patterns of a cell's task file and staging folder (with ``{task}``)."""
         return ScoreModelJob(model, {t: ModelCell(self.score_job(model, t, models_dir=models_dir, server_log=server_log,
                                                                  state_dir=state_dir),
-                                                  task_file.format(task=t), f"{staged.format(task=t)}/scores.jsonl",
-                                                  f"{staged.format(task=t)}/provenance.json")
+                                                  task_file.format(task=t), f"{staged.format(task=t)}/{SCORES}",
+                                                  f"{staged.format(task=t)}/{PROVENANCE}")
                                      for t in self.model_tasks(model)})
 
     def prepare_job(self, task: str, *, hub_cache: str) -> PrepareJob:
@@ -219,6 +224,25 @@ class Settings:
     def evaluate_job(self) -> EvaluateJob:
         """What the evaluate step needs."""
         return EvaluateJob(self.evaluation)
+
+    def summary_job(self, *, layout: CellLayout) -> SummaryJob:
+        """What the summary table is made from: the cells, where they are (LAYOUT, the rule's) and the levels."""
+        return SummaryJob(cells=list(self.cells), levels=list(self.levels), layout=layout)
+
+    def provenance_job(self, *, layout: CellLayout, config: dict[str, Any]) -> ProvenanceJob:
+        """What the provenance report is made from: the cells, where they are, and CONFIG, the config as run."""
+        return ProvenanceJob(cells=list(self.cells), layout=layout, config=config)
+
+    def reliability_job(self, model: str, task: str, *, layout: CellLayout) -> ReliabilityJob:
+        """What a cell's reliability diagram is made from."""
+        return ReliabilityJob(model=model, task=task, levels=list(self.levels), layout=layout)
+
+    def vs_published_job(self, *, summary: str) -> VsPublishedJob:
+        """What the comparison with published numbers is made from: SUMMARY (the rule's summary table) and the
+        config's published table."""
+        if self.published is None:
+            raise ConfigError("published", "is null: there are no published numbers to compare with")
+        return VsPublishedJob(summary=summary, published=self.published)
 
     def hub_task(self, task: str) -> tuple[str, HubTaskDeclaration]:
         """A hub task's cache folder (under the hub cache) and declaration: the config's own (``tasks.<name>.hub``,

@@ -41,7 +41,8 @@ from pathlib import Path
 
 import yaml
 
-from anyjev.data.declared import CachedSplit, HubDataset, HubTaskDeclaration, build_items, declaration_from_data
+from anyjev.data.declared import HubDataset, HubTaskDeclaration, declaration_from_data
+from anyjev.data.hub_items import CachedSplit, build_items
 from anyjev.data.local import local_content, local_files
 from anyjev.data.row_options import row_items
 from anyjev.data.tasks import Task
@@ -51,6 +52,7 @@ from anyjev.jobs import Job
 from anyjev.lock import Lock, resolve_commit
 
 PUBLISHED_FILE = "published_tasks.yaml"
+META_FILE = "meta.json"  # a fetched dataset's record, in its cache folder (the fetch step's output)
 
 
 @functools.cache
@@ -98,7 +100,7 @@ def fetch_inputs(ds: HubDataset) -> list[str]:
 def _prefetch_hint(name: str, cache_dir: Path) -> str:
     return (
         f"pre-fetch it on a machine with network (`snakemake --until fetch_hub_task` with the same config, or "
-        f"`snakemake resources/hub/{name}/meta.json`), then copy {cache_dir / name} to this machine"
+        f"`snakemake resources/hub/{name}/{META_FILE}`), then copy {cache_dir / name} to this machine"
     )
 
 
@@ -110,7 +112,7 @@ def _offline_env() -> str | None:
 
 
 def _read_meta(task_dir: Path) -> dict | None:
-    p = task_dir / "meta.json"
+    p = task_dir / META_FILE
     if not p.is_file():
         return None
     try:
@@ -180,7 +182,7 @@ def fetch(name: str, cache_dir: str | os.PathLike, revision: str | None = None, 
         if local is not None:
             # The workflow reran this step because a file of the folder is newer than the cache, with the same content:
             # the cache is current, and says so by its time, or the next run would see it as out of date again.
-            os.utime(task_dir / "meta.json")
+            os.utime(task_dir / META_FILE)
         _settle_lock(lock, ds, (_read_meta(task_dir) or {}).get("resolved_sha"), local, f"the cache {task_dir}")
         return task_dir
     stale = _read_meta(task_dir) if task_dir.is_dir() else None
@@ -247,7 +249,7 @@ def fetch(name: str, cache_dir: str | os.PathLike, revision: str | None = None, 
                 names = getattr(feat, "names", None)
                 if isinstance(names, list | tuple):
                     meta["label_names"][col] = list(names)
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
         if task_dir.exists():
             old = task_dir.with_name(f".{name}.old")
             if old.exists():
@@ -286,7 +288,7 @@ def fetch_job(job: FetchJob, out: str | os.PathLike) -> Path:
 
 def _task_dir(name: str, splits: tuple[str, ...], cached_dir: Path) -> Path:
     """Accept either the task's own cache folder or the cache root that holds it."""
-    if (cached_dir / "meta.json").is_file() or all((cached_dir / f"{s}.jsonl").is_file() for s in splits):
+    if (cached_dir / META_FILE).is_file() or all((cached_dir / f"{s}.jsonl").is_file() for s in splits):
         return cached_dir
     return cached_dir / name
 
@@ -311,12 +313,12 @@ def build(task_name: str, cached_dir: str | os.PathLike, revision: str | None = 
     meta = _read_meta(task_dir) or {}
     if meta and (meta.get("dataset"), meta.get("config")) != (ds.dataset, ds.config):
         raise TaskDataError(
-            str(task_dir / "meta.json"), "dataset", f"cache holds {meta.get('dataset')!r}/{meta.get('config')!r}, "
+            str(task_dir / META_FILE), "dataset", f"cache holds {meta.get('dataset')!r}/{meta.get('config')!r}, "
             f"expected {ds.dataset!r}/{ds.config!r}"
         )
     if revision and meta.get("revision") != revision:
         raise TaskDataError(
-            str(task_dir / "meta.json"), "revision", f"cache holds revision {meta.get('revision')!r}, expected {revision!r}"
+            str(task_dir / META_FILE), "revision", f"cache holds revision {meta.get('revision')!r}, expected {revision!r}"
         )
     files = {}
     for s in ds.splits:
@@ -332,7 +334,7 @@ def build(task_name: str, cached_dir: str | os.PathLike, revision: str | None = 
         items, dropped = row_items(d, task_name, splits)
     else:
         names = (meta.get("label_names") or {}).get(d.label_field)
-        items = build_items(d, task_name, splits, names, task_dir / "meta.json")
+        items = build_items(d, task_name, splits, names, task_dir / META_FILE)
     source = {
         "dataset": ds.dataset,
         "config": ds.config,

@@ -18,17 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from anyjev.data.declared import (
-    CachedSplit,
-    HubTaskDeclaration,
-    column_value,
-    item_split,
-    option_shown,
-    row_question,
-    row_state,
-    row_who,
-    template_fields,
-)
+from anyjev.data.declared import HubTaskDeclaration, template_fields
+from anyjev.data.hub_items import CachedSplit, column_value, item_split, option_shown, row_question, row_state, row_who
 from anyjev.data.tasks import Item, option_line_break
 from anyjev.decision.questions import MAX_CHOICE_OPTIONS, choice
 from anyjev.errors import QuestionError, TaskDataError

@@ -4,6 +4,9 @@ single column (3.5 in) or the text width (7 in) at 7-8 pt type; matplotlib witho
 Levels are alternatives, not a sequence: they are categories on the x axis, shown as points with their
 interval (a vertical segment from lo to hi: BCa, widened to include the point where the bootstrap
 distribution lies on one side), never joined by lines.
+
+The workflow's figure steps: :func:`reliability_plot` (a :class:`ReliabilityJob`), :func:`summary_plots` (a
+:class:`SummaryPlotsJob`) and :func:`vs_published_plot` (a :class:`VsPublishedPlotJob`).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -22,8 +26,18 @@ import pandas as pd  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
 from anyjev.files import replaced_atomically  # noqa: E402
+from anyjev.jobs import Job  # noqa: E402
 from anyjev.numbers.metrics import ECE_BINS, ece, reliability_bins  # noqa: E402
-from anyjev.outputs.tables import HIGHER_IS_BETTER, METRIC_TITLES, TABLE_METRICS, arrow, k_range  # noqa: E402
+from anyjev.outputs.tables import (  # noqa: E402
+    HIGHER_IS_BETTER,
+    METRIC_TITLES,
+    TABLE_METRICS,
+    arrow,
+    k_range,
+    read_summary,
+    read_vs_published,
+)
+from anyjev.results import CellLayout, Run, read_layout  # noqa: E402
 
 DPI = 300
 STYLE = {"font.size": 7, "axes.titlesize": 7.5, "axes.labelsize": 7, "xtick.labelsize": 6.5, "ytick.labelsize": 6.5,
@@ -150,6 +164,31 @@ def plot_metrics_by_level(summary: pd.DataFrame, png: str | os.PathLike, pdf: st
 
 
 # --------------------------------------------------------------------------------------------- reliability
+@dataclass(frozen=True)
+class ReliabilityJob(Job):
+    """What a cell's reliability diagram is made from (built by ``Settings.reliability_job``): the cell, where its
+    files and logs are, and the levels it shows."""
+
+    model: str
+    task: str
+    levels: list[str]
+    layout: CellLayout
+
+
+def reliability_plot(job: ReliabilityJob, png: str, pdf: str, *, run: Run | None = None) -> tuple[Path, Path]:
+    """The workflow's figure of JOB's cell (RUN: the run already read by JOB's layout): its reliability diagram, or,
+    for a cell that failed, a figure naming its error and log."""
+    run = run or read_layout(job.layout, [(job.model, job.task)])
+    title = f"{job.model} / {job.task}"
+    failure = run.failures.get((job.model, job.task))
+    if failure is not None:
+        return plot_failed_cell(title, failure["error"], failure["log"], png, pdf)
+    cell = run.cell(job.model, job.task)
+    ece_intervals = {lv: (cell.metrics["metrics"].get(lv) or {}).get("ece") for lv in job.levels}
+    return plot_reliability(cell.predictions, job.levels, png, pdf, k=cell.metrics["k"], title=title,
+                            ece_intervals=ece_intervals)
+
+
 def plot_reliability(preds: pd.DataFrame, levels: Sequence[str], png: str | os.PathLike, pdf: str | os.PathLike | None = None,
                      *, k: object = None, title: str = "", ece_intervals: Mapping[str, Mapping] | None = None) -> tuple[Path, Path]:
     """A cell's reliability diagram, one level per panel: test items (forward group) sorted by top-1
@@ -214,6 +253,22 @@ def plot_failed_cell(title: str, error: str, log: str, png: str | os.PathLike, p
         return save_figure(fig, png, pdf)
 
 
+# --------------------------------------------------------------------------------- the summary table's figures
+@dataclass(frozen=True)
+class SummaryPlotsJob(Job):
+    """What the summary table's figures are drawn from: the summary table."""
+
+    summary: str
+
+
+def summary_plots(job: SummaryPlotsJob, by_level_png: str, by_level_pdf: str, flip_png: str, flip_pdf: str) -> pd.DataFrame:
+    """The workflow's figures of JOB's summary table: each metric by level, and the flip rate of every level."""
+    summary = read_summary(job.summary)
+    plot_metrics_by_level(summary, by_level_png, by_level_pdf)
+    plot_flip(summary, flip_png, flip_pdf)
+    return summary
+
+
 # -------------------------------------------------------------------------------------------------- flip
 def plot_flip(summary: pd.DataFrame, png: str | os.PathLike, pdf: str | os.PathLike | None = None) -> tuple[Path, Path]:
     """Order-flip rate per cell for raw and every other level (horizontal dot plot): each point with its
@@ -255,6 +310,20 @@ def plot_flip(summary: pd.DataFrame, png: str | os.PathLike, pdf: str | os.PathL
 
 
 # ------------------------------------------------------------------------------------------- vs published
+@dataclass(frozen=True)
+class VsPublishedPlotJob(Job):
+    """What the comparison figure is drawn from: the comparison table (vs_published.csv)."""
+
+    table: str
+
+
+def vs_published_plot(job: VsPublishedPlotJob, png: str, pdf: str) -> pd.DataFrame:
+    """The workflow's comparison figure of JOB's table (refused when the table is empty: nothing overlaps)."""
+    table = read_vs_published(job.table)
+    plot_vs_published(table, png, pdf)
+    return table
+
+
 def plot_vs_published(df: pd.DataFrame, png: str | os.PathLike, pdf: str | os.PathLike | None = None) -> tuple[Path, Path]:
     """Our value (with its interval) against the published one, one panel per metric, on the diagonal
     where they agree. Refuses an empty comparison rather than drawing a blank figure."""

@@ -4,7 +4,7 @@ rates, temperatures, interval settings), from each cell's provenance.json and me
 
 Written as Markdown (readable on GitHub) and HTML (shown inside the Snakemake report), from a run read by
 :mod:`anyjev.results`. A provenance field is shown when the cell recorded it (a cell scored outside the workflow has
-no provenance.json).
+no provenance.json). The workflow's step: :func:`provenance_table` (a :class:`ProvenanceJob`).
 """
 
 from __future__ import annotations
@@ -13,13 +13,26 @@ import html
 import json
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
 from anyjev.files import write_text_atomic
-from anyjev.results import Run
+from anyjev.jobs import Job
+from anyjev.results import CellLayout, Run, read_layout
 
 Section = tuple[str, list[str], list[list[str]]]  # title, table header, rows (or a preformatted block)
+
+
+@dataclass(frozen=True)
+class ProvenanceJob(Job):
+    """What the provenance report is made from (built by ``Settings.provenance_job``): the run's cells, where their
+    files and logs are, and the config as run (validated, defaults filled in)."""
+
+    cells: list[tuple[str, str]]
+    layout: CellLayout
+    config: dict[str, Any]
 
 
 def scalar(entry: object) -> float | None:
@@ -149,6 +162,11 @@ def sections_html(sections: Sequence[Section]) -> str:
             out += [f"<pre>{html.escape(block)}</pre>" for (block,) in rows]
     out.append("</body></html>")
     return "\n".join(out) + "\n"
+
+
+def provenance_table(job: ProvenanceJob, md_out: str, html_out: str, *, run: Run | None = None) -> list[Section]:
+    """The workflow's provenance report of JOB's run (RUN: the run already read by JOB's layout)."""
+    return write_provenance(job.config, run or read_layout(job.layout, job.cells), md_out, html_out)
 
 
 def write_provenance(config: dict, run: Run, md_out: str, html_out: str | None = None) -> list[Section]:

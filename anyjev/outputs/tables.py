@@ -1,6 +1,7 @@
 """Tables across cells: the summary (one row per model, task, level) as CSV, Markdown and LaTeX, the
 README's excerpt of it, and the comparison with published numbers. Built from a run's frames
-(:mod:`anyjev.results`), so they can be rebuilt without a server.
+(:mod:`anyjev.results`), so they can be rebuilt without a server. The workflow's two table steps:
+:func:`summary_table` (a :class:`SummaryJob`) and :func:`vs_published` (a :class:`VsPublishedJob`).
 """
 
 from __future__ import annotations
@@ -11,13 +12,15 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 
 from anyjev.decision.layouts import GROUPS
 from anyjev.files import write_text_atomic
+from anyjev.jobs import Job
 from anyjev.numbers.metrics import METRICS
-from anyjev.results import Run
+from anyjev.results import CellLayout, Run, read_layout
 from anyjev.results.files import read_csv
 
 TABLE_METRICS = ("acc", "macro_f1", "nll", "brier", "ece", "flip", "cov@5", "aurc")
@@ -32,6 +35,27 @@ INTERVAL_NOTE = "bootstrap 95% intervals (see metrics.json settings)"  # a table
 SUMMARY_COLUMNS = {"model": "text", "task": "text", "level": "text", "n": "int", "K": "text"} | {
     f"{m}{end}": "float?" for m in TABLE_METRICS for end in ("", "_lo", "_hi")}
 PUBLISHED_COLUMNS = {"model": "text", "task": "text", "level": "text", "metric": "text", "value": "float"}
+VS_PUBLISHED_COLUMNS = {"model": "text", "task": "text", "level": "text", "metric": "text", "ours": "float",
+                        "lo": "float", "hi": "float", "published": "float"}
+
+
+@dataclass(frozen=True)
+class SummaryJob(Job):
+    """What the summary table is made from (built by ``Settings.summary_job``): the run's cells, in the config's order,
+    where their files and logs are, and the levels it shows."""
+
+    cells: list[tuple[str, str]]
+    levels: list[str]
+    layout: CellLayout
+
+
+@dataclass(frozen=True)
+class VsPublishedJob(Job):
+    """What the comparison with published numbers is made from (built by ``Settings.vs_published_job``): the summary
+    table and the table of published numbers (the config's ``published``)."""
+
+    summary: str
+    published: str
 
 
 def interval_note(cell: Mapping | None) -> str:
@@ -249,6 +273,12 @@ def summary_latex(df: pd.DataFrame, cell: Mapping | None = None, failed: Failure
     return "\n".join(lines) + "\n"
 
 
+def summary_table(job: SummaryJob, csv_out: str, md_out: str, tex_out: str, *, run: Run | None = None) -> pd.DataFrame:
+    """The workflow's summary table of JOB's run (RUN: the run already read by JOB's layout): its finished cells, its
+    failed ones listed beside them."""
+    return write_summary(run or read_layout(job.layout, job.cells), job.levels, csv_out, md_out, tex_out)
+
+
 def write_summary(run: Run, levels: Sequence[str], csv_out: str, md_out: str, tex_out: str | None = None) -> pd.DataFrame:
     """The summary table of RUN's finished cells (CSV, Markdown, LaTeX); its failed cells are listed beside it."""
     df = summary_frame(run, levels)
@@ -292,6 +322,20 @@ def vs_published_frame(summary: pd.DataFrame, published: pd.DataFrame) -> pd.Dat
                      "source": p.get("source", "")})
     return pd.DataFrame(rows, columns=["model", "task", "level", "metric", "ours", "lo", "hi", "published", "diff",
                                        "published_in_interval", "source"])
+
+
+def vs_published(job: VsPublishedJob, csv_out: str, md_out: str) -> pd.DataFrame:
+    """The workflow's comparison with published numbers: JOB's summary table beside its published table, only the
+    cells both have (CSV, and Markdown that says so when there are none)."""
+    table = vs_published_frame(read_summary(job.summary), read_published(job.published))
+    write_text_atomic(csv_out, table.to_csv(index=False, float_format="%.6f"))
+    write_text_atomic(md_out, vs_published_markdown(table))
+    return table
+
+
+def read_vs_published(path: str | os.PathLike) -> pd.DataFrame:
+    """vs_published.csv, checked."""
+    return read_csv(path, VS_PUBLISHED_COLUMNS)
 
 
 NO_OVERLAP = ("No overlap: no (model, task, level, metric) of this run has a published counterpart, so there is "

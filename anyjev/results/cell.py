@@ -12,9 +12,8 @@ import pandas as pd
 
 from anyjev.decision.options import PromptOptions
 from anyjev.numbers.options import EvaluationOptions
+from anyjev.paths import METRICS, PREDICTIONS, PROVENANCE, SCORES
 from anyjev.results.files import Scores, evaluation_options, load_metrics, load_predictions, load_provenance, load_scores
-
-METRICS, PREDICTIONS, SCORES, PROVENANCE = "metrics.json", "predictions.csv", "scores.jsonl", "provenance.json"
 
 
 class Cell:

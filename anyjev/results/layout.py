@@ -5,8 +5,8 @@ A cell is *finished* when its ``metrics.json`` exists. A cell without one has *f
 that should have made its next file exists (the score log while it has no ``scores.jsonl``, else the evaluate log):
 that step ran and left nothing. Why it failed is the first line of the error that log ends with; when that step never
 ran, the error of the earlier step that stopped it (its model's scoring job, its task's preparation or fetch, its
-model's preparation). Where the files and logs are is the workflow's (:class:`CellLayout`, built from the paths in
-``workflow/rules/common.smk``).
+model's preparation). Where the files and logs are is the workflow's (:class:`CellLayout`, built from the run's paths,
+:mod:`anyjev.paths`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from anyjev.errors import one_line
+from anyjev.paths import CELL_DIR, CELL_FILES, EVALUATE_LOG, METRICS, SCORE_LOG, SCORES, RunPaths
 
-CELL_FILES = ("metrics.json", "predictions.csv", "scores.jsonl", "provenance.json")  # what a finished cell holds
 _CLI_ERROR = re.compile(r"^anyjev [\w-]+: \w+")  # anyjev.cli's last word: "anyjev score: ServerError: ..."
 _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b")  # a traceback's last line
 
@@ -41,8 +41,13 @@ class CellLayout:
     @classmethod
     def of_run(cls, results: str | os.PathLike, logs: str | os.PathLike) -> CellLayout:
         """The workflow's layout of a run whose results folder is RESULTS and whose logs folder is LOGS."""
-        return cls(f"{results}/cells/{{model}}/{{task}}", f"{logs}/score/{{model}}/{{task}}.log",
-                   f"{logs}/evaluate/{{model}}/{{task}}.log")
+        return cls(f"{results}/{CELL_DIR}", f"{logs}/{SCORE_LOG}", f"{logs}/{EVALUATE_LOG}")
+
+    @classmethod
+    def of_paths(cls, paths: RunPaths, datasets: dict[str, str] | None = None) -> CellLayout:
+        """The workflow's layout of the run at PATHS, the earlier steps' logs included (DATASETS: each hub task's cache
+        folder, which names its fetch log)."""
+        return cls(paths.cell_dir, paths.score_log, paths.evaluate_log, paths.earlier_logs, dict(datasets or {}))
 
     def found(self) -> list[tuple[str, str]]:
         """Every cell that has a folder or a step log here, sorted: the cells of a run read without its config."""
@@ -67,12 +72,12 @@ class CellLayout:
 
     def is_finished(self, model: str, task: str) -> bool:
         """Whether the cell's ``metrics.json`` exists."""
-        return (self.dir(model, task) / "metrics.json").is_file()
+        return (self.dir(model, task) / METRICS).is_file()
 
     def step_log(self, model: str, task: str) -> Path:
         """The log of the step that should have made the cell's next file: scoring until ``scores.jsonl`` exists,
         then evaluation."""
-        scored = (self.dir(model, task) / "scores.jsonl").is_file()
+        scored = (self.dir(model, task) / SCORES).is_file()
         return Path((self.evaluate_log if scored else self.score_log).format(model=model, task=task))
 
     def failed(self, model: str, task: str) -> bool:

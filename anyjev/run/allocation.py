@@ -77,6 +77,15 @@ class ScoreModelJob(Job):
     cells: dict[str, ModelCell]
 
 
+@dataclass(frozen=True)
+class PublishJob(Job):
+    """What publishing one cell of a model's job needs (the ``score_cell`` step under ``score_jobs: model``): the
+    cell's task, and the model job's log, named in a failed cell's message."""
+
+    task: str
+    model_log: str | None = None
+
+
 def _outcome(task: str, status: str, **fields: Any) -> dict[str, Any]:
     return {"task": task, "status": status, "finished": now_iso(), **fields}
 
@@ -129,10 +138,11 @@ def read_allocation(path: str | os.PathLike[str]) -> dict[str, Any]:
     return record
 
 
-def publish_cell(allocation: str | os.PathLike[str], task: str, out: str | os.PathLike[str],
-                 provenance_path: str | os.PathLike[str], model_log: str | None = None) -> dict[str, Any]:
-    """Publish the cell TASK of a model's allocation into OUT (and its provenance), or raise its own error, naming
-    MODEL_LOG (the model job's log) when given."""
+def publish_cell(job: PublishJob, allocation: str | os.PathLike[str], out: str | os.PathLike[str],
+                 provenance_path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Publish JOB's cell of a model's allocation into OUT (and its provenance), or raise its own error, naming the
+    model job's log when the job gives it."""
+    task, model_log = job.task, job.model_log
     record = read_allocation(allocation)
     model = record["model"]
     outcome = record["cells"].get(task)

@@ -17,6 +17,12 @@ def shell_commands(out: str) -> list[str]:
     return [line for line in lines if line.startswith("python -m anyjev")]
 
 
+def handed_job(command: str, work: Path) -> dict:
+    """The job a printed command hands over: its --job file (in the run's folder), as JSON."""
+    argv = shlex.split(command)
+    return json.loads((work / argv[argv.index("--job") + 1]).read_text())
+
+
 def test_config_revision_reaches_fetch_and_prepare(tmp_path: Path) -> None:
     config = {"models": {"m": {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": "tok"}},
               "tasks": {"banking20": {"source": "hub", "revision": "deadbeef", "n_test": 5, "n_calib": 0},
@@ -36,8 +42,8 @@ def test_config_revision_reaches_fetch_and_prepare(tmp_path: Path) -> None:
     for c in cmds:
         if " fetch-task " in c:
             argv = shlex.split(c)
-            job = json.loads(argv[argv.index("--job") + 1])
-            fetch[Path(argv[argv.index("--out") + 1]).name] = job | {"out": argv[argv.index("--out") + 1]}
+            out = argv[argv.index("--out") + 1]
+            fetch[Path(out).name] = handed_job(c, work) | {"out": out}
     wanted = {"banking20": ("mteb/banking77", "deadbeef", ["train", "test"]), "newsgroups": ("SetFit/20_newsgroups", "cafe01", ["test"]),
               "sst2": ("stanfordnlp/sst2", "main", ["validation", "train"])}
     assert set(fetch) == set(wanted)
@@ -48,8 +54,7 @@ def test_config_revision_reaches_fetch_and_prepare(tmp_path: Path) -> None:
     prepared = {}
     for c in cmds:
         if " prepare-task " in c:
-            argv = shlex.split(c)
-            job = json.loads(argv[argv.index("--job") + 1])
+            job = handed_job(c, work)
             prepared[job["name"]] = job
     assert prepared["banking20"]["hub"]["revision"] == "deadbeef" and prepared["news"]["hub"]["revision"] == "cafe01"
     assert prepared["news"]["dataset"] == "newsgroups" and prepared["news"]["hub"]["max_chars"] == 2000

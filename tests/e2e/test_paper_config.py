@@ -226,3 +226,34 @@ def test_only_score_model_goes_to_the_cluster(paper_dry_run):
     assert set(localrules) == set(JOB_COUNTS)
     assert {r for r, local in localrules.items() if local} == LOCAL_RULES
     assert {r for r, local in localrules.items() if not local} == {"score_model"}
+
+
+# The job type each command reads (anyjev/cli.py), by the command's name.
+JOB_TYPES = {"prepare-model": "anyjev.serving.models:ModelJob", "fetch-task": "anyjev.data.hub:FetchJob",
+             "prepare-task": "anyjev.data.prepare:PrepareJob", "score-model": "anyjev.run.allocation:ScoreModelJob",
+             "publish-cell": "anyjev.run.allocation:PublishJob", "evaluate": "anyjev.run.evaluate:EvaluateJob",
+             "summary-table": "anyjev.outputs.tables:SummaryJob", "provenance-table": "anyjev.outputs.provenance:ProvenanceJob",
+             "vs-published": "anyjev.outputs.tables:VsPublishedJob", "reliability-plot": "anyjev.outputs.plots:ReliabilityJob",
+             "summary-plots": "anyjev.outputs.plots:SummaryPlotsJob", "vs-published-plot": "anyjev.outputs.plots:VsPublishedPlotJob",
+             "viewer": "anyjev.outputs.viewer:ViewerJob"}
+
+
+def test_every_command_line_names_its_job_file(paper_dry_run):
+    """Each printed `python -m anyjev` line hands its command a job file named by its type and content, not the job's
+    JSON (a model's scoring job is about 4 KB of it), and the file holds that job, complete (anyjev.jobs)."""
+    import importlib
+    import shlex
+
+    lines = [line.strip().removeprefix("Shell command:").strip() for line in paper_dry_run["out"].splitlines()]
+    commands = [line for line in lines if line.startswith("python -m anyjev ")]
+    assert len(commands) == sum(JOB_COUNTS.values()) - 1  # every job but `all`
+    seen = set()
+    for line in commands:
+        argv = shlex.split(line.split(" > ")[0])
+        command, path = argv[3], argv[argv.index("--job") + 1]
+        module, name = JOB_TYPES[command].split(":")
+        assert re.fullmatch(rf"\.anyjev/jobs/{name}-[0-9a-f]{{16}}\.json", path), line
+        getattr(importlib.import_module(module), name).from_json(str(paper_dry_run["work"] / path))
+        assert len(line) < 500, line
+        seen.add(command)
+    assert seen == set(JOB_TYPES)

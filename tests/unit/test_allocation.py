@@ -48,15 +48,15 @@ def test_a_cell_error_is_recorded_and_the_other_cells_go_on(tmp_path, monkeypatc
     assert record["cells"]["b"]["missing_ids"] == [2753] and json.loads(out.read_text()) == record
     assert allocation.failed_cells(out) == ["b"]
 
-    allocation.publish_cell(out, "a", tmp_path / "pub/a.jsonl", tmp_path / "pub/a.json")
+    allocation.publish_cell(allocation.PublishJob("a"), out, tmp_path / "pub/a.jsonl", tmp_path / "pub/a.json")
     assert (tmp_path / "pub/a.jsonl").read_text() == "scores of a\n"
     with pytest.raises(LabelTokenError) as info:
-        allocation.publish_cell(out, "b", tmp_path / "pub/b.jsonl", tmp_path / "pub/b.json")
+        allocation.publish_cell(allocation.PublishJob("b"), out, tmp_path / "pub/b.jsonl", tmp_path / "pub/b.json")
     assert info.value.missing_ids == [2753]
     assert "cell m/b failed in model 'm''s scoring job" in str(info.value) and "[2753]" in str(info.value)
     assert not (tmp_path / "pub/b.jsonl").exists()
     with pytest.raises(TaskDataError, match="did not score task 'zzz'"):
-        allocation.publish_cell(out, "zzz", tmp_path / "pub/z.jsonl", tmp_path / "pub/z.json")
+        allocation.publish_cell(allocation.PublishJob("zzz"), out, tmp_path / "pub/z.jsonl", tmp_path / "pub/z.json")
 
 
 def test_a_server_error_ends_the_job_and_keeps_what_was_staged(tmp_path, monkeypatch):
@@ -81,8 +81,9 @@ def test_a_published_failure_keeps_the_recorded_error_type(tmp_path, monkeypatch
     out = tmp_path / "allocation.json"
     allocation.score_model_job(_job("a", "b"), out, 1)
     with pytest.raises(AnyjevError) as info:
-        allocation.publish_cell(out, "a", tmp_path / "pub/a.jsonl", tmp_path / "pub/a.json", model_log="logs/score_model/m.log")
+        allocation.publish_cell(allocation.PublishJob("a", "logs/score_model/m.log"), out, tmp_path / "pub/a.jsonl",
+                                tmp_path / "pub/a.json")
     assert "scoring job, log logs/score_model/m.log: TaskDataError: tasks/a.jsonl:line 3: item 'q2'" in str(info.value)
     with pytest.raises(BatchCollisionError) as collision:
-        allocation.publish_cell(out, "b", tmp_path / "pub/b.jsonl", tmp_path / "pub/b.json")
+        allocation.publish_cell(allocation.PublishJob("b"), out, tmp_path / "pub/b.jsonl", tmp_path / "pub/b.json")
     assert collision.value.missing_ids == [49] and "BatchCollisionError:" not in str(collision.value)

@@ -68,8 +68,18 @@ CASES: dict[str, Callable[[Path], tuple[list[str], str]]] = {
     "score": lambda tmp: (["score", "--job", url_score_job("no-tokenizer"), "--task-file", task_file(tmp),
                            "--out", "s.jsonl"], "no-tokenizer"),
     "score-model": lambda tmp: (["score-model", "--job", '{"model": "m", "cells": []}', "--out", "a.json"], "job.cells"),
-    "publish-cell": lambda tmp: (["publish-cell", "--allocation", "no-such.json", "--task", "t", "--out", "s.jsonl",
-                                  "--provenance", "p.json"], "no-such.json"),
+    "publish-cell": lambda tmp: (["publish-cell", "--job", '{"task": "t"}', "--allocation", "no-such.json", "--out",
+                                  "s.jsonl", "--provenance", "p.json"], "no-such.json"),
+    "summary-table": lambda tmp: (["summary-table", "--job", "no-such-job.json", "--csv", "s.csv", "--md", "s.md",
+                                   "--tex", "s.tex"], "no-such-job.json"),
+    "provenance-table": lambda tmp: (["provenance-table", "--job", "{}", "--md", "p.md", "--html", "p.html"], "job.cells"),
+    "vs-published": lambda tmp: (["vs-published", "--job", '{"summary": "s.csv"}', "--csv", "v.csv", "--md", "v.md"],
+                                 "job.published"),
+    "reliability-plot": lambda tmp: (["reliability-plot", "--job", "{not json", "--png", "r.png", "--pdf", "r.pdf"], "--job"),
+    "summary-plots": lambda tmp: (["summary-plots", "--job", "no-such-job.json", "--by-level-png", "a.png", "--by-level-pdf",
+                                   "a.pdf", "--flip-png", "f.png", "--flip-pdf", "f.pdf"], "no-such-job.json"),
+    "vs-published-plot": lambda tmp: (["vs-published-plot", "--job", '{"table": "v.csv", "extra": 1}', "--png", "v.png",
+                                       "--pdf", "v.pdf"], "extra"),
     "evaluate": lambda tmp: (["evaluate", "--job", "{}", "--scores", "no-scores.jsonl", "--out", "m.json"],
                              "no-scores.jsonl"),
     "serve": lambda tmp: (["serve", "--job", url_score_job("tok")], "models.m.source"),
@@ -120,8 +130,8 @@ def test_a_failure_of_the_work_exits_1(tmp_path: Path) -> None:
         "task": "t", "status": "failed", "error": "LabelTokenError", "message": "prompt 0: Missing label ids: 9454",
         "missing_ids": [9454], "returned_ids": [0]}}}
     (tmp_path / "a.json").write_text(json.dumps(record))
-    proc = run_cli(["publish-cell", "--allocation", "a.json", "--task", "t", "--out", "s.jsonl", "--provenance", "p.json"],
-                   tmp_path)
+    proc = run_cli(["publish-cell", "--job", '{"task": "t", "model_log": null}', "--allocation", "a.json", "--out", "s.jsonl",
+                    "--provenance", "p.json"], tmp_path)
     assert proc.returncode == 1 and "LabelTokenError" in proc.stderr and "9454" in proc.stderr, proc.stderr
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import copy
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
-from anyjev.config import cells, check_runnable, load_strict, validate_config
+from anyjev.config import cells, check_runnable, load_strict, validate_config, with_shipped_paths
 from anyjev.errors import ConfigError
 from tests.conftest import REPO
 
@@ -172,3 +173,24 @@ def test_a_local_model_folder_without_weights_is_refused_before_any_server(tmp_p
     assert info.value.key_path == "models.m.path" and "holds no weights (*.safetensors" in str(info.value)
     (folder / "model.safetensors").write_bytes(b"")
     assert validate_config(config)["models"]["m"]["path"] == str(folder)
+
+
+def test_what_ships_with_the_workflow_is_found_beside_it(tmp_path: Path) -> None:
+    """A run in a folder of its own (--directory, a module) reads the published numbers and the vLLM environment from
+    the workflow's folder, unless its own folder has them; other values are left as they are."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    for path in ("results/published/p.csv", ".venv-server/bin/python"):
+        (home / path).parent.mkdir(parents=True, exist_ok=True)
+        (home / path).write_text("")
+    work.mkdir()
+    config = {"published": "results/published/p.csv", "server": {"python": ".venv-server/bin/python"}}
+    shipped = with_shipped_paths(config, home, work)
+    assert shipped == {"published": str(home.resolve() / "results/published/p.csv"),
+                       "server": {"python": str(home.resolve() / ".venv-server/bin/python")}}
+    assert config["published"] == "results/published/p.csv", "the config given is not changed"
+    (work / "results/published").mkdir(parents=True)
+    (work / "results/published/p.csv").write_text("")
+    assert with_shipped_paths(config, home, work)["published"] == "results/published/p.csv", "the run's own file first"
+    for other in ({"published": None, "server": {"python": "python3"}},
+                  {"published": "elsewhere/p.csv", "server": {"python": str(tmp_path / "abs/python")}}):
+        assert with_shipped_paths(other, home, work) == other

@@ -1,7 +1,7 @@
 """Every figure the report lists is produced, as PNG and PDF, and is not blank: drawn from the committed
-reference run (results/tables/summary.csv, results/cells/*/predictions.csv) into tmp_path with the same
-library calls the workflow scripts make. The list of figures is read from the rule files, so a new
-report figure without a producer here fails this test."""
+reference run (results/tables/summary.csv, results/cells/*/predictions.csv) into tmp_path by the functions the
+workflow's figure commands call, with their jobs. The list of figures is read from the rules as Snakemake reads them,
+so a new report figure without a producer here fails this test."""
 
 from __future__ import annotations
 
@@ -16,30 +16,26 @@ import pandas as pd
 import pytest
 
 from anyjev.outputs import plots
-from anyjev.outputs.tables import read_summary, summary_frame, vs_published_frame, vs_published_markdown
-from anyjev.results import read_cells
+from anyjev.outputs.tables import VsPublishedJob, read_summary, summary_frame, vs_published, vs_published_frame, vs_published_markdown
+from anyjev.paths import Figure, RunPaths
+from anyjev.results import CellLayout, read_cells
 from tests.conftest import REPO
-from tests.workflow_paths import evaluate, workflow_constants
+from tests.workflow_rules import workflow_rules
 
-RULES = [REPO / "workflow" / "rules" / "plots.smk", REPO / "workflow" / "rules" / "tables.smk"]
 SUMMARY = REPO / "results" / "tables" / "summary.csv"
 CELLS = sorted((p.parent.parent.name, p.parent.name) for p in (REPO / "results" / "cells").glob("*/*/predictions.csv"))
 
 
 def report_figures() -> list[tuple[str, str]]:
-    """(png, pdf) output patterns of every rule output marked report(...) that is a PNG; the PDF must be
-    declared by the same rule with the same stem."""
-    constants = workflow_constants()
+    """(png, pdf) output patterns of every rule output Snakemake puts in the report that is a PNG; the PDF must be
+    an output of the same rule with the same stem."""
     out = []
-    for rules in RULES:
-        text = rules.read_text()
-        for block in re.split(r"\nrule ", text)[1:]:
-            pngs = [evaluate(lit, constants) for lit in re.findall(r'report\(\s*(f?"[^"]+\.png")', block)]
-            outputs = {evaluate(lit, constants) for lit in re.findall(r'(f?"[^"]+\.pdf")', block)}
-            for png in pngs:
-                pdf = png[:-4] + ".pdf"
-                assert pdf in outputs, f"{rules.name}: {png} is in the report but its PDF {pdf} is not an output"
-                out.append((png, pdf))
+    for name, rule in workflow_rules().items():
+        outputs = {re.sub(r"\{(\w+),[^{}]*\}", r"{\1}", o["path"]): o["report"] for o in rule["output"]}
+        for png in (p for p, in_report in outputs.items() if in_report and p.endswith(".png")):
+            pdf = png[:-4] + ".pdf"
+            assert pdf in outputs, f"rule {name}: {png} is in the report but its PDF {pdf} is not an output"
+            out.append((png, pdf))
     return out
 
 
@@ -67,21 +63,21 @@ def test_blank_detects_a_placeholder(tmp_path: Path) -> None:
 def produced(tmp_path_factory) -> Path:
     """All figures of the committed run, written under tmp/<the rule's output path>."""
     root = tmp_path_factory.mktemp("figures")
-    summary = read_summary(SUMMARY)
-    plots.plot_metrics_by_level(summary, root / "results/plots/metrics_by_level.png", root / "results/plots/metrics_by_level.pdf")
-    plots.plot_flip(summary, root / "results/plots/flip_by_level.png", root / "results/plots/flip_by_level.pdf")
+    paths = RunPaths()
+    by_level, flip = (Figure(str(root / f.png), str(root / f.pdf)) for f in (paths.metrics_by_level, paths.flip_by_level))
+    plots.summary_plots(plots.SummaryPlotsJob(str(SUMMARY)), by_level.png, by_level.pdf, flip.png, flip.pdf)
+    layout = CellLayout.of_run(REPO / "results", REPO / "logs")
     for model, task in CELLS:
-        cell = REPO / "results" / "cells" / model / task
-        metrics = json.loads((cell / "metrics.json").read_text())
-        base = root / "results/plots/reliability" / model / task
-        plots.plot_reliability(pd.read_csv(cell / "predictions.csv"), metrics["levels"], f"{base}.png", f"{base}.pdf",
-                               k=metrics["k"], title=f"{model} / {task}",
-                               ece_intervals={lv: metrics["metrics"][lv]["ece"] for lv in metrics["levels"]})
+        levels = json.loads((REPO / "results" / "cells" / model / task / "metrics.json").read_text())["levels"]
+        figure = paths.reliability.of(model, task)
+        plots.reliability_plot(plots.ReliabilityJob(model, task, levels, layout), str(root / figure.png), str(root / figure.pdf))
     # a published table that overlaps the run: two of our own values, shifted
     pub = pd.DataFrame([{"model": m, "task": t, "level": "raw", "metric": "acc", "value": 0.25, "source": "test"}
                         for m, t in CELLS[:2]])
-    plots.plot_vs_published(vs_published_frame(summary, pub), root / "results/plots/vs_published.png",
-                            root / "results/plots/vs_published.pdf")
+    pub.to_csv(root / "published.csv", index=False)
+    vs_published(VsPublishedJob(str(SUMMARY), str(root / "published.csv")), str(root / "vs.csv"), str(root / "vs.md"))
+    plots.vs_published_plot(plots.VsPublishedPlotJob(str(root / "vs.csv")), str(root / paths.vs_published_plot.png),
+                            str(root / paths.vs_published_plot.pdf))
     return root
 
 

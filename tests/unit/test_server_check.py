@@ -180,7 +180,7 @@ def test_a_refused_resume_fails_its_cell_alone_in_a_models_job(tmp_path, stub, q
     """score_jobs: model: the cell whose checkpoint was made on another server fails alone, its outcome naming what
     changed; the model's other cell is scored, and publish-cell raises the cell's error."""
     from anyjev.errors import AnyjevError
-    from anyjev.run.allocation import ScoreModelJob, publish_cell, score_model_job
+    from anyjev.run.allocation import PublishJob, ScoreModelJob, publish_cell, score_model_job
 
     url_job(tmp_path, stub.url, Path(qwen3_tokenizer.name_or_path))  # the config and the task file
     config = yaml.safe_load((tmp_path / "config.yaml").read_text())
@@ -200,4 +200,4 @@ def test_a_refused_resume_fails_its_cell_alone_in_a_models_job(tmp_path, stub, q
     assert "system_fingerprint stub-fp-1 -> stub-fp-2" in record["cells"]["t"]["message"]
     assert record["cells"]["u"]["status"] == "ok"
     with pytest.raises(AnyjevError, match="ServerChangedError: .*system_fingerprint"):
-        publish_cell(tmp_path / "allocation.json", "t", tmp_path / "out.jsonl", tmp_path / "prov.json")
+        publish_cell(PublishJob("t"), tmp_path / "allocation.json", tmp_path / "out.jsonl", tmp_path / "prov.json")

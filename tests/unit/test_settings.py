@@ -43,7 +43,6 @@ from anyjev.serving.models import ModelJob
 from anyjev.serving.spec import ServerSpec
 from anyjev.settings import Settings
 from tests.conftest import REPO
-from tests.workflow_paths import workflow_constants
 
 PATHS = {"models_dir": "resources/models", "server_log": "logs/servers/m.log", "state_dir": ".anyjev/servers"}
 JOB_TYPES = (PrepareJob, FetchJob, ModelJob, ScoreJob, ScoreModelJob, EvaluateJob)
@@ -364,20 +363,9 @@ def test_the_cli_has_no_defaults_of_its_own_for_config_settings() -> None:
             assert action.dest not in LEAVES, f"anyjev {command} --{action.dest} duplicates a config setting"
 
 
-def test_the_cli_looks_where_the_workflow_writes() -> None:
-    """The people's commands default to the workflow's folders (workflow/rules/common.smk, where paths live)."""
-    constants = workflow_constants()
-    assert cli.WORKFLOW_PATHS["models_dir"] == constants["MODELS_DIR"]
-    assert cli.WORKFLOW_PATHS["hub_cache"] == constants["HUB_CACHE"]
-    assert cli.WORKFLOW_PATHS["state_dir"] == constants["STATE_DIR"]
-    assert cli.WORKFLOW_PATHS["tasks_dir"] == constants["TASK_FILE"].rsplit("/", 1)[0]
-    for key in ("task_file", "cell_dir", "score_log", "evaluate_log", "viewer", "score_model_log", "prepare_task_log",
-                "fetch_log", "prepare_model_log"):
-        assert cli.WORKFLOW_PATHS[key] == constants[key.upper()], key
-
-
 def test_one_meaning_per_flag_name() -> None:
-    """--task is a task name everywhere, --task-file a JSONL file, --config a config file."""
+    """--task is a task name wherever a command takes one, --task-file a JSONL file, --config a config file, and a
+    figure's --png/--pdf its PNG and PDF."""
     parser = cli.build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     helps: dict[str, set[str]] = {}
@@ -385,7 +373,8 @@ def test_one_meaning_per_flag_name() -> None:
         for action in p._actions:
             for flag in action.option_strings:
                 helps.setdefault(flag, set()).add(action.help or "")
-    assert all("task name" in h for h in helps["--task"]), helps["--task"]
+    assert all("task name" in h for h in helps.get("--task", ())), helps["--task"]
+    assert all(h.endswith("as PNG") for h in helps["--png"]) and all(h.endswith("as PDF") for h in helps["--pdf"])
     assert all("task file" in h.lower() for h in helps["--task-file"]), helps["--task-file"]
     assert all("config file" in h for h in helps["--config"]), helps["--config"]
 

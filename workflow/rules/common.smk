@@ -1,54 +1,26 @@
-# Helpers shared by all rule files. The validated config as typed settings, the cells, and where a run keeps its
-# files. Paths live here and in the rules; the library takes them as arguments.
+# Helpers shared by all rule files. The validated config as typed settings, the cells, the run's paths, and the job
+# each rule hands its command. Every path of a run is spelled once, in anyjev/paths.py (PATHS); the rules take their
+# outputs from there, and read each other's outputs as rules.<name>.output.
 import os
 import re
 import shutil
 import sys
 from pathlib import Path
 
-from anyjev.config import check_runnable, load_strict, validate_config, value_source
+from anyjev.config import check_runnable, load_strict, validate_config, value_source, with_shipped_paths
+from anyjev.data.hub import META_FILE as HUB_META
 from anyjev.errors import ConfigError
-from anyjev.outputs.run import Figure, RunOutputs, kept_as_they_are, write_run_outputs
+from anyjev.outputs.plots import SummaryPlotsJob, VsPublishedPlotJob
+from anyjev.outputs.run import RunOutputs, kept_as_they_are, write_run_outputs
+from anyjev.outputs.viewer import CELLS as VIEWER_CELLS, INDEX as VIEWER_INDEX
+from anyjev.paths import METRICS, PREDICTIONS, PROVENANCE, SCORES, run_paths
 from anyjev.results import CellLayout
-from anyjev.run.allocation import failed_cells, score_jobs_mode
+from anyjev.run.allocation import PublishJob, failed_cells, score_jobs_mode
+from anyjev.serving.models import PROVENANCE_FILE as MODEL_RECORD
 from anyjev.settings import SCORE_RESOURCES, Settings
 
-# A smoke run (`--config limit=N`) keeps what it writes under smoke/limit-N/: its task files, results, logs and
-# benchmarks are its own, so it cannot overwrite the real run's outputs, nor can Snakemake delete them when one of its
-# jobs fails. Prepared models, hub data and server leases are shared (the same files either way).
-RUN_ROOT = ""
-if config.get("limit") is not None:
-    RUN_ROOT = f"smoke/limit-{config['limit']}/"
-MODELS_DIR = "resources/models"
-HUB_CACHE = "resources/hub"
-TASK_FILE = f"{RUN_ROOT}resources/tasks/{{task}}.jsonl"
-# Where an unpinned run (lock: null) records the commits its hub datasets and models resolved to (anyjev.lock).
-LOCK_RECORD = "resources/lock.yaml"
-# The run's server leases (one server start per model and run: docs/servers.md).
-STATE_DIR = ".anyjev/servers"
-LOGS = f"{RUN_ROOT}logs"
-BENCHMARKS = f"{RUN_ROOT}benchmarks"
-SERVER_LOG = f"{LOGS}/servers/{{model}}.log"
-SCORE_LOG = f"{LOGS}/score/{{model}}/{{task}}.log"
-EVALUATE_LOG = f"{LOGS}/evaluate/{{model}}/{{task}}.log"
-SCORE_MODEL_LOG = f"{LOGS}/score_model/{{model}}.log"
-PREPARE_TASK_LOG = f"{LOGS}/prepare_task/{{task}}.log"
-# Shared by a smoke run and the real one, as what they make is.
-FETCH_LOG = "logs/fetch_hub_task/{dataset}.log"
-PREPARE_MODEL_LOG = "logs/prepare_model/{model}.log"
-RESULTS = f"{RUN_ROOT}results"
-CELL_DIR = f"{RESULTS}/cells/{{model}}/{{task}}"
-TABLES = f"{RESULTS}/tables"
-PLOTS = f"{RESULTS}/plots"
-RELIABILITY = f"{PLOTS}/reliability/{{model}}/{{task}}"
-VIEWER = f"{RESULTS}/viewer"
-# Where one model's job (score_jobs: model) scores a cell before its score_cell job publishes it (docs/servers.md).
-STAGED_DIR = f"{CELL_DIR}/staged"
-# Beside the cells' folder, not in it: a task may have any name (allocation.json too).
-ALLOCATION = f"{RESULTS}/allocations/{{model}}.json"
-# Where a cell's files and the logs of its steps are: what tells a finished cell from a failed one, and why
-# (CELL_LAYOUT, below the settings: a hub task's fetch log is named by its cache folder).
-EARLIER_LOGS = (SCORE_MODEL_LOG, PREPARE_TASK_LOG, FETCH_LOG, PREPARE_MODEL_LOG)
+# A smoke run (`--config limit=N`) keeps what is its own under smoke/limit-N/ (anyjev/paths.py).
+PATHS = run_paths(config.get("limit"))
 
 
 def _invalid_config_line(exc):
@@ -68,6 +40,8 @@ def _load_settings():
             raise WorkflowError(f"invalid config {path}: {exc}")
     try:
         validated = validate_config(config)
+        if HOME is not None:  # what ships with the workflow, for a run in a folder of its own
+            validated = with_shipped_paths(validated, HOME)
         return validated, Settings.from_config(validated)
     except ConfigError as exc:
         # Name the file (or --config) the wrong value came from, not every file merged.
@@ -108,7 +82,9 @@ CELLS = SETTINGS.cells
 MISSING_FOR_A_RUN = _missing_for_a_run()
 if MISSING_FOR_A_RUN is not None:
     print(f"anyjev: not here yet: {MISSING_FOR_A_RUN} (a dry run goes on without it; a run that starts a server refuses)")
-CELL_LAYOUT = CellLayout(CELL_DIR, SCORE_LOG, EVALUATE_LOG, EARLIER_LOGS, SETTINGS.hub_folders())
+# Where a cell's files and the logs of its steps are: what tells a finished cell from a failed one, and why (the
+# earlier steps' logs; a hub task's fetch log is named by its cache folder).
+CELL_LAYOUT = CellLayout.of_paths(PATHS, SETTINGS.hub_folders())
 
 
 # One scoring job per model (the default: one server start, each cell published or failed alone) or per cell
@@ -145,11 +121,18 @@ def score_resources():
     return {key: (lambda wc, values=values: values[wc.model]) for key, values in per_model.items()}
 
 
+def job_file(job):
+    """The path of JOB's file, the one argument a rule hands its command (anyjev/jobs.py). Named by its content, so a
+    changed setting reruns the job, and the printed command stays short."""
+    return job.to_file(PATHS.jobs_dir)
+
+
 def score_job(wildcards):
-    """One cell's score job (always passed quoted, with :q)."""
+    """One cell's score job."""
+    m = wildcards.model
     return SETTINGS.score_job(
-        wildcards.model, wildcards.task, models_dir=MODELS_DIR, state_dir=STATE_DIR, server_log=SERVER_LOG.format(model=wildcards.model)
-    ).to_json()
+        m, wildcards.task, models_dir=PATHS.models_dir, state_dir=PATHS.state_dir, server_log=PATHS.server_log.format(model=m)
+    )
 
 
 def score_model_job(wildcards):
@@ -157,35 +140,78 @@ def score_model_job(wildcards):
     m = wildcards.model
     return SETTINGS.score_model_job(
         m,
-        models_dir=MODELS_DIR,
-        state_dir=STATE_DIR,
-        server_log=SERVER_LOG.format(model=m),
-        task_file=TASK_FILE,
-        staged=STAGED_DIR.replace("{model}", m),
-    ).to_json()
+        models_dir=PATHS.models_dir,
+        state_dir=PATHS.state_dir,
+        server_log=PATHS.server_log.format(model=m),
+        task_file=str(rules.prepare_task.output.task_file),
+        staged=PATHS.staged_dir.replace("{model}", m),
+    )
+
+
+def publish_job(wildcards):
+    """One cell's publishing job (score_jobs: model): its task, and its model job's log."""
+    return PublishJob(wildcards.task, PATHS.score_model_log.format(model=wildcards.model))
+
+
+def summary_job():
+    return SETTINGS.summary_job(layout=CELL_LAYOUT)
+
+
+def provenance_job():
+    return SETTINGS.provenance_job(layout=CELL_LAYOUT, config=CONFIG_AS_RUN)
+
+
+def reliability_job(model, task):
+    return SETTINGS.reliability_job(model, task, layout=CELL_LAYOUT)
+
+
+def summary_plots_job():
+    return SummaryPlotsJob(str(rules.summary_table.output.csv))
+
+
+def vs_published_job():
+    return SETTINGS.vs_published_job(summary=str(rules.summary_table.output.csv))
+
+
+def vs_published_plot_job():
+    return VsPublishedPlotJob(str(rules.vs_published.output.csv))
 
 
 def viewer_job():
     """The item-level viewer's job: every cell, its task file and tokenizer, and where its files and logs are."""
-    return SETTINGS.viewer_job(models_dir=MODELS_DIR, task_file=TASK_FILE, layout=CELL_LAYOUT)
+    return SETTINGS.viewer_job(models_dir=PATHS.models_dir, task_file=str(rules.prepare_task.output.task_file), layout=CELL_LAYOUT)
+
+
+def for_cells(pattern):
+    """PATTERN (a rule's output, with {model} and {task}) for every cell of the run."""
+    return expand(pattern, zip, model=[m for m, _ in CELLS], task=[t for _, t in CELLS])
 
 
 def model_marker(model):
     """The prepared model folder's marker file, when the workflow prepares the model (else nothing)."""
-    return [f"{MODELS_DIR}/{model}/anyjev-model.json"] if SETTINGS.models[model].prepared else []
+    return expand(rules.prepare_model.output.marker, model=model) if SETTINGS.models[model].prepared else []
+
+
+def local_dataset_files(wildcards):
+    """A local dataset folder's data files, which the config names (an edit of one reruns the fetch, and what follows);
+    none for a hub id."""
+    return SETTINGS.fetch_inputs(wildcards.dataset)
 
 
 def task_inputs(wildcards):
-    job = SETTINGS.prepare_job(wildcards.task, hub_cache=HUB_CACHE)
-    if job.source == "file":
-        return [job.path]
-    if job.source == "hub":
-        return [f"{HUB_CACHE}/{job.dataset}/meta.json"]
+    """What a task is built from: the user's task file, a hub task's fetched data, or nothing (a built-in task)."""
+    task = SETTINGS.tasks[wildcards.task]
+    if task.source == "file":
+        return [task.path]
+    if task.source == "hub":
+        return expand(rules.fetch_hub_task.output.meta, dataset=SETTINGS.hub_task(wildcards.task)[0])
     return []
 
 
-def cell_files(name):
-    return [f"{CELL_DIR.format(model=m, task=t)}/{name}" for m, t in CELLS]
+def published_table():
+    """The published numbers, when the config names a table that is there (else no comparison)."""
+    path = SETTINGS.published
+    return path if path and os.path.isfile(path) else None
 
 
 def published_overlap_rows():
@@ -194,52 +220,44 @@ def published_overlap_rows():
     """
     from anyjev.outputs.tables import published_overlap, read_published
 
-    path = SETTINGS.published
-    if not path or not os.path.isfile(path):
-        return 0
-    return len(published_overlap(read_published(path), CELLS, SETTINGS.levels))
+    path = published_table()
+    return len(published_overlap(read_published(path), CELLS, SETTINGS.levels)) if path else 0
 
 
 def output_targets():
     """Every table, figure and note of a run (for the `all` rule): the comparison with published numbers
     when a published table is configured, and its figure only when some of it overlaps this run.
     """
-    job = run_outputs()
     # Every cell's metrics too: after a run with failed cells, the tables written from the cells that finished
     # exist, and Snakemake does not rerun a job whose outputs exist because one of its inputs is missing.
-    targets = [*cell_files("metrics.json"), *job.summary.values(), *job.provenance.values(), f"{job.viewer_out}/index.html"]
-    for fig in (job.metrics_by_level, job.flip_by_level, *[job.reliability.of(m, t) for m, t in CELLS]):
-        targets += [fig.png, fig.pdf]
+    targets = [
+        *for_cells(rules.evaluate_cell.output.metrics),
+        *rules.summary_table.output,
+        *rules.provenance_table.output,
+        *rules.summary_plots.output,
+        *for_cells(rules.reliability_plot.output),
+        rules.viewer.output.index,
+    ]
     if SETTINGS.published:
-        targets += list(job.vs_published.values())
+        targets += rules.vs_published.output
         if published_overlap_rows():
-            targets += [job.vs_published_plot.png, job.vs_published_plot.pdf]
+            targets += rules.vs_published_plot.output
     return targets
 
 
 def run_outputs():
-    """Every cross-cell output of the run, where the rules write it: what a run with failed cells writes at its end
-    from the cells that finished (anyjev/outputs/run.py)."""
+    """Every cross-cell output of the run: the jobs the rules hand their commands, and where the rules write; what a
+    run with failed cells writes at its end from the cells that finished (anyjev/outputs/run.py)."""
     return RunOutputs(
-        cells=list(CELLS),
-        levels=list(SETTINGS.levels),
-        layout=CELL_LAYOUT,
-        config=CONFIG_AS_RUN,
-        published=SETTINGS.published,
-        summary={ext: f"{TABLES}/summary.{ext}" for ext in ("csv", "md", "tex")},
-        provenance={ext: f"{TABLES}/provenance.{ext}" for ext in ("md", "html")},
-        metrics_by_level=figure(f"{PLOTS}/metrics_by_level"),
-        flip_by_level=figure(f"{PLOTS}/flip_by_level"),
-        reliability=figure(RELIABILITY),
-        vs_published={ext: f"{TABLES}/vs_published.{ext}" for ext in ("csv", "md")},
-        vs_published_plot=figure(f"{PLOTS}/vs_published"),
+        summary_table=summary_job(),
+        provenance_table=provenance_job(),
+        reliability_plots=[reliability_job(m, t) for m, t in CELLS],
+        summary_plots=summary_plots_job(),
+        vs_published=vs_published_job() if published_table() else None,
+        vs_published_plot=vs_published_plot_job() if published_overlap_rows() else None,
         viewer=viewer_job(),
-        viewer_out=VIEWER,
+        paths=PATHS,
     )
-
-
-def figure(stem):
-    return Figure(f"{stem}.png", f"{stem}.pdf")
 
 
 # The rules whose outputs span cells: a run whose targets hold none of them (a task file, one cell) writes no
@@ -254,18 +272,19 @@ def write_partial_outputs():
     is what matters."""
     if not any(job.rule.name in RUN_OUTPUT_RULES for job in workflow.dag.jobs):
         return
-    outputs = run_outputs()
     try:
+        outputs = run_outputs()
         kept = kept_as_they_are(outputs)
         if kept:
-            print(f"anyjev: the outputs under {RESULTS}/ are not rewritten: {kept}")
+            print(f"anyjev: the outputs under {PATHS.results}/ are not rewritten: {kept}")
             return
         failed = write_run_outputs(outputs)
     except Exception as exc:  # noqa: BLE001 - a partial output that cannot be written must not hide the run's error
         print(f"anyjev: could not write the outputs of the cells that finished ({type(exc).__name__}: {exc})")
         return
     if failed:
-        print(f"anyjev: {len(failed)} cell(s) failed; {TABLES}/, {PLOTS}/ and {VIEWER}/ show the cells that finished:")
+        shown = ", ".join(f"{os.path.dirname(p)}/" for p in (PATHS.summary["csv"], PATHS.metrics_by_level.png))
+        print(f"anyjev: {len(failed)} cell(s) failed; {shown} and {PATHS.viewer}/ show the cells that finished:")
         for (m, t), why in failed.items():
             print(f"  {m}/{t}: {why['error']} (log: {why['log']})")
 
@@ -274,7 +293,7 @@ def retry_failed_allocations():
     """After a run with failed cells (score_jobs: model): drop the outcome record of each model that has one, so
     the next run schedules the model's job again; it rescores only the cells that are not staged yet."""
     for model in MODELS:
-        path = ALLOCATION.format(model=model)
+        path = PATHS.allocation.format(model=model)
         failed = failed_cells(path)
         if failed:
             os.remove(path)
@@ -286,6 +305,6 @@ def retry_failed_allocations():
 def stop_run_servers(why):
     from anyjev.serving.stop import stop_servers
 
-    stopped = stop_servers(STATE_DIR, owner_pid=OWNER_PID)
+    stopped = stop_servers(PATHS.state_dir, owner_pid=OWNER_PID)
     if stopped:
         print(f"anyjev: stopped {len(stopped)} vLLM server(s) at the end of the run ({why}): {', '.join(stopped)}")

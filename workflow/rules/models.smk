@@ -1,16 +1,17 @@
-# Model weights, prepared once into MODELS_DIR/{model}/ (a Hugging Face folder).
+# Model weights, prepared once into a model folder under PATHS.models_dir (a Hugging Face folder), which the step
+# marks with its record (MODEL_RECORD, anyjev/serving/models.py).
 
 
 rule prepare_model:
     output:
-        f"{MODELS_DIR}/{{model}}/anyjev-model.json",
+        marker=f"{PATHS.models_dir}/{{model}}/{MODEL_RECORD}",
     log:
-        PREPARE_MODEL_LOG,
+        PATHS.prepare_model_log,
     localrule: True
     conda:
         "../envs/client.yaml"
     params:
-        job=lambda wc: SETTINGS.model_job(wc.model, lock_record=LOCK_RECORD).to_json(),
-        out=lambda wc: f"{MODELS_DIR}/{wc.model}",
+        job=lambda wc: job_file(SETTINGS.model_job(wc.model, lock_record=PATHS.lock_record)),
+        folder=lambda wc, output: os.path.dirname(output.marker),
     shell:
-        "python -m anyjev prepare-model --job {params.job:q} --out {params.out:q} > {log:q} 2>&1"
+        "python -m anyjev prepare-model --job {params.job:q} --out {params.folder:q} > {log:q} 2>&1"

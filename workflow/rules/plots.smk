@@ -5,67 +5,60 @@
 
 rule reliability_plot:
     input:
-        predictions=f"{CELL_DIR}/predictions.csv",
-        metrics=f"{CELL_DIR}/metrics.json",
+        predictions=rules.evaluate_cell.output.predictions,
+        metrics=rules.evaluate_cell.output.metrics,
     output:
         png=report(
-            f"{RELIABILITY}.png",
+            PATHS.reliability.png,
             caption="../report/reliability.rst",
             category="Plots",
             subcategory="Reliability",
             labels={"model": "{model}", "task": "{task}"},
         ),
-        pdf=f"{RELIABILITY}.pdf",
+        pdf=PATHS.reliability.pdf,
     log:
-        f"{LOGS}/plots/reliability/{{model}}/{{task}}.log",
+        PATHS.reliability_log,
     localrule: True
     conda:
         "../envs/client.yaml"
     params:
-        levels=SETTINGS.levels,
-    script:
-        "../scripts/reliability_plot.py"
+        job=lambda wc: job_file(reliability_job(wc.model, wc.task)),
+    shell:
+        "python -m anyjev reliability-plot --job {params.job:q} --png {output.png:q} --pdf {output.pdf:q} > {log:q} 2>&1"
 
 
 rule summary_plots:
     input:
-        f"{TABLES}/summary.csv",
+        summary=rules.summary_table.output.csv,
     output:
-        by_level=report(
-            f"{PLOTS}/metrics_by_level.png",
-            caption="../report/metrics_by_level.rst",
-            category="Plots",
-        ),
-        by_level_pdf=f"{PLOTS}/metrics_by_level.pdf",
-        flip=report(
-            f"{PLOTS}/flip_by_level.png",
-            caption="../report/flip.rst",
-            category="Plots",
-        ),
-        flip_pdf=f"{PLOTS}/flip_by_level.pdf",
+        by_level=report(PATHS.metrics_by_level.png, caption="../report/metrics_by_level.rst", category="Plots"),
+        by_level_pdf=PATHS.metrics_by_level.pdf,
+        flip=report(PATHS.flip_by_level.png, caption="../report/flip.rst", category="Plots"),
+        flip_pdf=PATHS.flip_by_level.pdf,
     log:
-        f"{LOGS}/plots/summary.log",
+        PATHS.summary_plots_log,
     localrule: True
     conda:
         "../envs/client.yaml"
-    script:
-        "../scripts/summary_plots.py"
+    params:
+        job=lambda wc: job_file(summary_plots_job()),
+    shell:
+        "python -m anyjev summary-plots --job {params.job:q} --by-level-png {output.by_level:q} "
+        "--by-level-pdf {output.by_level_pdf:q} --flip-png {output.flip:q} --flip-pdf {output.flip_pdf:q} > {log:q} 2>&1"
 
 
 rule vs_published_plot:
     input:
-        f"{TABLES}/vs_published.csv",
+        table=rules.vs_published.output.csv,
     output:
-        png=report(
-            f"{PLOTS}/vs_published.png",
-            caption="../report/vs_published_plot.rst",
-            category="Plots",
-        ),
-        pdf=f"{PLOTS}/vs_published.pdf",
+        png=report(PATHS.vs_published_plot.png, caption="../report/vs_published_plot.rst", category="Plots"),
+        pdf=PATHS.vs_published_plot.pdf,
     log:
-        f"{LOGS}/plots/vs_published.log",
+        PATHS.vs_published_plot_log,
     localrule: True
     conda:
         "../envs/client.yaml"
-    script:
-        "../scripts/vs_published_plot.py"
+    params:
+        job=lambda wc: job_file(vs_published_plot_job()),
+    shell:
+        "python -m anyjev vs-published-plot --job {params.job:q} --png {output.png:q} --pdf {output.pdf:q} > {log:q} 2>&1"

@@ -7,15 +7,15 @@ if SCORE_JOBS == "cell":
     # One job per cell; the cells of a model share one server start through the run's lease.
     rule score_cell:
         input:
-            task=TASK_FILE,
+            task=rules.prepare_task.output.task_file,
             model=lambda wc: model_marker(wc.model),
         output:
-            scores=f"{CELL_DIR}/scores.jsonl",
-            provenance=f"{CELL_DIR}/provenance.json",
+            scores=PATHS.cell_file(SCORES),
+            provenance=PATHS.cell_file(PROVENANCE),
         log:
-            SCORE_LOG,
+            PATHS.score_log,
         benchmark:
-            f"{BENCHMARKS}/score/{{model}}/{{task}}.tsv"
+            PATHS.score_benchmark
         conda:
             "../envs/client.yaml"
         resources:
@@ -23,7 +23,7 @@ if SCORE_JOBS == "cell":
             **score_resources(),
             gpu=lambda wc: SETTINGS.models[wc.model].gpus,
         params:
-            job=score_job,
+            job=lambda wc: job_file(score_job(wc)),
         shell:
             # $PPID: the Snakemake process running this job owns the server (it stops when that process exits).
             "python -m anyjev score --job {params.job:q} --task-file {input.task:q} --out {output.scores:q} "
@@ -35,14 +35,14 @@ else:
     # its staging folder, each cell's outcome recorded (anyjev/run/allocation.py).
     rule score_model:
         input:
-            tasks=lambda wc: [TASK_FILE.format(task=t) for t in SETTINGS.model_tasks(wc.model)],
+            tasks=lambda wc: expand(rules.prepare_task.output.task_file, task=SETTINGS.model_tasks(wc.model)),
             model=lambda wc: model_marker(wc.model),
         output:
-            ALLOCATION,
+            allocation=PATHS.allocation,
         log:
-            SCORE_MODEL_LOG,
+            PATHS.score_model_log,
         benchmark:
-            f"{BENCHMARKS}/score_model/{{model}}.tsv"
+            PATHS.score_model_benchmark
         conda:
             "../envs/client.yaml"
         resources:
@@ -50,42 +50,43 @@ else:
             **score_resources(),
             gpu=lambda wc: SETTINGS.models[wc.model].gpus,
         params:
-            job=score_model_job,
+            job=lambda wc: job_file(score_model_job(wc)),
         shell:
-            "python -m anyjev score-model --job {params.job:q} --out {output:q} " "--owner-pid $PPID > {log:q} 2>&1"
+            # $PPID: the Snakemake process running this job owns the server (it stops when that process exits).
+            "python -m anyjev score-model --job {params.job:q} --out {output.allocation:q} --owner-pid $PPID > {log:q} 2>&1"
 
     # Per cell, in the main process: publish the staged scores, or fail with the cell's own error.
     rule score_cell:
         input:
-            ALLOCATION,
+            allocation=rules.score_model.output.allocation,
         output:
-            scores=f"{CELL_DIR}/scores.jsonl",
-            provenance=f"{CELL_DIR}/provenance.json",
+            scores=PATHS.cell_file(SCORES),
+            provenance=PATHS.cell_file(PROVENANCE),
         log:
-            SCORE_LOG,
+            PATHS.score_log,
         localrule: True
         conda:
             "../envs/client.yaml"
         params:
-            model_log=lambda wc: SCORE_MODEL_LOG.format(model=wc.model),
+            job=lambda wc: job_file(publish_job(wc)),
         shell:
-            "python -m anyjev publish-cell --allocation {input:q} --task {wildcards.task:q} --out {output.scores:q} "
-            "--provenance {output.provenance:q} --model-log {params.model_log:q} > {log:q} 2>&1"
+            "python -m anyjev publish-cell --job {params.job:q} --allocation {input.allocation:q} --out {output.scores:q} "
+            "--provenance {output.provenance:q} > {log:q} 2>&1"
 
 
 rule evaluate_cell:
     input:
-        f"{CELL_DIR}/scores.jsonl",
+        scores=rules.score_cell.output.scores,
     output:
-        metrics=f"{CELL_DIR}/metrics.json",
-        predictions=f"{CELL_DIR}/predictions.csv",
+        metrics=PATHS.cell_file(METRICS),
+        predictions=PATHS.cell_file(PREDICTIONS),
     log:
-        EVALUATE_LOG,
+        PATHS.evaluate_log,
     localrule: True
     conda:
         "../envs/client.yaml"
     params:
-        job=SETTINGS.evaluate_job().to_json(),
+        job=lambda wc: job_file(SETTINGS.evaluate_job()),
     shell:
-        "python -m anyjev evaluate --job {params.job:q} --scores {input:q} --out {output.metrics:q} "
+        "python -m anyjev evaluate --job {params.job:q} --scores {input.scores:q} --out {output.metrics:q} "
         "--predictions {output.predictions:q} > {log:q} 2>&1"

@@ -4,65 +4,53 @@
 
 rule summary_table:
     input:
-        cell_files("metrics.json"),
+        for_cells(rules.evaluate_cell.output.metrics),
     output:
-        csv=report(
-            f"{TABLES}/summary.csv",
-            caption="../report/summary.rst",
-            category="Tables",
-        ),
-        md=f"{TABLES}/summary.md",
-        tex=f"{TABLES}/summary.tex",
+        csv=report(PATHS.summary["csv"], caption="../report/summary.rst", category="Tables"),
+        md=PATHS.summary["md"],
+        tex=PATHS.summary["tex"],
     log:
-        f"{LOGS}/tables/summary.log",
+        PATHS.summary_log,
     localrule: True
     conda:
         "../envs/client.yaml"
     params:
-        levels=SETTINGS.levels,
-    script:
-        "../scripts/summary_table.py"
+        job=lambda wc: job_file(summary_job()),
+    shell:
+        "python -m anyjev summary-table --job {params.job:q} --csv {output.csv:q} --md {output.md:q} --tex {output.tex:q} > {log:q} 2>&1"
 
 
 rule provenance_table:
     input:
-        provenance=cell_files("provenance.json"),
-        metrics=cell_files("metrics.json"),
+        provenance=for_cells(rules.score_cell.output.provenance),
+        metrics=for_cells(rules.evaluate_cell.output.metrics),
     output:
-        md=f"{TABLES}/provenance.md",
-        html=report(
-            f"{TABLES}/provenance.html",
-            caption="../report/provenance.rst",
-            category="Provenance",
-        ),
+        md=PATHS.provenance_report["md"],
+        html=report(PATHS.provenance_report["html"], caption="../report/provenance.rst", category="Provenance"),
     log:
-        f"{LOGS}/tables/provenance.log",
+        PATHS.provenance_log,
     localrule: True
     conda:
         "../envs/client.yaml"
     params:
-        config=CONFIG_AS_RUN,
-    script:
-        "../scripts/provenance_table.py"
+        job=lambda wc: job_file(provenance_job()),
+    shell:
+        "python -m anyjev provenance-table --job {params.job:q} --md {output.md:q} --html {output.html:q} > {log:q} 2>&1"
 
 
 rule vs_published:
     input:
-        summary=f"{TABLES}/summary.csv",
+        summary=rules.summary_table.output.csv,
         published=SETTINGS.published or [],
     output:
-        csv=report(
-            f"{TABLES}/vs_published.csv",
-            caption="../report/vs_published.rst",
-            category="Tables",
-        ),
-        md=f"{TABLES}/vs_published.md",
+        csv=report(PATHS.vs_published["csv"], caption="../report/vs_published.rst", category="Tables"),
+        md=PATHS.vs_published["md"],
     log:
-        f"{LOGS}/tables/vs_published.log",
+        PATHS.vs_published_log,
     localrule: True
     conda:
         "../envs/client.yaml"
     params:
-        overlap=published_overlap_rows(),
-    script:
-        "../scripts/vs_published.py"
+        job=lambda wc: job_file(vs_published_job()),
+    shell:
+        "python -m anyjev vs-published --job {params.job:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"

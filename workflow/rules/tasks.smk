@@ -5,19 +5,19 @@
 
 rule fetch_hub_task:
     input:
-        # A local dataset folder's files, so that an edit of one reruns the fetch (and what follows); none for a hub id.
-        lambda wc: SETTINGS.fetch_inputs(wc.dataset),
+        local_dataset_files,
     output:
-        f"{HUB_CACHE}/{{dataset}}/meta.json",
+        # the fetched dataset's record (anyjev/data/hub.py), beside its splits
+        meta=f"{PATHS.hub_cache}/{{dataset}}/{HUB_META}",
     log:
-        FETCH_LOG,
+        PATHS.fetch_log,
     localrule: True
     conda:
         "../envs/client.yaml"
     params:
-        # The declared dataset, splits and revision, and the run's lock (LOCK_RECORD, or the config's `lock:`, which pins).
-        job=lambda wc: SETTINGS.fetch_job(wc.dataset, lock_record=LOCK_RECORD).to_json(),
-        out=lambda wc, output: os.path.dirname(output[0]),
+        # The declared dataset, splits and revision, and the run's lock (the lock record, or the config's `lock:`, which pins).
+        job=lambda wc: job_file(SETTINGS.fetch_job(wc.dataset, lock_record=PATHS.lock_record)),
+        out=lambda wc, output: os.path.dirname(output.meta),
     shell:
         "python -m anyjev fetch-task --job {params.job:q} --out {params.out:q} > {log:q} 2>&1"
 
@@ -26,13 +26,13 @@ rule prepare_task:
     input:
         task_inputs,
     output:
-        TASK_FILE,
+        task_file=PATHS.task_file,
     log:
-        PREPARE_TASK_LOG,
+        PATHS.prepare_task_log,
     localrule: True
     conda:
         "../envs/client.yaml"
     params:
-        job=lambda wc: SETTINGS.prepare_job(wc.task, hub_cache=HUB_CACHE).to_json(),
+        job=lambda wc: job_file(SETTINGS.prepare_job(wc.task, hub_cache=PATHS.hub_cache)),
     shell:
-        "python -m anyjev prepare-task --job {params.job:q} --out {output:q} > {log:q} 2>&1"
+        "python -m anyjev prepare-task --job {params.job:q} --out {output.task_file:q} > {log:q} 2>&1"

@@ -18,6 +18,6 @@ The level code is the library's (:mod:`.levels`): the generator refuses a cell w
 follow from its ``scores.jsonl`` under its ``metrics.json`` settings. :mod:`.write` puts it together.
 """
 
-from anyjev.outputs.viewer.write import ViewerJob, write_viewer
+from anyjev.outputs.viewer.write import CELLS, INDEX, ViewerJob, write_viewer
 
-__all__ = ["ViewerJob", "write_viewer"]
+__all__ = ["CELLS", "INDEX", "ViewerJob", "write_viewer"]

@@ -8,6 +8,7 @@ import numpy as np
 from anyjev.errors import TaskDataError
 from anyjev.numbers.evaluation import ItemLevels
 from anyjev.numbers.metrics import tie_weights
+from anyjev.paths import PREDICTIONS
 from anyjev.results import Cell
 from anyjev.run.evaluate import item_levels
 
@@ -22,7 +23,7 @@ def cell_levels(cell: Cell) -> ItemLevels:
 def check_predictions(cell: Cell, levels: ItemLevels) -> None:
     """Refuse a ``predictions.csv`` that does not follow from the scores under the cell's settings."""
     index = {item: i for i, item in enumerate(levels.ids)}
-    where = str(cell.file("predictions.csv"))
+    where = str(cell.file(PREDICTIONS))
     for n, row in enumerate(cell.predictions.itertuples(index=False), start=2):
         i = index.get(row.item_id)
         lv = levels.levels.get(row.level, {}).get(row.group)

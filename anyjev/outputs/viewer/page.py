@@ -10,7 +10,7 @@ from anyjev.errors import FileFormatError
 from anyjev.outputs.viewer.encoding import safe_json
 
 ASSETS = Path(__file__).with_name("assets")
-TEMPLATE = ASSETS / "index.html"
+TEMPLATE = ASSETS / "page.html"
 MARKERS = ("/*CSS*/", "/*JS*/", "/*RUN*/")  # where the template takes the stylesheet, the script and the run's data
 
 

@@ -24,6 +24,9 @@ from anyjev.results import Cell, CellLayout, Run, read_layout
 from anyjev.results.files import is_test
 from anyjev.run.rebuild import scored_prompts
 
+# The viewer's files in its folder: the page, and each finished cell's two data files under CELLS/<model>/.
+INDEX, CELLS = "index.html", "cells"
+
 
 @dataclass(frozen=True)
 class ViewerJob(Job):
@@ -47,8 +50,8 @@ def write_cell(run: Run, cell: Cell, job: ViewerJob, out: Path, tokenizer) -> No
     prompts = scored_prompts(cell.scores.path, cell.scores.items, task, task_file, tokenizer, cell.prompt_options,
                              keep=is_test)
     data = CellFrames.of(run, cell)
-    write_text_atomic(out / "cells" / cell.model / f"{cell.task}.js", js_data("cell", cell.key, cell_page(data, levels, job.levels)))
-    write_text_atomic(out / "cells" / cell.model / f"{cell.task}.items.js",
+    write_text_atomic(out / CELLS / cell.model / f"{cell.task}.js", js_data("cell", cell.key, cell_page(data, levels, job.levels)))
+    write_text_atomic(out / CELLS / cell.model / f"{cell.task}.items.js",
                       js_data("items", cell.key, items_page(data, levels, task, prompts)))
 
 
@@ -68,7 +71,7 @@ def write_viewer(job: ViewerJob, out: str | os.PathLike, *, tokenizers: dict | N
             if cell.model not in loaded:
                 loaded[cell.model] = load_tokenizer(job.tokenizers[cell.model])
             write_cell(run, cell, job, tmp, loaded[cell.model])
-        write_text_atomic(tmp / "index.html", index_html(run_page(run, job.levels, summary_frame(run, job.levels))))
+        write_text_atomic(tmp / INDEX, index_html(run_page(run, job.levels, summary_frame(run, job.levels))))
         _readable(tmp)
         if out.exists():
             shutil.rmtree(out)
@@ -76,7 +79,7 @@ def write_viewer(job: ViewerJob, out: str | os.PathLike, *, tokenizers: dict | N
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
-    return out / "index.html"
+    return out / INDEX
 
 
 def _readable(root: Path) -> None:
