@@ -35,7 +35,6 @@ import argparse
 import json
 import math
 import os
-import re
 import shutil
 import statistics
 import subprocess
@@ -49,6 +48,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from anyjev.serving.argv import API_MODULE  # noqa: E402
 from bench import time_limit  # noqa: E402
 from bench.common import SMOL_DIR, measured_on, run_record, write_json  # noqa: E402
 from bench.stand_in_vllm import STARTS_ENV, make_server_env  # noqa: E402
@@ -147,21 +147,16 @@ def _cmdline(pid: int) -> list[str]:
 
 
 def job_kind(argv: list[str]) -> str | None:
-    """What a process of the run is: the anyjev command a rule runs (``evaluate``), a workflow script's name
-    (``summary_table``), ``server`` or ``supervisor``; None for anything else (shells, Snakemake itself)."""
-    if "-m" in argv:
-        module = argv[argv.index("-m") + 1] if argv.index("-m") + 1 < len(argv) else ""
-        if module == "anyjev" and argv.index("-m") + 2 < len(argv):
-            return argv[argv.index("-m") + 2]
-        if module == "vllm.entrypoints.openai.api_server":
-            return "server"
-        if module == "anyjev.serving.supervisor":
-            return "supervisor"
-    for arg in argv[1:2]:
-        m = re.search(r"\.snakemake/scripts/tmp[^.]*\.(\w+)\.py$", arg)
-        if m:
-            return m[1]
-    return None
+    """What a process of the run is: the anyjev command a rule runs (every rule runs ``python -m anyjev COMMAND --job
+    FILE ...``: ``evaluate``, ``reliability-plot``), ``server`` or ``supervisor``; None for anything else (shells,
+    Snakemake itself)."""
+    if "-m" not in argv:
+        return None
+    i = argv.index("-m")
+    module = argv[i + 1] if i + 1 < len(argv) else ""
+    if module == "anyjev" and i + 2 < len(argv):
+        return argv[i + 2]
+    return {API_MODULE: "server", "anyjev.serving.supervisor": "supervisor"}.get(module)
 
 
 class ProcessSampler:

@@ -4,6 +4,7 @@ failure on a viewer that lacks the cell it opens, and the scale benchmark's proc
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -83,13 +84,25 @@ def test_the_viewer_benchmark_fails_at_once_on_a_viewer_without_the_cell(tmp_pat
             browser.close()
 
 
-def test_job_kinds_name_the_command_or_script_a_job_runs() -> None:
+def test_job_kinds_name_the_command_a_job_runs() -> None:
     assert job_kind(["python", "-m", "anyjev", "evaluate", "--job", "{}"]) == "evaluate"
-    assert job_kind(["/x/python", "/w/.snakemake/scripts/tmpab_c1.summary_table.py"]) == "summary_table"
     assert job_kind(["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]) == "server"
     assert job_kind(["python", "-m", "anyjev.serving.supervisor", "--state", "s"]) == "supervisor"
     assert job_kind(["/bin/bash", "-c", "python -m anyjev evaluate"]) is None
     assert job_kind(["snakemake", "-s", "Snakefile"]) is None
+
+
+def test_every_rule_runs_a_process_the_scale_benchmark_names() -> None:
+    """bench_scale accounts a job by its process's command line: each rule's shell command must be one it names."""
+    import shlex
+
+    rules = "\n".join(p.read_text() for p in sorted((REPO / "workflow" / "rules").glob("*.smk")))
+    commands = re.findall(r'shell:\s*(?:#[^\n]*\s*)*"([^"]*)', rules)
+    assert commands and rules.count("shell:") == len(commands)
+    assert not re.search(r"^\s+(?:script|run):\s*$", rules, re.M)  # a job in Snakemake's own process is not seen
+    for command in commands:
+        argv = shlex.split(command.split(">")[0].replace("{", "").replace("}", ""))
+        assert job_kind(argv) == argv[3], command
 
 
 def test_union_of_intervals_counts_overlaps_once() -> None:
