@@ -5,7 +5,9 @@ started, and the network is asked one thing only: a ``url`` model's server, for 
 Counts are exact when a task's data is here (a file task, a built-in one, a hub task whose cache is fetched): the
 task is built and split as the prepare step does, and each item's prompts are rendered by
 :func:`anyjev.run.prepared.prepare_item` with the model's tokenizer under the cell's prompt options, the function
-scoring uses, so ``prompts`` is what ``score_cell`` counts (distinct token-id prompts per item). A hub task not
+scoring uses, so ``prompts`` is what ``score_cell`` counts (distinct token-id prompts per item). Models whose
+tokenizers render alike (the same tokenizer and template files: models of one family) share one tokenizer, and each
+task is rendered and counted once for all of them. A hub task not
 fetched yet (published or declared in the config) is an estimate: the configured ``n_test + n_calib`` items and the
 K its declaration implies (Yes/No, its label_names, keep_most_frequent); its prompt tokens are unknown until the data
 is fetched, and so are its layouts and prompts when the declaration leaves K to the data (the label names of a
@@ -14,6 +16,7 @@ ClassLabel, say).
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +41,10 @@ from anyjev.serving.spec import check_server_python
 from anyjev.settings import Settings
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# The files that decide how a prompt renders and tokenises: models whose folders hold the same bytes here (models of
+# one family) share one tokenizer, and each task's prompts are rendered and counted once for all of them.
+RENDERING_FILES = (*TOKENIZER_FILES, "chat_template.jinja", "chat_template.json", "special_tokens_map.json",
+                   "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")
 URL_TIMEOUT = 5.0  # seconds a url model's server has to say its context
 
 
@@ -94,6 +101,36 @@ def tokenizer_dir(settings: Settings, model: str, models_dir: str) -> str | None
     return d if any((Path(d) / f).is_file() for f in TOKENIZER_FILES) else None
 
 
+def rendering_key(tok_dir: str) -> str:
+    """What decides TOK_DIR's rendering and tokenisation: a hash of its RENDERING_FILES' names and bytes."""
+    digest = hashlib.sha256()
+    for name in RENDERING_FILES:
+        path = Path(tok_dir) / name
+        if path.is_file():
+            digest.update(name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+class Tokenizers:
+    """Each distinct tokenizer loaded once (models that share one share it), with its label checker."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, tuple[Any, LabelChecker]] = {}
+        self._keys: dict[str, str] = {}
+
+    def key(self, tok_dir: str) -> str:
+        if tok_dir not in self._keys:
+            self._keys[tok_dir] = rendering_key(tok_dir)
+        return self._keys[tok_dir]
+
+    def get(self, tok_dir: str) -> tuple[Any, LabelChecker]:
+        key = self.key(tok_dir)
+        if key not in self._loaded:
+            tokenizer = load_tokenizer(tok_dir)
+            self._loaded[key] = (tokenizer, LabelChecker(tokenizer))
+        return self._loaded[key]
+
+
 def item_counts(item: Item, options: PromptOptions, tokenizer=None, checker=None, *, answer_mass: bool
                 ) -> tuple[int, int, int | None, int | None]:
     """(layouts, prompts, prompt tokens, longest prompt's tokens) of one item: with a tokenizer, as scoring renders
@@ -129,7 +166,10 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
     HUB_CACHE are where the workflow keeps prepared models and fetched hub data."""
     settings = Settings.load(config_path, workdir=workdir)
     tasks = {t: task_counts(settings, t, hub_cache) for t in dict.fromkeys(t for _, t in settings.cells)}
-    tokenizers: dict[str, Any] = {}
+    tokenizers = Tokenizers()
+    # A task's counts under one tokenizer (None: without one) are the same for every model that has it.
+    rendered: dict[tuple[str | None, str], tuple[list, str | None]] = {}
+    content_free: dict[tuple[str | None, str], tuple[int, int | None]] = {}
     url_contexts: dict[str, tuple[int | None, str]] = {}
     cells = []
     for model, task in settings.cells:
@@ -137,19 +177,25 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
         cell: dict[str, Any] = {"model": model, "task": task, "items": len(tc.items) if tc.n_items is None else tc.n_items,
                                 "n_test": tc.n_test, "n_calib": tc.n_calib, "estimate": tc.estimate}
         tok_dir = tokenizer_dir(settings, model, models_dir)
-        tokenizer = checker = None
+        tokenizer = checker = key = None
         missing = (["task data not fetched"] if tc.estimate is not None else []) + (["tokenizer not prepared"] if tok_dir is None else [])
         if missing:
             cell["tokens_note"] = ", ".join(missing)
         else:
-            tokenizer = tokenizers.setdefault(model, load_tokenizer(tok_dir))
-            checker = LabelChecker(tokenizer)
+            assert tok_dir is not None
+            key = tokenizers.key(tok_dir)
+            tokenizer, checker = tokenizers.get(tok_dir)
         options, answer_mass = settings.scoring.prompt, settings.scoring.answer_mass
-        try:
-            counts = [item_counts(it, options, tokenizer, checker, answer_mass=answer_mass) for it in tc.items]
-        except LabelTokenError as exc:
-            cell["tokens_note"] = f"labels fail with this tokenizer: {exc}"
-            counts = [item_counts(it, options, answer_mass=answer_mass) for it in tc.items]
+        if (key, task) not in rendered:
+            try:
+                rendered[key, task] = ([item_counts(it, options, tokenizer, checker, answer_mass=answer_mass)
+                                        for it in tc.items], None)
+            except LabelTokenError as exc:
+                rendered[key, task] = ([item_counts(it, options, answer_mass=answer_mass) for it in tc.items],
+                                       f"labels fail with this tokenizer: {exc}")
+        counts, labels_fail = rendered[key, task]
+        if labels_fail:
+            cell["tokens_note"] = labels_fail
         per_item = sorted({c[0] for c in counts})
         cell |= {"layouts_per_item": [per_item[0], per_item[-1]] if per_item else [0, 0],
                  "layouts": sum(c[0] for c in counts), "prompts": sum(c[1] for c in counts),
@@ -179,8 +225,11 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
         if tc.n_items is not None:  # K unknown until the data is fetched: so are the layouts and prompts
             cell |= {"layouts_per_item": None, "layouts": None, "prompts": None}
         elif settings.scoring.content_free:  # the probes for the content-free prior (prior_mode content_free or level L0-cf)
-            cf_tok = tokenizer if "tokens_note" not in cell else None
-            cf_prompts, cf_tokens = content_free_counts(tc.items, options, cf_tok, checker)
+            cf_key = key if "tokens_note" not in cell else None
+            if (cf_key, task) not in content_free:
+                cf_tok = tokenizer if cf_key is not None else None
+                content_free[cf_key, task] = content_free_counts(tc.items, options, cf_tok, checker)
+            cf_prompts, cf_tokens = content_free[cf_key, task]
             cell["content_free_prompts"] = cf_prompts
             cell["prompts"] += cf_prompts
             if cell["prompt_tokens"] is not None and cf_tokens is not None:

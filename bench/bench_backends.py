@@ -582,4 +582,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bench import time_limit
+
+    sys.exit(time_limit.run(main, seconds=1 * 3600))

@@ -108,4 +108,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bench import time_limit
+
+    sys.exit(time_limit.run(main, seconds=1 * 3600))

@@ -28,6 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench import time_limit  # noqa: E402
 from bench.common import run_record, write_json  # noqa: E402
 
 SETUP = ["bash", "scripts/setup_env.sh"]  # README command 1's setup part
@@ -108,4 +109,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(time_limit.run(main, seconds=3600))

@@ -36,7 +36,8 @@ sys.path.insert(0, str(REPO))
 
 from anyjev.jobs import from_data  # noqa: E402
 from anyjev.outputs.viewer import ViewerJob  # noqa: E402
-from anyjev.results import CellLayout  # noqa: E402
+from anyjev.results import CellLayout, read_run  # noqa: E402
+from bench import time_limit  # noqa: E402
 from bench.common import machine_of, measured_on, run_record, write_json  # noqa: E402
 
 CHROMIUM = Path(os.environ.get("ANYJEV_CHROMIUM", "/usr/bin/chromium"))
@@ -153,18 +154,42 @@ def launch(playwright):
     return playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
 
 
-TIMED_HASH = """route => new Promise(done => {
+# Each timed step ends when the page says it rendered, or fails at once with the page's own message when it shows an
+# error ("Cannot show this page": a cell the viewer lacks), or after STEP_LIMIT_MS: no wait is open-ended.
+STEP_LIMIT_MS = 60_000
+TIMED_HASH = """route => new Promise((done, fail) => {
   const t0 = performance.now();
-  document.addEventListener('anyjev:rendered', () => requestAnimationFrame(() => setTimeout(() => done(performance.now() - t0), 0)),
-                            {once: true});
+  const stop = (why) => { observer.disconnect(); clearTimeout(timer); fail(new Error(why)); };
+  const observer = new MutationObserver(() => {
+    if (document.body.dataset.state === 'error') stop(route + ': ' + document.getElementById('app').innerText);
+  });
+  const timer = setTimeout(() => stop(route + ': not rendered in LIMIT ms'), LIMIT);
+  document.addEventListener('anyjev:rendered', () => {
+    observer.disconnect(); clearTimeout(timer);
+    requestAnimationFrame(() => setTimeout(() => done(performance.now() - t0), 0));
+  }, {once: true});
+  observer.observe(document.body, {attributes: true, attributeFilter: ['data-state']});
   location.hash = route;
-})"""
+})""".replace("LIMIT", str(STEP_LIMIT_MS))
 TIMED_INPUT = """([selector, action]) => new Promise(done => {
   const el = document.querySelector(selector);
   const t0 = performance.now();
   if (action === 'click') el.click(); else { el.checked = !el.checked; el.dispatchEvent(new Event('change', {bubbles: true})); }
   requestAnimationFrame(() => setTimeout(() => done(performance.now() - t0), 0));
 })"""
+
+
+def open_run_page(page, index: Path) -> dict:
+    """Open INDEX's run page in PAGE (a fresh one): its first render and first contentful paint (ms after navigation
+    start). A page that shows an error instead raises naming it; one that shows neither within STEP_LIMIT_MS raises."""
+    page.goto(index.as_uri())
+    page.wait_for_selector("body[data-state=ready][data-route=run], body[data-state=error]", timeout=STEP_LIMIT_MS)
+    if page.get_attribute("body", "data-state") == "error":
+        raise RuntimeError(f"{index}: the run page shows an error: {page.inner_text('#app')}")
+    page.wait_for_timeout(50)
+    first = page.evaluate("""() => ({render: anyjevViewer.renders[0].ms,
+        fcp: (performance.getEntriesByName('first-contentful-paint')[0] || {}).startTime})""")
+    return {"run_render_ms": first["render"], "run_fcp_ms": first["fcp"]}
 
 
 def measure(browser, index: Path, cell: str, item: str, reps: int) -> dict:
@@ -178,12 +203,7 @@ def measure(browser, index: Path, cell: str, item: str, reps: int) -> dict:
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         ctx.on("request", lambda r: away.append(r.url) if not r.url.startswith("file://") else None)
-        page.goto(index.as_uri())
-        page.wait_for_selector("body[data-state=ready][data-route=run]")
-        page.wait_for_timeout(50)
-        first = page.evaluate("""() => ({render: anyjevViewer.renders[0].ms,
-            fcp: (performance.getEntriesByName('first-contentful-paint')[0] || {}).startTime})""")
-        got = {"run_render_ms": first["render"], "run_fcp_ms": first["fcp"],
+        got = open_run_page(page, index) | {
                "cell_load_ms": page.evaluate(TIMED_HASH, f"#/cell/{cell}"),
                "filter_ms": page.evaluate(TIMED_INPUT, ["input[name=wrong]", "toggle"]),
                "rows_after_filter": int(page.inner_text("#count").split()[0]),
@@ -201,9 +221,10 @@ def measure(browser, index: Path, cell: str, item: str, reps: int) -> dict:
     return out
 
 
-def sizes(viewer: Path, job) -> dict:
+def sizes(viewer: Path, cells: list[tuple[str, str]]) -> dict:
+    """Bytes on disk of the viewer in VIEWER: its index.html, each of CELLS' data files, all of it."""
     per_cell = {}
-    for model, task in job.cells:
+    for model, task in cells:
         base = viewer / "cells" / model
         per_cell[f"{model}/{task}"] = {"cell_kb": round((base / f"{task}.js").stat().st_size / 1e3, 1),
                                         "items_kb": round((base / f"{task}.items.js").stat().st_size / 1e3, 1)}
@@ -237,6 +258,11 @@ def run_benchmark(args) -> dict:
         generate_s = time.perf_counter() - t0
         print(f"[bench_viewer] viewer of {len(job.cells)} cells written in {generate_s:.1f} s", flush=True)
         ref = REPO / "results" / "viewer" / "index.html"
+        ref_run = read_run(REPO / "results", REPO / "logs")  # the committed run: the cell and item opened in its viewer
+        ref_cell = ref_run.finished[0]
+        items = ref_run.items
+        ref_item = str(items[(items.model == ref_cell.model) & (items.task == ref_cell.task) & (items.split == "test")]
+                       .item_id.iloc[0])
         browser_rows = {}
         load_before = round(os.getloadavg()[0], 2)
         with sync_playwright() as p:
@@ -246,7 +272,7 @@ def run_benchmark(args) -> dict:
                 cell = f"{MODELS[0]}/{task}"
                 browser_rows[cell] = measure(browser, index, cell, f"{task}-0000", args.reps)
                 print(f"[bench_viewer] {cell}: {browser_rows[cell]}", flush=True)
-            browser_rows["reference: smollm2-135m/mmlu"] = measure(browser, ref, "smollm2-135m/mmlu", "mmlu-0105", args.reps)
+            browser_rows[f"reference: {ref_cell.key}"] = measure(browser, ref, ref_cell.key, ref_item, args.reps)
             browser.close()
         load_after = round(os.getloadavg()[0], 2)
         report = {
@@ -259,8 +285,8 @@ def run_benchmark(args) -> dict:
                      "k": {"banking20": 20, "newsgroups": 20, "injection": 2}},
             "build": built["timing"],
             "generate_s": round(generate_s, 1),
-            "sizes": sizes(index.parent, job),
-            "reference_sizes": sizes(ref.parent, {"cells": [["smollm2-135m", t] for t in ("mmlu", "socialiqa", "rotten_tomatoes")]}),
+            "sizes": sizes(index.parent, job.cells),
+            "reference_sizes": sizes(ref.parent, ref_run.order),
             "reps": args.reps,
             "browser": browser_rows,
         }
@@ -358,4 +384,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(time_limit.run(main, seconds=3600))

@@ -6,7 +6,7 @@
 A figure is a number in the prose (a duration, rate, ratio, share, size, count, log-prob difference) with its unit
 when one follows (``0.29x``, ``58%``, ``4.1 minutes``, ``165 kB``, ``6e-5 nat``, ``2-core``); a range (``0.3-0.4 s``)
 is two figures. It has a source when a number in a JSON its section names reads as the figure at the precision
-written: ``0.47x`` is a value in [0.465, 0.475] under a key naming a comparison (``vs_*``, ``ratio*``,
+written: ``0.47x`` is a value in [0.465, 0.475] under a key naming a comparison (``vs_*``, ``*_vs_*``, ``ratio*``,
 ``speedup*``); ``58%`` a fraction under a key without a unit; ``4.1 minutes`` a value under a key naming seconds or
 milliseconds (``wall_s``, ``cell_load_ms``); ``165 kB`` one under a key naming a size (``cell_kb``, ``total_mb``,
 ``server_rss_mib``); ``2-core`` the machine's ``nproc``; any other figure a number under a key without a unit.
@@ -77,6 +77,9 @@ GENERATED = {
     "summary": ("python -m anyjev.outputs.tables readme results/tables/summary.csv", "tests/unit/test_committed_outputs.py"),
     "readme-timing": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "l0-cost": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
+    "l0-limits": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
+    "scale": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
+    "ceiling": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "prefix-drift": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "backends": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "cpu-threads": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
@@ -260,14 +263,14 @@ def _machine(path: Path) -> dict:
 
 def leaf_unit(key: str) -> str:
     """The unit a JSON key names by its last word (``wall_s`` s, ``cell_load_ms`` ms, ``items_kb`` kB, ``server_rss_mib``
-    MiB), or x under a key naming a comparison (``vs_*``, ``ratio*``, ``speedup*``); "" for none."""
+    MiB), or x under a key naming a comparison (``vs_*``, ``*_vs_*``, ``ratio*``, ``speedup*``); "" for none."""
     words = re.sub(r"\[\d+\]", "", key).lower().split(".")
     last = set(words[-1].split("_"))
     for unit, names in (("ms", {"ms"}), ("s", {"s", "sec", "secs", "seconds"}), ("kB", {"kb"}), ("MB", {"mb"}),
                         ("GB", {"gb"}), ("MiB", {"mib"}), ("GiB", {"gib"}), ("B", {"bytes"})):
         if last & names:
             return unit
-    if any(w == "vs" or w.startswith(("vs_", "ratio", "speedup")) for w in words):
+    if any(w == "vs" or w.startswith(("vs_", "ratio", "speedup")) or "_vs_" in w for w in words):
         return "x"
     return ""
 

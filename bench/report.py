@@ -214,14 +214,35 @@ def prior_modes_block(root: Path = REPO) -> str:
     return "\n".join(lines)
 
 
+def l0_limits_block(root: Path = REPO) -> str:
+    from bench import cache_limit
+
+    return cache_limit.markdown(load("l0_cost_limits", root)).strip()
+
+
+def scale_block(root: Path = REPO) -> str:
+    from bench import bench_scale
+
+    return bench_scale.markdown(load("scale", root)).strip()
+
+
+def ceiling_block(root: Path = REPO) -> str:
+    from bench import bench_ceiling
+
+    return bench_ceiling.markdown(load("ceiling", root)).strip()
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "l0-cost": l0_cost_block,
+    "l0-limits": l0_limits_block,
     "prefix-drift": prefix_drift_block,
     "backends": backends_block,
     "cpu-threads": cpu_threads_block,
     "block-size": block_size_block,
     "default-run": default_run_block,
     "setup": setup_block,
+    "ceiling": ceiling_block,
+    "scale": scale_block,
 }
 README_BLOCKS: dict[str, Callable[[Path], str]] = {"readme-timing": readme_timing_block}
 METRICS_DOC = REPO / "docs" / "metrics.md"

@@ -92,6 +92,7 @@ def test_a_derived_figure_is_not_a_number_of_the_json(tmp_path: Path, no_excepti
 
 @pytest.mark.parametrize("figure, key, value, found", [
     ("0.47x", "workloads.mmlu.rows.cache_b32.vs_nocache_computed", 0.4674, True),
+    ("1.00x", "limits.long.full_cache.measured_vs_limit.128", 1.0, True),
     ("0.47x", "workloads.mmlu.rows.cache_b32.cache_hit_rate", 0.4674, False),  # a ratio is a comparison's key
     ("58%", "rows.full_cache.cache_hit_rate", 0.5788, True),
     ("58%", "rows.full_cache.wall_s", 0.5788, False),

