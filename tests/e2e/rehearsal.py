@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 
 from tests.conftest import QWEN3_TOKENIZER_DIR, REPO
+from tests.e2e.workflow_helpers import checkout_before_setup
 from tests.e2e.workflow_helpers import env as workflow_env
 from tests.waiting import HANG_GUARD
 
@@ -311,7 +312,9 @@ def check_before_setup(work: Path, *args: str) -> dict[str, subprocess.Completed
     from tests.e2e.slurm_helpers import slurm_cmd
 
     assert not (work / ".venv-server").exists()
-    dry = subprocess.run(slurm_cmd(work, *args, "-n"), capture_output=True, text=True, timeout=600, env=workflow_env(),
+    cmd = slurm_cmd(work, *args, "-n")
+    cmd[cmd.index("-s") + 1] = str(checkout_before_setup(work.parent / "checkout-before-setup"))
+    dry = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=workflow_env(),
                          cwd=work)
     plan = subprocess.run([sys.executable, "-m", "anyjev", "plan", "--config", "config/config.yaml"], cwd=work,
                           capture_output=True, text=True, timeout=600, env=workflow_env() | {"PYTHONPATH": str(REPO)})

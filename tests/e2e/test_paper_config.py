@@ -21,7 +21,7 @@ import subprocess
 import pytest
 import yaml
 
-from tests.e2e.workflow_helpers import REPO, SNAKEMAKE, env, job_blocks
+from tests.e2e.workflow_helpers import REPO, SNAKEMAKE, checkout_before_setup, env, job_blocks
 from tests.waiting import HANG_GUARD
 
 PROFILE = REPO / "workflow" / "profiles" / "slurm"
@@ -78,10 +78,7 @@ def parse_job_stats(text: str) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def paper_dry_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("paper")
-    # The workflow as a checkout has it before its setup (docs/cluster.md, step 4): no server environment beside it
-    # (this repository's own .venv-server would be found there: anyjev.config.with_shipped_paths).
-    snakefile = work / "checkout" / "workflow" / "Snakefile"
-    shutil.copytree(REPO / "workflow", snakefile.parent, ignore=shutil.ignore_patterns("__pycache__"))
+    snakefile = checkout_before_setup(work / "checkout")
     (work / "config").mkdir()
     shutil.copy(REPO / "config" / "config.yaml", work / "config" / "config.yaml")
     shutil.copy(PAPER, work / "config" / "paper.yaml")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shutil
 import signal
 import subprocess
 from contextlib import ExitStack
@@ -50,6 +51,15 @@ def make_workdir(path: Path, config: dict, smollm2_dir: Path) -> Path:
             if not link.exists():
                 link.symlink_to(smollm2_dir, target_is_directory=True)
     return path
+
+
+def checkout_before_setup(folder: Path) -> Path:
+    """The workflow as a checkout has it before its setup (docs/cluster.md, step 4), copied into FOLDER: no server
+    environment beside it, where this repository's own .venv-server would be found (anyjev.config.with_shipped_paths).
+    Returns its Snakefile."""
+    snakefile = folder / "workflow" / "Snakefile"
+    shutil.copytree(REPO / "workflow", snakefile.parent, ignore=shutil.ignore_patterns("__pycache__"))
+    return snakefile
 
 
 def snakemake_cmd(workdir: Path, *args: str) -> list[str]:
