@@ -51,6 +51,7 @@ def _write_tasks(work: Path) -> dict:
 @pytest.fixture
 def stub():
     with StubCompletions() as s:
+        s.served_names = [MODEL]  # a url cell checks that its server serves the model's name (/v1/models)
         yield s
 
 
