@@ -268,7 +268,16 @@ def run_outputs():
 
 # The rules whose outputs span cells: a run whose targets hold none of them (a task file, one cell) writes no
 # cross-cell output at its end.
-RUN_OUTPUT_RULES = {"all", "summary_table", "differences_table", "provenance_table", "summary_plots", "vs_published", "vs_published_plot", "viewer"}
+RUN_OUTPUT_RULES = {
+    "all",
+    "summary_table",
+    "differences_table",
+    "provenance_table",
+    "summary_plots",
+    "vs_published",
+    "vs_published_plot",
+    "viewer",
+}
 
 
 def write_partial_outputs():
