@@ -16,19 +16,14 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-
-from anyjev.files import replaced_atomically  # noqa: E402
-from anyjev.jobs import Job  # noqa: E402
-from anyjev.numbers.metrics import ECE_BINS, ece, reliability_bins  # noqa: E402
-from anyjev.outputs.tables import (  # noqa: E402
+from anyjev.files import replaced_atomically
+from anyjev.jobs import Job
+from anyjev.numbers.metrics import ECE_BINS, ece, reliability_bins
+from anyjev.outputs.tables import (
     HIGHER_IS_BETTER,
     METRIC_TITLES,
     TABLE_METRICS,
@@ -37,7 +32,10 @@ from anyjev.outputs.tables import (  # noqa: E402
     read_summary,
     read_vs_published,
 )
-from anyjev.results import CellLayout, Run, read_layout  # noqa: E402
+from anyjev.results import CellLayout, Run, read_layout
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DPI = 300
 STYLE = {"font.size": 7, "axes.titlesize": 7.5, "axes.labelsize": 7, "xtick.labelsize": 6.5, "ytick.labelsize": 6.5,
@@ -54,6 +52,24 @@ Y_LABELS = {"acc": "accuracy", "macro_f1": "macro-F1", "nll": "NLL (nats)", "bri
 IDEAL = {"acc": 1.0, "macro_f1": 1.0, "nll": 0.0, "brier": 0.0, "ece": 0.0, "flip": 0.0, "cov@5": 1.0, "aurc": 0.0}
 UNIT_RANGE = {"acc", "macro_f1", "ece", "flip", "cov@5", "aurc"}
 assert set(IDEAL) == set(TABLE_METRICS) == set(HIGHER_IS_BETTER)
+
+
+def pyplot():
+    """matplotlib's pyplot without a display (Agg), imported when a figure is drawn rather than with this module: the
+    workflow's parse and the jobs that only need a figure's job or bin count import none of it (0.7 s a process)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _legend_line(**style):
+    """A legend handle: a line or marker drawn with STYLE and no data."""
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], **style)
 
 
 def chance(metric: str, k: int) -> float | None:
@@ -91,7 +107,7 @@ def save_figure(fig, png: str | os.PathLike, pdf: str | os.PathLike | None = Non
         fig.savefig(tmp, dpi=DPI, bbox_inches="tight", pad_inches=0.02, format="png")
     with replaced_atomically(pdf) as tmp:
         fig.savefig(tmp, bbox_inches="tight", pad_inches=0.02, format="pdf")
-    plt.close(fig)
+    pyplot().close(fig)
     return png, pdf
 
 
@@ -125,6 +141,7 @@ def plot_metrics_by_level(summary: pd.DataFrame, png: str | os.PathLike, pdf: st
     k_of = {t: k_range(summary.loc[summary["task"] == t, "K"].iloc[0]) for t in tasks}
     ncols = 2
     nrows = math.ceil(len(metrics) / ncols)
+    plt = pyplot()
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(nrows, ncols, figsize=(3.5, 1.35 * nrows + 0.35 * (1 + len(cells) // 2)),
                                  squeeze=False, layout="constrained")
@@ -154,10 +171,10 @@ def plot_metrics_by_level(summary: pd.DataFrame, png: str | os.PathLike, pdf: st
         for ax in list(axes.flat)[len(metrics):]:
             ax.axis("off")
         several = len(models) > 1
-        handles = [Line2D([], [], ls="none", marker=marker[m], color=colour[t], ms=4, label=_cell_label(m, t, several))
+        handles = [_legend_line(ls="none", marker=marker[m], color=colour[t], ms=4, label=_cell_label(m, t, several))
                    for m, t in cells]
-        handles += [Line2D([], [], color="0.3", ls="--", lw=0.7, label="uniform guess (task colour)"),
-                    Line2D([], [], color="0.35", ls=":", lw=0.8, label="ideal")]
+        handles += [_legend_line(color="0.3", ls="--", lw=0.7, label="uniform guess (task colour)"),
+                    _legend_line(color="0.35", ls=":", lw=0.8, label="ideal")]
         fig.legend(handles=handles, loc="outside lower center", ncols=2, frameon=False, handlelength=1.6,
                    columnspacing=1.0)
         return save_figure(fig, png, pdf)
@@ -202,6 +219,7 @@ def plot_reliability(preds: pd.DataFrame, levels: Sequence[str], png: str | os.P
         raise ValueError(f"no forward-group predictions for levels {list(levels)} (title {title!r})")
     ncols = min(3, len(present))
     nrows = math.ceil(len(present) / ncols)
+    plt = pyplot()
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(nrows, ncols, figsize=(2.3 * ncols, 2.2 * nrows + 0.2), squeeze=False,
                                  sharex=True, sharey=True, layout="constrained")
@@ -244,6 +262,7 @@ def plot_failed_cell(title: str, error: str, log: str, png: str | os.PathLike, p
     paper draft of a partly failed run says what is missing and why."""
     import textwrap
 
+    plt = pyplot()
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(4.6, 1.6), layout="constrained")
         ax.axis("off")
@@ -277,6 +296,7 @@ def plot_flip(summary: pd.DataFrame, png: str | os.PathLike, pdf: str | os.PathL
     cells = _cells(summary)
     several = summary["model"].nunique() > 1
     band = 0.16 * len(levels) + 0.12
+    plt = pyplot()
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(3.5, band * len(cells) + 0.75), layout="constrained")
         yticks = []
@@ -302,7 +322,7 @@ def plot_flip(summary: pd.DataFrame, png: str | os.PathLike, pdf: str | os.PathL
         ax.axvline(0, color="0.35", ls=":", lw=0.8, zorder=1)
         ax.set_xlabel(f"flip rate {arrow('flip')}: share of items whose answer changes\nwhen the option order is reversed")
         ax.grid(axis="x", lw=0.3, alpha=0.5)
-        handles = [Line2D([], [], ls="-", marker="o", ms=3.4, lw=1.0, color=LEVEL_COLORS.get(lv, "0.2"), label=lv)
+        handles = [_legend_line(ls="-", marker="o", ms=3.4, lw=1.0, color=LEVEL_COLORS.get(lv, "0.2"), label=lv)
                    for lv in levels]
         fig.legend(handles=handles, loc="outside lower center", ncols=min(len(levels), 5), frameon=False,
                    handlelength=1.2, columnspacing=0.9)
@@ -336,6 +356,7 @@ def plot_vs_published(df: pd.DataFrame, png: str | os.PathLike, pdf: str | os.Pa
     marker = {m: MARKERS[i % len(MARKERS)] for i, m in enumerate(models)}
     ncols = min(2, len(metrics))
     nrows = math.ceil(len(metrics) / ncols)
+    plt = pyplot()
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(nrows, ncols, figsize=(1.9 * ncols + 0.3, 1.9 * nrows + 0.5), squeeze=False,
                                  layout="constrained")
@@ -352,7 +373,7 @@ def plot_vs_published(df: pd.DataFrame, png: str | os.PathLike, pdf: str | os.Pa
             ax.grid(lw=0.3, alpha=0.5)
         for ax in list(axes.flat)[len(metrics):]:
             ax.axis("off")
-        handles = [Line2D([], [], ls="none", marker=marker[m], color=colour[t], label=f"{m} / {t}")
+        handles = [_legend_line(ls="none", marker=marker[m], color=colour[t], label=f"{m} / {t}")
                    for m, t in dict.fromkeys(zip(df["model"], df["task"], strict=True))]
         fig.legend(handles=handles, loc="outside lower center", ncols=2, frameon=False)
         return save_figure(fig, png, pdf)

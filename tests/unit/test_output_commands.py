@@ -117,3 +117,18 @@ def test_a_missing_job_file_is_one_line(tmp_path, capsys) -> None:
                  "b", "--flip-png", "c", "--flip-pdf", "d"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "SummaryPlotsJob-0.json" in err[0] and "--job" in err[0], err
+
+
+def test_the_workflow_parse_imports_no_drawing_library() -> None:
+    """Every `snakemake` call (a dry run, a rerun with nothing to do, each run's start) imports what common.smk
+    imports from anyjev; matplotlib (0.7 s a process) is imported by the steps that draw, not there."""
+    import re
+    import subprocess
+    import sys
+
+    common = (REPO / "workflow" / "rules" / "common.smk").read_text()
+    modules = sorted(set(re.findall(r"^from (anyjev[\w.]*) import", common, flags=re.M)))
+    assert "anyjev.outputs.plots" in modules and "anyjev.outputs.run" in modules, modules
+    probe = "; ".join(f"import {m}" for m in modules) + "; import sys; print(sorted(m for m in ('matplotlib',) if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", f"common.smk's imports load {out.stdout.strip()}"
