@@ -79,6 +79,7 @@ GENERATED = {
     "l0-cost": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "l0-limits": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "scale": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
+    "scheduler": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "ceiling": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "prefix-drift": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "backends": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),

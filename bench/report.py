@@ -226,6 +226,12 @@ def scale_block(root: Path = REPO) -> str:
     return bench_scale.markdown(load("scale", root)).strip()
 
 
+def scheduler_block(root: Path = REPO) -> str:
+    from bench import bench_scheduler
+
+    return bench_scheduler.markdown(load("scheduler", root)).strip()
+
+
 def ceiling_block(root: Path = REPO) -> str:
     from bench import bench_ceiling
 
@@ -243,6 +249,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "setup": setup_block,
     "ceiling": ceiling_block,
     "scale": scale_block,
+    "scheduler": scheduler_block,
 }
 README_BLOCKS: dict[str, Callable[[Path], str]] = {"readme-timing": readme_timing_block}
 METRICS_DOC = REPO / "docs" / "metrics.md"

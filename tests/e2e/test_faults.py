@@ -854,7 +854,7 @@ def test_rerun_completes_equal_to_the_uninterrupted_run(w, reference, report, re
     diff = compare_with_reference(work, reference)
     report.record(request.node.nodeid, "rerun after the six interruptions above: final cell vs the uninterrupted run",
                   f"exit 0; {N_ITEMS} item ids identical and in order; max log-prob diff {diff:g}; the same decisions; "
-                  "metrics equal (3 dp; ECE, AURC, cov@5 bounds to 1/n)", 0, len(left), seconds)
+                  "metrics equal (3 dp; ECE, AURC, cov@5 bounds to 1/n, their level-minus-raw bounds to 2/n)", 0, len(left), seconds)
     assert left == [], describe(left)
 
 

@@ -144,14 +144,16 @@ def job_blocks(text: str) -> list[dict]:
 
 # Metrics that sort or bin the items by confidence: a log-prob that moves in its 5th decimal (prefix caching, another
 # CPU's kernels) can move an item past another, or across a bin edge, in a bootstrap resample, so their interval bounds
-# can move by one item's worth, 1/n. Every other number agrees to 3 decimals when the decisions are the same.
+# can move by one item's worth, 1/n; the bounds of a level-minus-raw difference of one, by that of each of its two
+# terms, 2/n. Every other number agrees to 3 decimals when the decisions are the same.
 ORDER_METRICS = ("ece", "aurc", "cov@5")
 PLACES_TOL = 5e-4 + 1e-12  # 3 decimals
 
 
-def number_tolerance(metric: str, bound: bool, n: int) -> float:
-    """How far a number of two runs with the same decisions may differ (docs/failures.md)."""
-    return PLACES_TOL + (1 / n if bound and metric in ORDER_METRICS else 0.0)
+def number_tolerance(metric: str, bound: bool, n: int, terms: int = 1) -> float:
+    """How far a number of two runs with the same decisions may differ (docs/failures.md); TERMS: how many metric
+    values it is made of (2 for a difference of two levels)."""
+    return PLACES_TOL + (terms / n if bound and metric in ORDER_METRICS else 0.0)
 
 
 def metrics_differences(ours: dict, theirs: dict) -> list[str]:
@@ -169,8 +171,10 @@ def metrics_differences(ours: dict, theirs: dict) -> list[str]:
             for i, (x, y) in enumerate(zip(a, b, strict=True)):
                 walk(x, y, (*path, str(i)))
         elif isinstance(a, float) and isinstance(b, float):
-            metric = path[2] if len(path) > 3 and path[0] == "metrics" else ""
-            if not (abs(a - b) <= number_tolerance(metric, path[-1] in ("lo", "hi"), n) or (a != a and b != b)):
+            # metrics.<level>.<metric>.<field>, level_minus_raw.<level>.<metric>.<field>
+            metric = path[2] if len(path) > 3 and path[0] in ("metrics", "level_minus_raw") else ""
+            terms = 2 if path[0] == "level_minus_raw" else 1
+            if not (abs(a - b) <= number_tolerance(metric, path[-1] in ("lo", "hi"), n, terms) or (a != a and b != b)):
                 found.append(f"{'.'.join(path)}: {a!r} != {b!r}")
         elif a != b:
             found.append(f"{'.'.join(path)}: {a!r} != {b!r}")
