@@ -21,6 +21,7 @@ Snakemake comes and once with the repository's scheduler.smk included; per run, 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -177,10 +178,14 @@ def markdown(report: dict) -> str:
         lines.append(f"| {title}: wall s | " + " | ".join(f"{s[variant]['wall_s']:.0f}" for s in sizes) + " |")
         lines.append(f"| {title}: threads alive at its end | " + " | ".join(str(s[variant]["threads_at_end"]) for s in sizes) + " |")
     lines.append("| CPU as it comes / with one timer | " + " | ".join(f"{s['main_cpu_as_is_vs_one_timer']:.2f}x" for s in sizes) + " |")
-    g = report.get("growth_exponent") or {}
-    if g.get("one_timer") is not None:
-        lines += ["", f"Snakemake's own CPU time grows with exponent {g['snakemake_as_is']:.2f} in cells as it comes and "
-                      f"{g['one_timer']:.2f} with one timer pending ({sizes[0]['cells']} to {sizes[-1]['cells']} cells)."]
+    def exponent(a: dict, b: dict, variant: str) -> float:
+        return math.log(b[variant]["main_cpu_s"] / a[variant]["main_cpu_s"]) / math.log(b["cells"] / a["cells"])
+
+    pairs = [f"{exponent(a, b, 'snakemake_as_is'):.2f} and {exponent(a, b, 'one_timer'):.2f} from {a['cells']} to "
+             f"{b['cells']} cells" for a, b in itertools.pairwise(sizes)]
+    if pairs:
+        lines += ["", "The exponent in cells of Snakemake's own CPU time, as it comes and with one timer pending: "
+                      + "; ".join(pairs) + "."]
     return "\n".join(lines)
 
 
