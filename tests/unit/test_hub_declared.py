@@ -25,20 +25,15 @@ from anyjev.errors import ConfigError, TaskDataError
 from anyjev.plan import plan_config, plan_text
 from anyjev.settings import Settings
 from tests.conftest import QWEN3_TOKENIZER_DIR, REPO
-from tests.hub_repos import write_hub_repo
+from tests.hub_repos import OFFLINE_COMMIT, go_offline, write_hub_repo
 from tests.published_hub_cases import write_case, written_cases
 
-COMMIT = "c" * 40
 SENTIMENT = ["negative", "neutral", "positive"]
 
 
 @pytest.fixture
 def offline(monkeypatch, tmp_path):
-    """No network: the hub is off, datasets caches under tmp, and a revision "resolves" to COMMIT."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")
-    monkeypatch.setattr(hub, "resolve_commit", lambda kind, repo, revision: revision if revision and len(revision) == 40 else COMMIT)
-    monkeypatch.chdir(tmp_path)
+    go_offline(monkeypatch, tmp_path)
 
 
 def classlabel_repo(root: Path) -> Path:
@@ -93,9 +88,9 @@ def test_a_classlabel_dataset(offline, tmp_path: Path) -> None:
     folder, task = fetch_and_prepare(settings, "reviews", classlabel_repo(tmp_path / "repo"))
     meta = json.loads((folder / "meta.json").read_text())
     assert folder == Path("resources/hub/reviews") and meta["label_names"] == {"label": SENTIMENT}  # recorded: offline build
-    assert (meta["dataset"], meta["revision"], meta["resolved_sha"]) == ("someone/reviews", "main", COMMIT)
+    assert (meta["dataset"], meta["revision"], meta["resolved_sha"]) == ("someone/reviews", "main", OFFLINE_COMMIT)
     lock = yaml.safe_load(Path("resources/lock.yaml").read_text())["datasets"]
-    assert lock["someone/reviews"]["commit"] == COMMIT and lock["someone/reviews"]["revision"] == "main"
+    assert lock["someone/reviews"]["commit"] == OFFLINE_COMMIT and lock["someone/reviews"]["revision"] == "main"
     built = build_task(settings.prepare_job("reviews", hub_cache="resources/hub"))
     q = built.items[0].question
     assert q.kind == "choice" and q.text == "What is the sentiment of this review?"
@@ -103,7 +98,7 @@ def test_a_classlabel_dataset(offline, tmp_path: Path) -> None:
     assert [(it.id, it.state, q.options[it.gold]) for it in built.items] == [
         ("test-0", "Great: loved it", "positive"), ("test-1", "Awful: hated it", "negative"),
         ("test-2", "Fine: it was ok", "mixed or neutral"), ("test-3", "Meh:   x  ", "mixed or neutral")]
-    assert built.source["dataset"] == "someone/reviews" and built.source["resolved_sha"] == COMMIT
+    assert built.source["dataset"] == "someone/reviews" and built.source["resolved_sha"] == OFFLINE_COMMIT
     # the task file: 2 test + 2 calibration items by the seeded split of the one hub split
     assert [it.split for it in task.items] == ["test"] * 2 + ["calib"] * 2
     assert load_task_file("resources/tasks/reviews.jsonl").items == task.items
@@ -123,7 +118,7 @@ def test_a_string_label_dataset_from_two_splits(offline, tmp_path: Path) -> None
     # the seeded split keeps the marks: n_test of the test split, n_calib of the validation split
     assert sorted((it.id.split("-")[0], it.split) for it in task.items) == [("test", "test")] * 4 + [("validation", "calib")] * 2
     lock = yaml.safe_load(Path("resources/lock.yaml").read_text())["datasets"]["someone/spam"]
-    assert (lock["revision"], lock["commit"], lock["config"]) == ("v1", COMMIT, "en")
+    assert (lock["revision"], lock["commit"], lock["config"]) == ("v1", OFFLINE_COMMIT, "en")
     # asking for more calibration items than the validation split has is refused (allow_fewer: false)
     more = Settings.from_config(config({"spam": copy.deepcopy(SPAM_TASK) | {"n_calib": 5}}))
     with pytest.raises(TaskDataError, match="only 4 items are marked 'calib' but 5 were requested"):

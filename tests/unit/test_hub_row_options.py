@@ -11,7 +11,6 @@ import json
 import sys
 from pathlib import Path
 
-import datasets
 import pytest
 
 import anyjev.data.hub as hub
@@ -22,18 +21,13 @@ from anyjev.errors import ConfigError, TaskDataError
 from anyjev.plan import plan_config
 from anyjev.settings import Settings
 from tests.conftest import QWEN3_TOKENIZER_DIR, REPO
+from tests.hub_repos import go_offline
 from tests.multiple_choice_repos import ANSWERS, N_CALIB, N_TEST, REPOS, as_fixture_task, worked_examples
-
-COMMIT = "d" * 40
 
 
 @pytest.fixture
 def offline(monkeypatch, tmp_path):
-    """No network: the hub is off, datasets caches under tmp, and a revision "resolves" to COMMIT."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-datasets")
-    monkeypatch.setattr(hub, "resolve_commit", lambda kind, repo, revision: revision if revision and len(revision) == 40 else COMMIT)
-    monkeypatch.chdir(tmp_path)
+    go_offline(monkeypatch, tmp_path)
 
 
 def config(tasks: dict, **extra) -> dict:
