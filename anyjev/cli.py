@@ -132,6 +132,9 @@ def cmd_serve(args: argparse.Namespace) -> None:
     if job.managed is None:
         raise ConfigError(f"models.{job.model}.source", "is url: that server is yours, there is nothing to start")
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` ends it as Ctrl-C does: server and record go
+    # and Ctrl-C ends it even when it was started with SIGINT ignored (from a script's background job, or nohup), where
+    # Python would leave it ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         handle = acquire_server(job.managed.spec, state_dir=job.managed.state_dir, owner_pid=os.getpid(),
                                 log_path=job.managed.log)

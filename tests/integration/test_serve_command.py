@@ -28,6 +28,12 @@ from tests.conftest import REPO
 STUB_SOURCE = Path(__file__).with_name("stub_vllm.py")
 
 
+def sigint_ignored() -> None:
+    """A Popen preexec_fn: the command starts with SIGINT ignored, as a script's background job (or nohup) starts it;
+    Ctrl-C must end it all the same."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.fixture
 def stub_root(tmp_path: Path) -> Path:
     pkg = tmp_path / "stub" / "vllm" / "entrypoints" / "openai"
@@ -48,7 +54,7 @@ def test_serve_stopped_leaves_no_record_and_no_process(stop, stub_root: Path, tm
                    managed=ManagedServer(spec, str(tmp_path / "server.log"), str(state)), external=None)
     proc = subprocess.Popen([sys.executable, "-m", "anyjev", "serve", "--job", job.to_json()], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=os.environ | {"PYTHONPATH": str(REPO)})
+                            env=os.environ | {"PYTHONPATH": str(REPO)}, preexec_fn=sigint_ignored)
     try:
         printed = ""
         for line in proc.stdout:  # the handle, printed once the server is ready
