@@ -208,3 +208,11 @@ def fault_seen(request):
                 fh.write(json.dumps({"nodeid": request.node.nodeid, "seen": text}) + "\n")
 
     return seen
+
+
+def interruptible() -> None:
+    """A Popen preexec_fn: the child takes Ctrl-C (SIGINT) and SIGQUIT as a terminal's foreground job does, even when
+    this test session inherited them ignored (a shell's background job, nohup): the signal tests then test the code,
+    not how pytest was started."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)

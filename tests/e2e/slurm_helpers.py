@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
-from tests.e2e.workflow_helpers import REPO, SNAKEFILE, SNAKEMAKE, env, interruptible, job_blocks
+from tests.conftest import interruptible, require
+from tests.e2e.workflow_helpers import REPO, SNAKEFILE, SNAKEMAKE, env, job_blocks
 from tests.waiting import HANG_GUARD
 
 CLUSTER_SH = REPO / "tests" / "slurm" / "cluster.sh"

@@ -42,12 +42,12 @@ from anyjev.run.store import read_scores
 from anyjev.serving.proc import group_pids, proc_cmdline
 from anyjev.serving.state import read_record
 from anyjev.serving.stop import vllm_process_pids
+from tests.conftest import interruptible
 from tests.e2e.fault_report import COVERED, COVERED_IN_SESSION, OBSERVED, OBSERVED_FILE_ENV, REPO, FaultReport
 from tests.e2e.workflow_helpers import (
     SNAKEFILE,
     SNAKEMAKE,
     env,
-    interruptible,
     make_workdir,
     metrics_differences,
     reduced_config,

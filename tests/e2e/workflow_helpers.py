@@ -6,7 +6,6 @@ import fcntl
 import os
 import re
 import shutil
-import signal
 import subprocess
 from contextlib import ExitStack
 from pathlib import Path
@@ -183,9 +182,3 @@ def metrics_differences(ours: dict, theirs: dict) -> list[str]:
     return found
 
 
-def interruptible() -> None:
-    """A Popen preexec_fn: the child takes Ctrl-C (SIGINT) and SIGQUIT as a terminal's foreground job does, even when
-    this test session inherited them ignored (a shell's background job, nohup): the signal tests then test Snakemake,
-    not how pytest was started."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    signal.signal(signal.SIGQUIT, signal.SIG_DFL)

@@ -35,7 +35,7 @@ from anyjev.serving.spec import ServerSpec
 from anyjev.serving.state import read_record
 from anyjev.serving.stop import stop_server, stop_servers, vllm_process_pids
 from anyjev.serving.supervisor import CHILD_PYTHONPATH_ENV, _child_env
-from tests.conftest import REPO
+from tests.conftest import REPO, interruptible
 from tests.waiting import HANG_GUARD, settle, wait_for
 
 STUB_SOURCE = Path(__file__).with_name("stub_vllm.py")
@@ -457,6 +457,7 @@ def test_interrupting_the_run_stops_the_server(make_spec: Callable[..., ServerSp
          str(workdir / "logs" / "run.log")],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO,
         start_new_session=True,  # its own "terminal" process group, so the signal does not reach pytest
+        preexec_fn=interruptible,  # a foreground job's Ctrl-C, however pytest was started
     )  # fmt: skip
     try:
         assert run.stdout is not None
