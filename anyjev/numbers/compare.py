@@ -11,12 +11,14 @@ cells' own ``metrics.json`` values.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from anyjev.numbers.bootstrap import KGroup, calib_rows
-from anyjev.numbers.evaluation import cell_replicates, paired_difference, with_calibration
+from anyjev.numbers.evaluation import CellReplicates, cell_replicates, paired_difference, with_calibration
 from anyjev.numbers.levels import ALL_LEVELS
 from anyjev.numbers.metrics import METRICS
 from anyjev.numbers.options import EvaluationOptions
@@ -34,14 +36,37 @@ def check_same_items(a: list[KGroup], b: list[KGroup]) -> None:
             raise ValueError(f"the cells' items with K={ga.k} differ (positions, gold or calibration gold)")
 
 
+def models_minus_models(cells: Sequence[list[KGroup]], options: EvaluationOptions,
+                        level: float = 0.95) -> dict[tuple[int, int], dict[str, dict[str, dict[str, Any]]]]:
+    """Each earlier cell of CELLS (their K groups, read from the same items) minus each later one, as
+    :func:`model_minus_model` gives it, keyed by the two cells' positions. Each cell is resampled once for all the pairs
+    it is in (once per set of resampled calibration rows, which pairs of cells of one task share): a task of M models
+    costs M cells' resamples, not two for each of M(M-1)/2 pairs; the resamples are seeded, so a pair's numbers are
+    those of :func:`model_minus_model`."""
+    for other in cells[1:]:
+        check_same_items(cells[0], other)
+    resampled: dict[tuple[int, tuple[bool, ...]], CellReplicates] = {}
+
+    def replicates(i: int, calib: list[bool]) -> CellReplicates:
+        key = (i, tuple(calib))
+        if key not in resampled:
+            resampled[key] = cell_replicates(cells[i], options, calib)
+        return resampled[key]
+
+    out = {}
+    for i, j in itertools.combinations(range(len(cells)), 2):
+        a, b = cells[i], cells[j]
+        with_l1 = with_calibration(a)
+        calib = [x or y for x, y in zip(calib_rows(a, with_l1), calib_rows(b, with_l1), strict=True)]
+        ra, rb = replicates(i, calib), replicates(j, calib)
+        out[(i, j)] = {name: {m: paired_difference(ra, name, rb, name, m, level) for m in METRICS}
+                       for name in ALL_LEVELS if name in ra.point and name in rb.point}
+    return out
+
+
 def model_minus_model(a: list[KGroup], b: list[KGroup], options: EvaluationOptions,
                       level: float = 0.95) -> dict[str, dict[str, dict[str, Any]]]:
     """Cell A minus cell B (their K groups, read from the same items): ``{level: {metric: {"value", "lo", "hi",
     "widened"}}}`` for every level both cells have, the value being A's metric minus B's and the interval the BCa
     interval of the paired difference (both resampled on OPTIONS' rows)."""
-    check_same_items(a, b)
-    with_l1 = with_calibration(a)
-    calib = [x or y for x, y in zip(calib_rows(a, with_l1), calib_rows(b, with_l1), strict=True)]
-    ra, rb = cell_replicates(a, options, calib), cell_replicates(b, options, calib)
-    return {name: {m: paired_difference(ra, name, rb, name, m, level) for m in METRICS}
-            for name in ALL_LEVELS if name in ra.point and name in rb.point}
+    return models_minus_models([a, b], options, level)[(0, 1)]

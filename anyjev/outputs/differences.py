@@ -4,7 +4,7 @@ task, as ``differences.{csv,md}``.
 
 Level minus raw comes from each cell's ``metrics.json`` (the evaluation computes it on the same resamples, priors and
 temperature refit in each: :mod:`anyjev.numbers.evaluation`). Model minus model is computed here from the two cells'
-scores (:func:`anyjev.run.evaluate.compare_cells`: the same items drawn for both), for every pair of models that
+scores (:func:`anyjev.run.evaluate.compare_many`: the same items drawn for both), for every pair of models that
 finished the task, in the run's order (the first minus the later one).
 """
 
@@ -23,7 +23,7 @@ from anyjev.outputs.tables import METRIC_TITLES, TABLE_METRICS, arrow
 from anyjev.results import CellLayout, Run, read_layout
 from anyjev.results.cell import SCORES
 from anyjev.results.frames import flatten
-from anyjev.run.evaluate import compare_cells
+from anyjev.run.evaluate import compare_many
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,11 @@ def model_minus_model(run: Run, options: EvaluationOptions, levels: Sequence[str
     for cell in run.finished:
         by_task.setdefault(cell.task, []).append(cell)
     for task, cells in by_task.items():
-        for a, b in itertools.combinations(cells, 2):
-            compared = compare_cells(str(a.file(SCORES)), str(b.file(SCORES)), options)["model_minus_model"]
+        if len(cells) < 2:
+            continue
+        pairs = compare_many([str(c.file(SCORES)) for c in cells], options)  # each cell resampled once
+        for i, j in itertools.combinations(range(len(cells)), 2):
+            a, b, compared = cells[i], cells[j], pairs[(i, j)]["model_minus_model"]
             for level in (lv for lv in levels if lv in compared):
                 for metric in (m for m in TABLE_METRICS if m in compared[level]):
                     rows.append({"task": task, "model": a.model, "versus_model": b.model, "level": level,

@@ -9,6 +9,7 @@ import dataclasses
 import io
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,7 @@ from anyjev.decision.layouts import GROUPS
 from anyjev.errors import TaskDataError
 from anyjev.files import write_json_atomic, write_text_atomic
 from anyjev.jobs import Job
-from anyjev.numbers.compare import model_minus_model
+from anyjev.numbers.compare import models_minus_models
 from anyjev.numbers.evaluation import RESAMPLED, Evaluation, ItemLevels, evaluate
 from anyjev.numbers.evaluation import item_levels as point_item_levels
 from anyjev.numbers.metrics import METRICS, TIE_TOL
@@ -110,22 +111,34 @@ def compare_cells(scores_a: str, scores_b: str, options: EvaluationOptions | Non
 
     The cells must hold the same items, in the same order, with the same split, gold and K; a TaskDataError names the
     first item of SCORES_B that differs, before anything is computed."""
+    return compare_many([scores_a, scores_b], options, level=level)[(0, 1)]
+
+
+def compare_many(scores: Sequence[str], options: EvaluationOptions | None = None, *,
+                 level: float = 0.95) -> dict[tuple[int, int], dict[str, Any]]:
+    """:func:`compare_cells` for each earlier file of SCORES (models on one task) and each later one, keyed by their
+    positions: each file is read, checked against the first and resampled once, however many pairs it is in
+    (:func:`anyjev.numbers.compare.models_minus_models`)."""
     options = options or EvaluationOptions()
-    (_, records_a, extras_a), (_, records_b, extras_b) = read_cell(scores_a), read_cell(scores_b)
-    mine, theirs = _items(records_a), _items(records_b)
-    for i, (x, y) in enumerate(zip(mine, theirs, strict=False)):
-        differ = [f"{name} {yv!r} where {scores_a} has {xv!r}" for name, xv, yv in zip(ITEM_FIELDS, x, y, strict=True)
-                  if xv != yv]
-        if differ:
-            raise TaskDataError(scores_b, f"item {i + 1} ({y[0]})", f"{'; '.join(differ)} (two cells are compared on "
-                                f"the same items, in the same order)")
-    if len(mine) != len(theirs):
-        raise TaskDataError(scores_b, "items", f"{len(theirs)} items where {scores_a} has {len(mine)} (two cells are "
-                            f"compared on the same items)")
-    a = cell_groups(records_a, extras_a, options.prior_mode, scores_a)
-    b = cell_groups(records_b, extras_b, options.prior_mode, scores_b)
-    differences = model_minus_model(a.groups, b.groups, options, level)
-    return {"a": scores_a, "b": scores_b, "n": len(a.ids), "n_calib": a.n_calib, "levels": list(differences),
-            "model_minus_model": differences,
-            "settings": {**dataclasses.asdict(options), "interval": f"BCa {level:.0%}", "interval_level": level,
-                         "resampled": f"{RESAMPLED}; the same items drawn for both cells"}}
+    cells = [read_cell(path) for path in scores]
+    first, (_, first_records, _) = scores[0], cells[0]
+    mine = _items(first_records)
+    for path, (_, records, _) in zip(scores[1:], cells[1:], strict=True):
+        theirs = _items(records)
+        for i, (x, y) in enumerate(zip(mine, theirs, strict=False)):
+            differ = [f"{name} {yv!r} where {first} has {xv!r}" for name, xv, yv in zip(ITEM_FIELDS, x, y, strict=True)
+                      if xv != yv]
+            if differ:
+                raise TaskDataError(path, f"item {i + 1} ({y[0]})", f"{'; '.join(differ)} (two cells are compared on "
+                                    f"the same items, in the same order)")
+        if len(mine) != len(theirs):
+            raise TaskDataError(path, "items", f"{len(theirs)} items where {first} has {len(mine)} (two cells are "
+                                f"compared on the same items)")
+    grouped = [cell_groups(records, extras, options.prior_mode, path) for path, (_, records, extras) in zip(scores, cells,
+                                                                                                        strict=True)]
+    differences = models_minus_models([g.groups for g in grouped], options, level)
+    settings = {**dataclasses.asdict(options), "interval": f"BCa {level:.0%}", "interval_level": level,
+                "resampled": f"{RESAMPLED}; the same items drawn for both cells"}
+    return {(i, j): {"a": scores[i], "b": scores[j], "n": len(grouped[i].ids), "n_calib": grouped[i].n_calib,
+                     "levels": list(pair), "model_minus_model": pair, "settings": settings}
+            for (i, j), pair in differences.items()}

@@ -11,18 +11,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import anyjev.numbers.compare as compare
 from anyjev.numbers.options import EvaluationOptions
 from anyjev.outputs.differences import COLUMNS, differences_markdown, write_differences
 from anyjev.results import read_cells
-from anyjev.run.evaluate import EvaluateJob, evaluate_cell
+from anyjev.run.evaluate import EvaluateJob, compare_cells, compare_many, evaluate_cell
 
 REPO = Path(__file__).resolve().parents[2]
 CELL = REPO / "results" / "cells" / "smollm2-135m" / "mmlu"
 FAST = EvaluationOptions(n_boot=1000)  # the least the schema allows
 
 
-def another_model(src: Path, dst: Path) -> Path:
-    """SRC's cell as if another model had read it: the same items, every layout's first label 1.5 nat likelier
+def another_model(src: Path, dst: Path, shift: float = 1.5) -> Path:
+    """SRC's cell as if another model had read it: the same items, every layout's first label SHIFT nat likelier
     (renormalised), evaluated anew (metrics.json, predictions.csv)."""
     dst.mkdir(parents=True)
     lines = (src / "scores.jsonl").read_text().splitlines()
@@ -31,7 +32,7 @@ def another_model(src: Path, dst: Path) -> Path:
         rec = json.loads(line)
         for lay in rec.get("layouts", {}).values():
             lp = np.array(lay["lp"])
-            lp[0] += 1.5
+            lp[0] += shift
             lay["lp"] = (lp - np.logaddexp.reduce(lp)).tolist()
         out.append(json.dumps(rec))
     (dst / "scores.jsonl").write_text("\n".join(out) + "\n")
@@ -92,3 +93,19 @@ def test_the_markdown_marks_intervals_that_exclude_zero():
                            "metric": "acc", "value": 0.01, "lo": -0.03, "hi": 0.05, "widened": False}])
     md = differences_markdown(frame)
     assert "**-0.050 [-0.080, -0.020]**" in md and "+0.010 [-0.030, +0.050]" in md and "**+0.010" not in md
+
+
+def test_a_task_of_three_models_resamples_each_cell_once(two_models, tmp_path, monkeypatch):
+    """The table's cost grows with the cells, not with the pairs of models: each cell's resamples are computed once for
+    all its pairs, and a pair's numbers are those of comparing the two cells alone."""
+    third = another_model(CELL, tmp_path / "c" / "mmlu", shift=-1.0)
+    files = [str(p / "scores.jsonl") for p in [*two_models, third]]
+    resampled = []
+    real = compare.cell_replicates
+    monkeypatch.setattr(compare, "cell_replicates", lambda *args, **kw: resampled.append(args[0]) or real(*args, **kw))
+    many = compare_many(files, FAST)
+    assert sorted(many) == [(0, 1), (0, 2), (1, 2)]
+    assert len(resampled) == 3, f"{len(resampled)} cells resampled for three cells"
+    alone = compare_cells(files[1], files[2], FAST)  # the two cells resampled afresh, without the others
+    assert len(resampled) == 5
+    assert json.dumps(many[(1, 2)], sort_keys=True) == json.dumps(alone, sort_keys=True)
