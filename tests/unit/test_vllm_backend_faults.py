@@ -32,7 +32,10 @@ def stub():
 
 
 def make_backend(url: str, **kw: object) -> VLLMBackend:
-    opts: dict[str, object] = {"timeout": 1.0, "retries": 2, "backoff": 0.01, "prompts_per_request": 8, "max_concurrency": 1}
+    # A timeout only where a test sends a hang (it passes its own); elsewhere a slow answer on a loaded machine must not
+    # become a retry that the test would count as a second request.
+    opts: dict[str, object] = {"timeout": HANG_GUARD, "retries": 2, "backoff": 0.01, "prompts_per_request": 8,
+                               "max_concurrency": 1}
     opts.update(kw)
     return VLLMBackend(url, SERVED, **opts)  # type: ignore[arg-type]
 
