@@ -14,6 +14,7 @@ from anyjev.backends.vllm import VLLMBackend
 from anyjev.errors import BackendError, BatchCollisionError
 from anyjev.run.canary import canary
 from anyjev.run.cell import ExternalServer
+from tests.waiting import HANG_GUARD
 
 LABELS = list(range(101, 101 + 26))  # a 26-option task: A-Z
 NGINX_502 = ("<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>"
@@ -27,7 +28,8 @@ def stub():
 
 
 def backend(url: str, **kw) -> VLLMBackend:
-    return VLLMBackend(url, "m", timeout=2.0, retries=1, backoff=0.01, **kw)
+    # no hang is sent here: a timeout would only turn a slow answer on a loaded machine into a retry
+    return VLLMBackend(url, "m", timeout=HANG_GUARD, retries=1, backoff=0.01, **kw)
 
 
 @pytest.mark.parametrize("code", [404, 502])
