@@ -1,6 +1,5 @@
 """anyjev: score language-model decisions from the next-token log-probabilities of their labels."""
 
-from anyjev.decision.questions import Question, choice, noul, score
 from anyjev.errors import (
     AnyjevError,
     BackendError,
@@ -27,3 +26,15 @@ __all__ = [
     "noul",
     "score",
 ]
+
+# The question API is imported when first used (PEP 562), not with the package: a command that needs none of it (the
+# per-cell jobs' client, anyjev.run.forkserver) starts without its schema validator.
+_QUESTIONS = ("Question", "choice", "noul", "score")
+
+
+def __getattr__(name: str):
+    if name in _QUESTIONS:
+        from anyjev.decision import questions
+
+        return getattr(questions, name)
+    raise AttributeError(f"module 'anyjev' has no attribute {name!r}")
