@@ -162,6 +162,18 @@ def scoring_pids(work: Path) -> list[int]:
     return found
 
 
+def fork_server_pids(work: Path) -> list[int]:
+    """The run's fork servers (anyjev/run/forkserver.py: started in WORK by a per-cell step, gone once the run's
+    Snakemake process has exited)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            cmd = proc_cmdline(int(entry))
+            if cmd[1:3] == ["-m", "anyjev.run.forkserver"] and "--serve" in cmd and _cwd(int(entry)) == str(work):
+                found.append(int(entry))
+    return found
+
+
 def ours() -> list[int]:
     """vLLM processes (servers, engines, workers, supervisors) of this session's models."""
     return vllm_process_pids(TAG)
@@ -170,7 +182,7 @@ def ours() -> list[int]:
 def processes_left(work: Path) -> tuple[list[int], float]:
     """What the run left after its exit: (pids that never ended, seconds until none was left)."""
     t0 = time.monotonic()
-    left = settle(lambda: sorted(set(ours()) | set(scoring_pids(work))))
+    left = settle(lambda: sorted(set(ours()) | set(scoring_pids(work)) | set(fork_server_pids(work))))
     return left, time.monotonic() - t0
 
 

@@ -248,8 +248,13 @@ def test_every_command_line_names_its_job_file(paper_dry_run):
     import shlex
 
     lines = [line.strip().removeprefix("Shell command:").strip() for line in paper_dry_run["out"].splitlines()]
-    commands = [line for line in lines if line.startswith("python -m anyjev ")]
+    # a cell's own steps are forked from the run's fork server (anyjev/run/forkserver.py), the other commands start
+    forked_prefix = "python -m anyjev.run.forkserver --owner-pid $PPID -- "
+    commands = [line.replace(forked_prefix, "python -m anyjev ") for line in lines
+                if line.startswith(("python -m anyjev ", forked_prefix))]
     assert len(commands) == sum(JOB_COUNTS.values()) - 1  # every job but `all`
+    forked = {shlex.split(line.removeprefix(forked_prefix))[0] for line in lines if line.startswith(forked_prefix)}
+    assert forked == {"publish-cell", "evaluate", "reliability-plot"}
     seen = set()
     for line in commands:
         argv = shlex.split(line.split(" > ")[0])

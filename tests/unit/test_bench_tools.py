@@ -93,16 +93,28 @@ def test_job_kinds_name_the_command_a_job_runs() -> None:
 
 
 def test_every_rule_runs_a_process_the_scale_benchmark_names() -> None:
-    """bench_scale accounts a job by its process's command line: each rule's shell command must be one it names."""
+    """bench_scale accounts a job by its process's command line, or, for a command forked from the fork server, by the
+    command the server's record names: each rule's shell command must be one of the two."""
     import shlex
 
+    from anyjev.cli import build_parser
+
+    commands_of_anyjev = set(next(a for a in build_parser()._actions if a.dest == "command").choices)
     rules = "\n".join(p.read_text() for p in sorted((REPO / "workflow" / "rules").glob("*.smk")))
-    commands = re.findall(r'shell:\s*(?:#[^\n]*\s*)*"([^"]*)', rules)
+    commands = re.findall(r'shell:\s*(?:#[^\n]*\s*)*"(python -m anyjev.run.forkserver --owner-pid \$PPID -- )?([^"]*)', rules)
     assert commands and rules.count("shell:") == len(commands)
     assert not re.search(r"^\s+(?:script|run):\s*$", rules, re.M)  # a job in Snakemake's own process is not seen
-    for command in commands:
+    forked = set()
+    for prefix, command in commands:
         argv = shlex.split(command.split(">")[0].replace("{", "").replace("}", ""))
-        assert job_kind(argv) == argv[3], command
+        if prefix:
+            assert argv[0] in commands_of_anyjev, command
+            forked.add(argv[0])
+        else:
+            assert job_kind(argv) == argv[3], command
+    assert forked == {"publish-cell", "evaluate", "reliability-plot"}  # a cell's own steps
+    # the sampler leaves the fork server's processes to its record, which counts each once
+    assert job_kind(["python", "-m", "anyjev.run.forkserver", "--owner-pid", "1", "--", "evaluate"]) is None
 
 
 def test_union_of_intervals_counts_overlaps_once() -> None:

@@ -24,7 +24,8 @@ rule reliability_plot:
     params:
         job=lambda wc: job_file(reliability_job(wc.model, wc.task)),
     shell:
-        "python -m anyjev reliability-plot --job {params.job:q} --png {output.png:q} --pdf {output.pdf:q} > {log:q} 2>&1"
+        "python -m anyjev.run.forkserver --owner-pid $PPID -- reliability-plot --job {params.job:q} --png {output.png:q} "
+        "--pdf {output.pdf:q} > {log:q} 2>&1"
 
 
 rule summary_plots:

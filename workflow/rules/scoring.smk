@@ -1,5 +1,8 @@
 # Scoring, one job per model (score_jobs: model, the default) or one job per cell (score_jobs: cell),
 # then each cell evaluated offline. Both start each model's server once per run (docs/servers.md).
+# A cell's own steps (publish, evaluate, and its reliability diagram in plots.smk) run their anyjev command forked from
+# the run's fork server, which has imported what they need once (anyjev/run/forkserver.py; $PPID, this Snakemake
+# process, owns it: it stops when the run does).
 
 
 if SCORE_JOBS == "cell":
@@ -70,8 +73,8 @@ else:
         params:
             job=lambda wc: job_file(publish_job(wc)),
         shell:
-            "python -m anyjev publish-cell --job {params.job:q} --allocation {input.allocation:q} --out {output.scores:q} "
-            "--provenance {output.provenance:q} > {log:q} 2>&1"
+            "python -m anyjev.run.forkserver --owner-pid $PPID -- publish-cell --job {params.job:q} "
+            "--allocation {input.allocation:q} --out {output.scores:q} --provenance {output.provenance:q} > {log:q} 2>&1"
 
 
 rule evaluate_cell:
@@ -88,5 +91,5 @@ rule evaluate_cell:
     params:
         job=lambda wc: job_file(SETTINGS.evaluate_job()),
     shell:
-        "python -m anyjev evaluate --job {params.job:q} --scores {input.scores:q} --out {output.metrics:q} "
-        "--predictions {output.predictions:q} > {log:q} 2>&1"
+        "python -m anyjev.run.forkserver --owner-pid $PPID -- evaluate --job {params.job:q} --scores {input.scores:q} "
+        "--out {output.metrics:q} --predictions {output.predictions:q} > {log:q} 2>&1"
