@@ -20,7 +20,7 @@ import pytest
 
 from anyjev.outputs.tables import TABLE_METRICS
 from tests.conftest import require
-from tests.viewer_helpers import FAILED_ERROR, MODEL, RESULTS, TASKS, failed_run, reference_tasks
+from tests.viewer_helpers import FAILED_ERROR, MODEL, RESULTS, TASKS, failed_run, reference_tasks, run_data
 
 CHROMIUM = Path(os.environ.get("ANYJEV_CHROMIUM", "/usr/bin/chromium"))
 # Headless, and nothing that would reach out to Google's services (Chromium tries, and is refused, otherwise).
@@ -411,6 +411,38 @@ def test_a_run_with_a_failed_cell_shows_it_and_the_cells_that_finished(view, fai
     view.open(failed["index"], f"#/cell/{MODEL}/mmlu", want="cell")
     assert FAILED_ERROR in page.inner_text(".error-box")
     assert not any("mmlu" in Path(u).name for u in view.requests if "/cells/" in u)
+    view.clean()
+
+
+def test_a_large_run_page_is_compact_and_builds_its_summary_table_when_opened(view, tmp_path) -> None:
+    """Beyond 30 cells the run page is compact: one legend for the cards instead of a header in each, and the summary
+    table built when the reader opens it (its rows are most of the page's elements, and memory); opened, it holds every
+    cell's rows, each with the cell's own numbers."""
+    from anyjev.outputs.viewer.encoding import safe_json
+
+    run = run_data(REFERENCE)
+    models = [f"m{i:02d}" for i in range(11)]  # 11 models x 3 tasks = 33 cells, each a copy of a reference cell
+    run["cells"] = [dict(c, model=m, key=f"{m}/{c['task']}") for m in models for c in run["cells"]]
+    run["models"] = models
+    page_html = REFERENCE.read_text(encoding="utf-8")
+    marker = '<script type="application/json" id="anyjev-run">'
+    start = page_html.index(marker) + len(marker)
+    big = tmp_path / "index.html"
+    big.write_text(page_html[:start] + safe_json(run) + page_html[page_html.index("</script>", start):], encoding="utf-8")
+
+    view.open(REFERENCE, want="run")
+    reference = {(r["cell"].split("/")[1], r["level"]): r["m"] for r in view.all("#summary tbody tr", SUMMARY_JS)}
+    assert len(view.page.query_selector_all(".card thead")) == 3  # a small run: a header in each card
+    view.open(big, want="run")
+    assert view.page.inner_text("h1") == "Run: 33 cells"
+    assert view.page.query_selector("#summary") is None
+    assert view.page.query_selector(".card thead") is None  # one legend for every card instead
+    assert "Each card lists, per level: acc ↑, NLL ↓, ECE ↓, flip ↓." in view.page.inner_text("#app")
+    assert view.page.inner_text("#summary-details summary") == f"Show the table: {len(reference) * 11} rows"
+    view.page.click("#summary-details summary")
+    rows = view.all("#summary tbody tr", SUMMARY_JS)
+    assert {(r["cell"], r["level"]): r["m"] for r in rows} == {
+        (f"{m}/{task}", level): numbers for m in models for (task, level), numbers in reference.items()}
     view.clean()
 
 

@@ -103,7 +103,10 @@
     return Object.keys(t).map((g) => `${g} ${fmtT(t[g].T)}${t[g].at_bound ? " (at bound)" : ""}`).join(", ") || "–";
   }
 
-  function card(c) {
+  const CARD_HEAD = '<thead><tr><th>level</th><th class="num">acc ↑</th><th class="num">NLL ↓</th><th class="num">ECE ↓</th>' +
+    '<th class="num">flip ↓</th></tr></thead>';
+
+  function card(c, compact) {
     if (!c) return '<td><div class="card muted">not in this run</div></td>';
     if (c.status !== "done") {
       return `<td><div class="card failed" data-cell="${esc(c.key)}"><h3>${esc(c.model)} / ${esc(c.task)}</h3>` +
@@ -118,24 +121,28 @@
     }).join("");
     return `<td><div class="card" data-cell="${esc(c.key)}"><h3><a href="${cellHash(c.key)}">${esc(c.model)} / ${esc(c.task)}</a></h3>` +
       `<div class="small muted">n = ${c.n} test items, K = ${esc(c.k)}; T (L1) ${esc(tText(c))}; answer mass ${c.answer_mass ? fmt(c.answer_mass[0]) : "–"}</div>` +
-      `<table><thead><tr><th>level</th><th class="num">acc ↑</th><th class="num">NLL ↓</th><th class="num">ECE ↓</th><th class="num">flip ↓</th></tr></thead>` +
-      `<tbody>${rows}</tbody></table></div></td>`;
+      `<table>${compact ? "" : CARD_HEAD}<tbody>${rows}</tbody></table></div></td>`;
   }
+
+  // A run of more cells gets a compact run page: one legend for its cards instead of a header in each, and its summary
+  // table built when opened. Elements cost the renderer about 3 kB each; at 300 cells the table's rows are 80% of them.
+  const LARGE_RUN = 30;
 
   function renderRun() {
     setCrumbs([{ text: "run" }]);
     document.title = "anyjev run viewer";
     const doneCells = RUN.cells.filter((c) => c.status === "done");
     const failed = RUN.cells.length - doneCells.length;
+    const large = RUN.cells.length > LARGE_RUN;
     const byPair = {};
     RUN.cells.forEach((c) => { byPair[c.model + "\u0000" + c.task] = c; });
     const grid = `<table class="grid" id="grid"><thead><tr><th></th>${RUN.tasks.map((t) => `<th>${esc(t)}</th>`).join("")}</tr></thead><tbody>` +
-      RUN.models.map((m) => `<tr><th>${esc(m)}</th>${RUN.tasks.map((t) => card(byPair[m + "\u0000" + t])).join("")}</tr>`).join("") +
+      RUN.models.map((m) => `<tr><th>${esc(m)}</th>${RUN.tasks.map((t) => card(byPair[m + "\u0000" + t], large)).join("")}</tr>`).join("") +
       "</tbody></table>";
     const head = "<tr><th>model</th><th>task</th><th>level</th><th class=\"num\">n</th><th>K</th>" +
       RUN.metrics.map((m) => `<th class="num">${esc(m.title)} ${m.arrow}</th>`).join("") +
       '<th class="num">ties</th><th class="num">T (L1)</th><th class="num">answer mass</th></tr>';
-    const body = doneCells.map((c) => c.levels.map((lv, i) => {
+    const body = () => doneCells.map((c) => c.levels.map((lv, i) => {
       const m = c.metrics[lv];
       const t = lv !== "L1" ? "" : Object.keys(c.temperature || {}).map((g) => `<span class="t" data-group="${g}">${g} ` +
         `${fmtT(c.temperature[g].T)}${c.temperature[g].at_bound ? " (at bound)" : ""}</span>`).join("");
@@ -147,16 +154,27 @@
         (i === 0 && c.answer_mass ? metricCell(c.answer_mass).replace("<td", '<td data-metric="answer_mass"') : '<td data-metric="answer_mass"></td>') +
         "</tr>";
     }).join("")).join("");
+    const table = () => `<table class="summary" id="summary"><thead>${head}</thead><tbody>${body()}</tbody></table>`;
+    const rows = doneCells.reduce((n, c) => n + c.levels.length, 0);
     const note = doneCells.length ? doneCells[0].interval : "";
     app.innerHTML = `<h1>Run: ${RUN.cells.length} cell${RUN.cells.length === 1 ? "" : "s"}` +
       `${failed ? `, <span class="status" style="color:var(--warn)">${failed} failed</span>` : ""}</h1>` +
       `<p class="muted small">Each cell opens its items (wrong, flipped, tied, low answer mass) and each item its label ` +
       `probabilities under every rotation of its options. Levels: raw (one prompt), L0-perm (all rotations, geometric mean), ` +
       `L0-bc (label prior divided out), L0 (both), L1 (L0 with a temperature fitted on the calibration items).</p>` +
+      (large ? `<p class="muted small">Each card lists, per level: acc ↑, NLL ↓, ECE ↓, flip ↓.</p>` : "") +
       `<div class="scroll">${grid}</div>` +
       `<h2>Summary table</h2><p class="muted small">The numbers of results/tables/summary.csv, from each cell's metrics.json: ` +
       `values with their ${esc(note)}. ↑ higher is better, ↓ lower is better; ties: share of test items with a tied top label.</p>` +
-      `<div class="scroll"><table class="summary" id="summary"><thead>${head}</thead><tbody>${body}</tbody></table></div>`;
+      (large ? `<details id="summary-details"><summary>Show the table: ${rows} rows</summary><div class="scroll"></div></details>`
+        : `<div class="scroll">${table()}</div>`);
+    if (large) {
+      const details = document.getElementById("summary-details");
+      details.addEventListener("toggle", () => {
+        const holder = details.querySelector(".scroll");
+        if (details.open && !holder.firstChild) holder.innerHTML = table();
+      });
+    }
     done("run");
   }
 
