@@ -56,7 +56,7 @@ from anyjev.run.forkserver import MODULE as FORKSERVER  # noqa: E402
 from anyjev.run.forkserver import RECORD_ENV  # noqa: E402
 from anyjev.serving.argv import API_MODULE  # noqa: E402
 from bench import time_limit  # noqa: E402
-from bench.common import SMOL_DIR, measured_on, run_record, write_json  # noqa: E402
+from bench.common import SMOL_DIR, measured_on, no_controller_shim, run_record, write_json  # noqa: E402
 from bench.stand_in_vllm import STARTS_ENV, make_server_env  # noqa: E402
 
 SNAKEMAKE = REPO / ".venv" / "bin" / "snakemake"
@@ -298,11 +298,7 @@ def slurm_client(root: Path) -> dict:
     subprocess.run([sys.executable, "-c", "import snakemake_executor_plugin_slurm"], check=True, env=env())
     out = {"client": True, "controller_up": up, "plugin_import_s": round(time.perf_counter() - t0, 1)}
     if not up:
-        shim = root / "no-slurm-controller"
-        shim.mkdir(parents=True, exist_ok=True)
-        (shim / "scontrol").write_text("#!/bin/sh\necho 'scontrol: no controller (bench_scale)' >&2\nexit 1\n")
-        (shim / "scontrol").chmod(0o755)
-        NO_CONTROLLER[:] = [shim]
+        NO_CONTROLLER[:] = [no_controller_shim(root / "no-slurm-controller")]
         out["workflow_runs"] = "with an scontrol that fails at once"
     return out
 

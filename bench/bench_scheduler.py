@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench import time_limit  # noqa: E402
-from bench.common import measured_on, run_record, write_json  # noqa: E402
+from bench.common import measured_on, no_controller_shim, run_record, write_json  # noqa: E402
 
 SCHEDULER_SMK = REPO / "workflow" / "rules" / "scheduler.smk"
 SIZES = {9: (3, 3), 90: (10, 9), 300: (10, 30)}  # cells: (models, tasks), as bench/bench_scale.py
@@ -202,10 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     root = Path(tempfile.mkdtemp(prefix="anyjev-bench-scheduler-"))
     try:
-        shim = root / "no-slurm-controller"
-        shim.mkdir()
-        (shim / "scontrol").write_text("#!/bin/sh\nexit 1\n")
-        (shim / "scontrol").chmod(0o755)
+        shim = no_controller_shim(root / "no-slurm-controller")
         report = run_record() | {"sleep_s": args.sleep, "cores": CORES, "method": __doc__.split("\n\n")[2].replace("\n", " "),
                                  "sizes": {}}
         for cells in args.sizes:

@@ -124,3 +124,14 @@ def write_json(path: Path, report: dict) -> None:
     for base in dict.fromkeys((str(REPO.resolve()), str(REPO))):
         text = text.replace(json.dumps(base), '"."').replace(base + "/", "")
     path.write_text(text)
+
+
+def no_controller_shim(folder: Path) -> Path:
+    """FOLDER with an `scontrol` that fails at once, to put first on PATH: where SLURM's client is installed and no
+    controller answers, Snakemake's SLURM executor plugin otherwise waits about 10 s in its import (it runs `scontrol
+    show config`), at the start of every `snakemake` call, local runs too."""
+    folder.mkdir(parents=True, exist_ok=True)
+    scontrol = folder / "scontrol"
+    scontrol.write_text("#!/bin/sh\necho 'scontrol: no controller (a benchmark stand-in)' >&2\nexit 1\n")
+    scontrol.chmod(0o755)
+    return folder
