@@ -127,6 +127,14 @@ def connect(owner_pid: int) -> socket.socket:
     path = socket_path(owner_pid)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        return _connected(conn, path, owner_pid)
+    except BaseException:
+        conn.close()
+        raise
+
+
+def _connected(conn: socket.socket, path: Path, owner_pid: int) -> socket.socket:
+    try:
         conn.connect(str(path))
         return conn
     except (FileNotFoundError, ConnectionRefusedError):
@@ -166,7 +174,8 @@ def _wait_for_child(conn: socket.socket) -> int:
 
     def forward(signum, _frame):
         if child:
-            os.kill(child[0], signum)
+            with contextlib.suppress(ProcessLookupError):  # it has just ended: its status is on its way
+                os.kill(child[0], signum)
         else:
             pending.append(signum)
 
@@ -177,7 +186,8 @@ def _wait_for_child(conn: socket.socket) -> int:
         if "pid" in message:
             child.append(message["pid"])
             for signum in pending:
-                os.kill(child[0], signum)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child[0], signum)
         elif "rc" in message:
             return message["rc"]
     print(f"anyjev: the forked command (pid {child[0] if child else '?'}) ended without an exit status",
