@@ -78,11 +78,15 @@ def machine_of(report: dict) -> dict:
     return {_LEGACY_MACHINE_KEYS.get(k, k): v for k, v in m.items()}
 
 
+SCRATCH = "<scratch>"  # an absolute path outside the repository, in a recorded command
+
+
 def command(argv: list[str] | None = None) -> list[str]:
-    """The command that runs this benchmark, paths inside the repository relative to it (a JSON names no folder of
-    the machine that wrote it)."""
+    """The command that runs this benchmark, paths inside the repository relative to it, and any other absolute path
+    of its arguments (a scratch folder given to --workdir) as ``<scratch>`` (a JSON names no folder of the machine that
+    wrote it)."""
     out = []
-    for arg in [sys.executable, *(sys.argv if argv is None else argv)]:
+    for i, arg in enumerate([sys.executable, *(sys.argv if argv is None else argv)]):
         p = Path(arg)
         if p.is_absolute():
             # the interpreter of a checkout's .venv may be a link elsewhere: name it as the checkout does
@@ -90,6 +94,8 @@ def command(argv: list[str] | None = None) -> list[str]:
                 if p.is_relative_to(base):
                     arg = p.relative_to(base).as_posix()
                     break
+            else:
+                arg = arg if i == 0 else SCRATCH  # an interpreter elsewhere is named as it is
         out.append(arg)
     return out
 

@@ -42,6 +42,8 @@ def test_the_command_and_every_path_of_the_checkout_are_written_relative_to_it(t
     cmd = common.command(argv)
     assert cmd[1:] == ["bench/bench_setup.py", "--out", "x.json"]
     assert not Path(cmd[0]).is_absolute() or not Path(sys.executable).is_relative_to(REPO)
+    assert common.command(["bench/bench_scale.py", "--workdir", str(tmp_path)])[1:] == [
+        "bench/bench_scale.py", "--workdir", common.SCRATCH]
     out = tmp_path / "r.json"
     common.write_json(out, {"model": str(REPO / "resources" / "models" / "m"), "cwd": str(REPO), "tmp": "/tmp/x"})
     assert json.loads(out.read_text()) == {"model": "resources/models/m", "cwd": ".", "tmp": "/tmp/x"}
