@@ -638,7 +638,8 @@ def markdown(report: dict) -> str:
                       f"the figures above were measured {client['workflow_runs']}."]
     slurm = report.get("slurm")
     if slurm:
-        lines += ["", f"Through `workflow/profiles/slurm` on the single-node cluster, {slurm['cells']} cells "
+        when = f" (run {slurm['run']['date'][:10]}, commit {slurm['run']['commit']})" if slurm.get("run") else ""
+        lines += ["", f"Through `workflow/profiles/slurm` on the single-node cluster{when}, {slurm['cells']} cells "
                       f"({slurm['models']} models): {slurm['submissions']} submissions "
                       f"({', '.join(f'{r} {n}' for r, n in slurm['submissions_by_rule'].items())}), "
                       f"{slurm['allocations']} allocations ({', '.join(slurm['allocation_states'])}), "
@@ -672,18 +673,20 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     report = json.loads(out.read_text()) if args.merge and out.is_file() else {}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    report |= run_record() | {"commit": commit, "method": __doc__.split("\n\n")[1].replace("\n", " "),
-                              "k_values": list(K_CYCLE)}
+    record = run_record() | {"commit": commit}
+    merged = bool(args.merge and report)  # a part merged into an earlier run keeps its own record ("run")
+    if not merged:
+        report |= record | {"method": __doc__.split("\n\n")[1].replace("\n", " "), "k_values": list(K_CYCLE)}
     root = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="bench-scale-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
         if args.slurm:
-            report["slurm"] = measure_slurm(90, args, root)
+            report["slurm"] = measure_slurm(90, args, root) | ({"run": record} if merged else {})
         else:
             report["slurm_client"] = slurm_client(root)
             report.setdefault("sizes", {})
             for cells in args.sizes:
-                report["sizes"][str(cells)] = measure_size(cells, args, root)
+                report["sizes"][str(cells)] = measure_size(cells, args, root) | ({"run": record} if merged else {})
         if report.get("sizes"):
             report["targets"] = targets(report["sizes"])
     finally:
