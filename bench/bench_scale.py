@@ -503,8 +503,8 @@ def measure_slurm(cells: int, args, root: Path) -> dict:
     starts = work / "server-starts.log"
     server_python = make_server_env(root / "stand-in")
     build_grid(work, n_models, n_tasks, items=args.items, n_test=args.n_test, server_python=server_python, starts=starts)
-    for step, limit in (("install", 900), ("start", 300)):
-        proc, seconds = cluster_step(step, limit)
+    for step in ("install", "start"):  # the benchmark's own time limit stops a step that hangs
+        proc, _ = cluster_step(step)
         if proc.returncode != 0:
             raise SystemExit(f"tests/slurm/cluster.sh {step} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     try:
@@ -525,7 +525,7 @@ def measure_slurm(cells: int, args, root: Path) -> dict:
                "allocation_states": sorted({r["State"] for r in records.values()}),
                "server_starts": len(starts.read_text().splitlines()) if starts.is_file() else 0}
     finally:
-        cluster_step("stop", 300)
+        cluster_step("stop")
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return out
