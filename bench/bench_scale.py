@@ -52,9 +52,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from anyjev.run.forkserver import MODULE as FORKSERVER  # noqa: E402
-from anyjev.run.forkserver import RECORD_ENV  # noqa: E402
+from anyjev.run.forkserver import RECORD_ENV, server_pids  # noqa: E402
 from anyjev.serving.argv import API_MODULE  # noqa: E402
+from anyjev.serving.proc import proc_cmdline, proc_stat  # noqa: E402
 from bench import time_limit  # noqa: E402
 from bench.common import SMOL_DIR, measured_on, no_controller_shim, run_record, write_json  # noqa: E402
 from bench.stand_in_vllm import STARTS_ENV, make_server_env  # noqa: E402
@@ -127,14 +127,6 @@ def build_grid(work: Path, n_models: int, n_tasks: int, *, items: int, n_test: i
 
 
 # ------------------------------------------------------------------------------------------------ processes
-def _stat(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2 :].split()  # fields from 3 (state) on
-
-
 def _hwm_kb(pid: int) -> int | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -143,13 +135,6 @@ def _hwm_kb(pid: int) -> int | None:
     except OSError:
         pass
     return None
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
-    except OSError:
-        return []
 
 
 def job_kind(argv: list[str]) -> str | None:
@@ -173,16 +158,14 @@ def forked_jobs(record: Path, owner_pid: int, limit_s: float = 120) -> list[dict
     writes its own row as it exits, when its owner has)."""
     import select
 
-    for pid in (int(e) for e in os.listdir("/proc") if e.isdigit()):
-        argv = _cmdline(pid)
-        if FORKSERVER in argv and "--serve" in argv and argv[argv.index("--owner-pid") + 1] == str(owner_pid):
-            try:
-                fd = os.pidfd_open(pid)
-            except ProcessLookupError:
-                continue
-            if not select.select([fd], [], [], limit_s)[0]:
-                raise SystemExit(f"the fork server {pid} did not exit within {limit_s:.0f} s of its owner")
-            os.close(fd)
+    for pid in server_pids(owner_pid):
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        if not select.select([fd], [], [], limit_s)[0]:
+            raise SystemExit(f"the fork server {pid} did not exit within {limit_s:.0f} s of its owner")
+        os.close(fd)
     rows = [json.loads(line) for line in record.read_text().splitlines()] if record.is_file() else []
     return [{"kind": r["command"], "start": r["start"], "end": r["end"], "cpu_s": r["cpu_s"],
              "peak_rss_kb": r["peak_rss_kb"]} for r in rows]
@@ -219,7 +202,7 @@ class ProcessSampler:
         stats: dict[int, list[str]] = {}
         for entry in os.listdir("/proc"):
             if entry.isdigit():
-                st = _stat(int(entry))
+                st = proc_stat(int(entry))
                 if st is not None:
                     parent[int(entry)], stats[int(entry)] = int(st[1]), st
         inside = {self.root}
@@ -243,7 +226,7 @@ class ProcessSampler:
             key = (pid, st[19])
             rec = self.jobs.get(key)
             if rec is None:
-                kind = job_kind(_cmdline(pid))
+                kind = job_kind(proc_cmdline(pid))
                 if kind is None:
                     continue
                 rec = self.jobs[key] = {"kind": kind, "start": int(st[19]) / CLK_TCK, "end": now, "cpu_s": cpu,
@@ -496,7 +479,7 @@ def measure_size(cells: int, args, root: Path) -> dict:
 def measure_slurm(cells: int, args, root: Path) -> dict:
     """The grid of CELLS through workflow/profiles/slurm on tests/slurm/cluster.sh's cluster: allocations, server
     starts and submissions, and the wall time."""
-    from tests.e2e.slurm_helpers import cluster_step, sacct_records, slurm_cmd, submissions
+    from tests.e2e.slurm_helpers import NODE_ARGS, cluster_step, sacct_records, slurm_cmd, submissions
 
     n_models, n_tasks = SIZES[cells]
     work = root / f"slurm-{cells}"
@@ -509,7 +492,7 @@ def measure_slurm(cells: int, args, root: Path) -> dict:
             raise SystemExit(f"tests/slurm/cluster.sh {step} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     try:
         t0 = time.perf_counter()
-        proc = subprocess.run(slurm_cmd(work), cwd=work, env=env(), capture_output=True, text=True)
+        proc = subprocess.run(slurm_cmd(work, *NODE_ARGS), cwd=work, env=env(), capture_output=True, text=True)
         wall = time.perf_counter() - t0
         text = proc.stdout + proc.stderr
         if proc.returncode != 0:

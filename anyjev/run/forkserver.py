@@ -64,6 +64,20 @@ def socket_path(owner_pid: int, python: str | None = None) -> Path:
     return folder / f"fork-{owner_pid}-{tag}.sock"
 
 
+def server_pids(owner_pid: int | None = None) -> list[int]:
+    """The fork servers running on this machine, from /proc: OWNER_PID's only, when given (a run's, to wait for
+    them or to find one left behind)."""
+    from anyjev.serving.proc import proc_cmdline
+
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        argv = proc_cmdline(int(entry))
+        if MODULE in argv and "--serve" in argv and "--owner-pid" in argv[:-1]:
+            if owner_pid is None or argv[argv.index("--owner-pid") + 1] == str(owner_pid):
+                found.append(int(entry))
+    return found
+
+
 # ------------------------------------------------------------------------------------------------ client
 def run_command(argv: list[str], owner_pid: int) -> int:
     """Run ``python -m anyjev ARGV`` in a child of OWNER_PID's fork server (started if there is none) with this

@@ -30,6 +30,10 @@ SUPERVISOR = re.compile(r"\[anyjev\.serving\.supervisor (\S+) pid (\d+)\] (.*)")
 # "debug" and submits without -A, i.e. under root's default account ci_account); a fast first status check.
 TEST_CLUSTER_ARGS = ("--default-resources", "mem_mb=2000", "runtime=60", "--slurm-init-seconds-before-status-checks", "2",
                      "--slurm-keep-successful-logs")
+# The 2-CPU test node: one CPU per scoring job, so two models load and score at once (the profile's 8 would never
+# be scheduled: its allocations pend with reason PartitionConfig); each model's memory and time come from the config
+# (models.<name>.mem_mb / runtime). For a run with one score_model job per model.
+NODE_ARGS = ("--set-resources", "score_model:cpus_per_task=1")
 
 
 def require_slurm() -> None:

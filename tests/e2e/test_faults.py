@@ -38,6 +38,7 @@ import pytest
 
 from anyjev.data.taskfile import load_task_file
 from anyjev.paths import RunPaths
+from anyjev.run.forkserver import server_pids
 from anyjev.run.store import read_scores
 from anyjev.serving.proc import group_pids, proc_cmdline
 from anyjev.serving.state import read_record
@@ -165,13 +166,7 @@ def scoring_pids(work: Path) -> list[int]:
 def fork_server_pids(work: Path) -> list[int]:
     """The run's fork servers (anyjev/run/forkserver.py: started in WORK by a per-cell step, gone once the run's
     Snakemake process has exited)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            cmd = proc_cmdline(int(entry))
-            if cmd[1:3] == ["-m", "anyjev.run.forkserver"] and "--serve" in cmd and _cwd(int(entry)) == str(work):
-                found.append(int(entry))
-    return found
+    return [pid for pid in server_pids() if _cwd(pid) == str(work)]
 
 
 def ours() -> list[int]:

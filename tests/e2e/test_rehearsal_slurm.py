@@ -41,16 +41,14 @@ import yaml
 from anyjev.run.store import read_scores
 from tests.conftest import require_vllm
 from tests.e2e import rehearsal as R
-from tests.e2e.slurm_helpers import SUPERVISOR, run_slurm, sacct_records, start_slurm_run
+from tests.e2e.slurm_helpers import NODE_ARGS, SUPERVISOR, run_slurm, sacct_records, start_slurm_run
 from tests.e2e.workflow_helpers import leftover_vllm, metrics_differences, run_snakemake
 from tests.waiting import HANG_GUARD, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow]
 
-# The 2-CPU test node: one CPU per scoring job, so two models load and score at once (the profile's 8 would never
-# be scheduled); each model's memory and time come from the config (models.<name>.mem_mb / runtime).
-# score_jobs stays `auto` (paper.yaml's): under --executor slurm it must pick one score_model job per model.
-NODE_ARGS = ("--set-resources", "score_model:cpus_per_task=1")
+# score_jobs stays `auto` (paper.yaml's): under --executor slurm it must pick one score_model job per model (NODE_ARGS
+# sizes those jobs for the test node).
 CANCEL_MODEL, CANCEL_TASK = R.MODELS[0], "newsgroups"
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from anyjev.run.forkserver import ENV_SWITCH, MODULE, RECORD_ENV, socket_path
+from anyjev.run.forkserver import ENV_SWITCH, MODULE, RECORD_ENV, server_pids, socket_path
 from tests.conftest import REPO
 from tests.waiting import HANG_GUARD, wait_exit, wait_for
 
@@ -58,18 +58,6 @@ def finished(proc: subprocess.Popen) -> tuple[int, str, str]:
 def record(tmp: Path) -> list[dict]:
     path = tmp / "record.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-
-
-def server_pids(owner_pid: int) -> list[int]:
-    found = []
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode().split("\0")
-        except OSError:
-            continue
-        if MODULE in argv and "--serve" in argv and argv[argv.index("--owner-pid") + 1] == str(owner_pid):
-            found.append(int(entry))
-    return found
 
 
 def the_socket(tmp: Path, owner_pid: int) -> Path:
