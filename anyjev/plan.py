@@ -4,7 +4,7 @@ started, and the network is asked one thing only: a ``url`` model's server, for 
 
 Counts are exact when a task's data is here (a file task, a built-in one, a hub task whose cache is fetched): the
 task is built and split as the prepare step does, and each item's prompts are rendered by
-:func:`anyjev.run.prepared.prepare_item` with the model's tokenizer under the cell's prompt options, the function
+:func:`anyjev.run.prepared.prepare_items` with the model's tokenizer under the cell's prompt options, the function
 scoring uses, so ``prompts`` is what ``score_cell`` counts (distinct token-id prompts per item). Models whose
 tokenizers render alike (the same tokenizer and template files: models of one family) share one tokenizer, and each
 task is rendered and counted once for all of them. A hub task not
@@ -33,7 +33,7 @@ from anyjev.decision.questions import choice, noul
 from anyjev.errors import BackendError, ConfigError, LabelTokenError, TaskDataError
 from anyjev.run.allocation import score_jobs_mode
 from anyjev.run.cell import check_max_model_len, context_length, load_tokenizer
-from anyjev.run.prepared import prepare_item
+from anyjev.run.prepared import PreparedItem, prepare_items
 from anyjev.run.probes import CONTENT_FREE_PROBES, prepare_content_free
 from anyjev.run.requests import sent_counts
 from anyjev.serving.describe import describe_server
@@ -131,28 +131,32 @@ class Tokenizers:
         return self._loaded[key]
 
 
-def item_counts(item: Item, options: PromptOptions, tokenizer=None, checker=None, *, answer_mass: bool
-                ) -> tuple[int, int, int | None, int | None]:
-    """(layouts, prompts, prompt tokens, longest prompt's tokens) of one item: with a tokenizer, as scoring renders
-    (under the cell's prompt OPTIONS) and counts them (:func:`anyjev.run.requests.sent_counts`: distinct token-id
-    prompts, plus one for the answer mass); without, distinct prompt texts rendered under OPTIONS without a chat template
-    (one chat template renders distinct texts to distinct ids) and no token counts."""
+def item_counts(items: list[Item], options: PromptOptions, tokenizer=None, checker=None, *, answer_mass: bool
+                ) -> tuple[list[tuple[int, int, int | None, int | None]], list[PreparedItem] | None]:
+    """(layouts, prompts, prompt tokens, longest prompt's tokens) of each of ITEMS, and the items as prepared: with a
+    tokenizer, as scoring renders (under the cell's prompt OPTIONS, :func:`anyjev.run.prepared.prepare_items`) and
+    counts them (:func:`anyjev.run.requests.sent_counts`: distinct token-id prompts, plus one for the answer mass);
+    without, distinct prompt texts rendered under OPTIONS without a chat template (one chat template renders distinct
+    texts to distinct ids) and no token counts (and no prepared items)."""
     if tokenizer is not None:
-        p = prepare_item(tokenizer, checker, item, "", options)
-        prompts, tokens = sent_counts(p, answer_mass=answer_mass)
-        return len(p.layouts), prompts, tokens, max(len(ids) for _, ids in p.layouts)
-    labels = label_strings(item.question, "default")
-    layouts = [lay for group in options.layouts(item.question).values() for lay in group]
-    distinct = {options.render(None, item.question, item.state, lay, labels) for lay in layouts}
-    return len(layouts), len(distinct) + int(answer_mass), None, None
+        prepared = prepare_items(tokenizer, items, [""] * len(items), options, checker=checker)
+        return [(len(p.layouts), *sent_counts(p, answer_mass=answer_mass), max(len(ids) for _, ids in p.layouts))
+                for p in prepared], prepared
+    counts = []
+    for item in items:
+        labels = label_strings(item.question, "default")
+        layouts = [lay for group in options.layouts(item.question).values() for lay in group]
+        distinct = {options.render(None, item.question, item.state, lay, labels) for lay in layouts}
+        counts.append((len(layouts), len(distinct) + int(answer_mass), None, None))
+    return counts, None
 
 
-def content_free_counts(items: list[Item], options: PromptOptions, tokenizer=None, checker=None) -> tuple[int, int | None]:
-    """(prompts, prompt tokens) of the content-free probes a cell reads besides its items: with a tokenizer,
-    exactly the probes :func:`anyjev.run.probes.prepare_content_free` makes (one set per distinct question,
-    shared where the prompts coincide); without, every distinct question's probes in each layout."""
-    if tokenizer is not None:
-        prepared = [prepare_item(tokenizer, checker, it, "", options) for it in items]
+def content_free_counts(items: list[Item], options: PromptOptions, tokenizer=None, prepared: list[PreparedItem] | None = None
+                        ) -> tuple[int, int | None]:
+    """(prompts, prompt tokens) of the content-free probes a cell reads besides its items: with a tokenizer and the
+    items as PREPARED, exactly the probes :func:`anyjev.run.probes.prepare_content_free` makes (one set per distinct
+    question, shared where the prompts coincide); without, every distinct question's probes in each layout."""
+    if tokenizer is not None and prepared is not None:
         counts = [sent_counts(p, answer_mass=False) for _, p in prepare_content_free(tokenizer, prepared, options)]
         return sum(c[0] for c in counts), sum(c[1] for c in counts)
     questions = {it.question.key(): it.question for it in items}
@@ -188,12 +192,11 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
         options, answer_mass = settings.scoring.prompt, settings.scoring.answer_mass
         if (key, task) not in rendered:
             try:
-                rendered[key, task] = ([item_counts(it, options, tokenizer, checker, answer_mass=answer_mass)
-                                        for it in tc.items], None)
+                rendered[key, task] = (*item_counts(tc.items, options, tokenizer, checker, answer_mass=answer_mass), None)
             except LabelTokenError as exc:
-                rendered[key, task] = ([item_counts(it, options, answer_mass=answer_mass) for it in tc.items],
+                rendered[key, task] = (*item_counts(tc.items, options, answer_mass=answer_mass),
                                        f"labels fail with this tokenizer: {exc}")
-        counts, labels_fail = rendered[key, task]
+        counts, prepared, labels_fail = rendered[key, task]
         if labels_fail:
             cell["tokens_note"] = labels_fail
         per_item = sorted({c[0] for c in counts})
@@ -228,7 +231,7 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
             cf_key = key if "tokens_note" not in cell else None
             if (cf_key, task) not in content_free:
                 cf_tok = tokenizer if cf_key is not None else None
-                content_free[cf_key, task] = content_free_counts(tc.items, options, cf_tok, checker)
+                content_free[cf_key, task] = content_free_counts(tc.items, options, cf_tok, prepared)
             cf_prompts, cf_tokens = content_free[cf_key, task]
             cell["content_free_prompts"] = cf_prompts
             cell["prompts"] += cf_prompts

@@ -91,6 +91,14 @@ def encode(tokenizer, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def encode_many(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each of TEXTS, as :func:`encode` gives them, in one call: a fast tokenizer encodes a batch on
+    every core, and pays its per-call overhead once."""
+    if not texts:
+        return []
+    return [list(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
+
 def prompt_hash(ids: Sequence[int]) -> str:
     """Short identity of a tokenised prompt, stored with every score."""
     return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]

@@ -12,10 +12,12 @@ from anyjev.decision import published
 from anyjev.decision.labels import LabelChecker, label_strings
 from anyjev.decision.layouts import Layout
 from anyjev.decision.options import PromptOptions
-from anyjev.decision.prompts import encode
+from anyjev.decision.prompts import encode_many
 from anyjev.errors import LabelTokenError
 
 log = logging.getLogger(__name__)
+# Layouts whose prompts are tokenised in one call: a task's at a time, but a bounded batch for a large task.
+BATCH_TEXTS = 2048
 
 
 @dataclass
@@ -42,16 +44,26 @@ def _check_published_labels(tokenizer, item, labels: list[str], ids: list[int]) 
         )
 
 
-def prepare_item(tokenizer, checker: LabelChecker, item, group: str, options: PromptOptions) -> PreparedItem:
-    """Render every layout of ITEM as OPTIONS say (wording, listing, which layouts), tokenise it, and check its
-    labels in context; score questions fall back from digits to letters."""
+@dataclass
+class _Rendered:
+    """An item's layouts rendered and its labels checked, not tokenised yet."""
+
+    labels: list[str]
+    label_ids: list[int]
+    label_kind: str
+    texts: list[tuple[Layout, str]]
+
+
+def _render_item(tokenizer, checker: LabelChecker, item, options: PromptOptions) -> _Rendered:
+    """Render every layout of ITEM as OPTIONS say and check its labels in context; score questions fall back from
+    digits to letters."""
     question = item.question
     kinds = ["digits", "letters"] if question.kind == "score" else ["default"]
     last_error: LabelTokenError | None = None
     for kind in kinds:
         labels = label_strings(question, "letters" if kind == "letters" else "default")
         try:
-            layouts, ids = [], None
+            texts, ids = [], None
             for group_layouts in options.layouts(question).values():
                 for layout in group_layouts:
                     text = options.render(tokenizer, question, item.state, layout, labels)
@@ -59,7 +71,7 @@ def prepare_item(tokenizer, checker: LabelChecker, item, group: str, options: Pr
                     if ids is not None and layout_ids != ids:
                         raise LabelTokenError(f"label ids differ between layouts: {ids} vs {layout_ids} ({layout.name})")
                     ids = layout_ids
-                    layouts.append((layout, encode(tokenizer, text)))
+                    texts.append((layout, text))
         except LabelTokenError as exc:
             last_error = exc
             if kind == "digits":
@@ -67,11 +79,40 @@ def prepare_item(tokenizer, checker: LabelChecker, item, group: str, options: Pr
             continue
         if options.prompt_profile == "published":
             _check_published_labels(tokenizer, item, labels, ids)
-        return PreparedItem(item, group, labels, ids, "letters" if kind == "letters" else kind, layouts)
-    raise LabelTokenError(f"item {item.id!r} (question {question.key()}): {last_error}") from last_error
+        return _Rendered(labels, ids, "letters" if kind == "letters" else kind, texts)
+    assert last_error is not None
+    raise last_error.within(f"item {item.id!r} (question {question.key()})") from last_error  # keeps the missing ids
 
 
-def prepare_items(tokenizer, items: Sequence, groups: Sequence[str], options: PromptOptions) -> list[PreparedItem]:
-    """Every item prepared with one label checker (its in-context checks are cached per prompt tail)."""
-    checker = LabelChecker(tokenizer)
-    return [prepare_item(tokenizer, checker, it, g, options) for it, g in zip(items, groups, strict=True)]
+def prepare_item(tokenizer, checker: LabelChecker, item, group: str, options: PromptOptions) -> PreparedItem:
+    """Render every layout of ITEM as OPTIONS say (wording, listing, which layouts), tokenise it, and check its
+    labels in context; score questions fall back from digits to letters."""
+    return prepare_items(tokenizer, [item], [group], options, checker=checker)[0]
+
+
+def prepare_items(tokenizer, items: Sequence, groups: Sequence[str], options: PromptOptions, *,
+                  checker: LabelChecker | None = None) -> list[PreparedItem]:
+    """Every item prepared as :func:`prepare_item` prepares it, with one label checker (its in-context checks are
+    cached per prompt tail; CHECKER: one shared beyond these items), the prompts of up to BATCH_TEXTS layouts
+    tokenised in one call."""
+    checker = checker or LabelChecker(tokenizer)
+    prepared: list[PreparedItem] = []
+    pending: list[tuple[object, str, _Rendered]] = []
+
+    def tokenise() -> None:
+        ids = iter(encode_many(tokenizer, [text for _, _, r in pending for _, text in r.texts]))
+        prepared.extend(PreparedItem(item, group, r.labels, r.label_ids, r.label_kind,
+                                     [(layout, next(ids)) for layout, _ in r.texts]) for item, group, r in pending)
+        pending.clear()
+
+    waiting = 0  # layouts rendered, not tokenised yet
+    for item, group in zip(items, groups, strict=True):
+        rendered = _render_item(tokenizer, checker, item, options)
+        pending.append((item, group, rendered))
+        waiting += len(rendered.texts)
+        if waiting >= BATCH_TEXTS:
+            tokenise()
+            waiting = 0
+    if pending:
+        tokenise()
+    return prepared
