@@ -35,13 +35,13 @@ GPUS = {"Qwen3-8B": 1, "Qwen2.5-7B-Instruct": 1, "Qwen3-30B-A3B-Instruct-2507": 
 MEM_MB = {"Qwen3-8B": 64000, "Qwen2.5-7B-Instruct": 64000, "Qwen3-30B-A3B-Instruct-2507": 128000}
 RUNTIME = {"Qwen3-8B": 240, "Qwen2.5-7B-Instruct": 240, "Qwen3-30B-A3B-Instruct-2507": 360}
 JOB_COUNTS = {"fetch_hub_task": 3, "prepare_model": 3, "prepare_task": 3, "score_model": 3, "score_cell": 9,
-              "evaluate_cell": 9, "reliability_plot": 9, "summary_table": 1, "differences_table": 1,
+              "evaluate_cell": 9, "summary_table": 1, "differences_table": 1,
               "provenance_table": 1, "summary_plots": 1,
               "vs_published": 1, "vs_published_plot": 1, "viewer": 1, "all": 1}
 # Every rule but score_model (one job per model: docs/servers.md) runs in the main Snakemake process, never as a
 # SLURM job (`all` has no action).
 LOCAL_RULES = {"prepare_model", "fetch_hub_task", "prepare_task", "score_cell", "evaluate_cell", "summary_table",
-               "differences_table", "summary_plots", "reliability_plot", "vs_published", "vs_published_plot",
+               "differences_table", "summary_plots", "vs_published", "vs_published_plot",
                "provenance_table", "viewer", "all"}
 
 # Loads the workflow through Snakemake's API (no DAG, no jobs) and prints, per rule, whether Snakemake keeps it
@@ -247,12 +247,14 @@ def test_every_command_line_names_its_job_file(paper_dry_run):
     import importlib
     import shlex
 
-    lines = [line.strip().removeprefix("Shell command:").strip() for line in paper_dry_run["out"].splitlines()]
+    # one command per line, but evaluate_cell's two (evaluate, then the cell's reliability diagram) joined by &&
+    lines = [part.strip() for line in paper_dry_run["out"].splitlines()
+             for part in line.strip().removeprefix("Shell command:").split(" && ")]
     # a cell's own steps are forked from the run's fork server (anyjev/run/forkserver.py), the other commands start
     forked_prefix = "python -m anyjev.run.forkserver --owner-pid $PPID -- "
     commands = [line.replace(forked_prefix, "python -m anyjev ") for line in lines
                 if line.startswith(("python -m anyjev ", forked_prefix))]
-    assert len(commands) == sum(JOB_COUNTS.values()) - 1  # every job but `all`
+    assert len(commands) == sum(JOB_COUNTS.values()) - 1 + JOB_COUNTS["evaluate_cell"]  # every job but `all`
     forked = {shlex.split(line.removeprefix(forked_prefix))[0] for line in lines if line.startswith(forked_prefix)}
     assert forked == {"publish-cell", "evaluate", "reliability-plot"}
     seen = set()

@@ -240,7 +240,8 @@ def output_targets():
         *rules.differences_table.output,
         *rules.provenance_table.output,
         *rules.summary_plots.output,
-        *for_cells(rules.reliability_plot.output),
+        *for_cells(rules.evaluate_cell.output.png),
+        *for_cells(rules.evaluate_cell.output.pdf),
         rules.viewer.output.index,
     ]
     if SETTINGS.published:

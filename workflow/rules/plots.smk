@@ -1,31 +1,6 @@
-# Figures, each as PNG (shown in the report) and PDF (for a paper): reliability diagrams per cell (one
-# level per panel), each metric by level, the flip rate of every level, and ours vs published (only
-# when some cell has a published counterpart).
-
-
-rule reliability_plot:
-    input:
-        predictions=rules.evaluate_cell.output.predictions,
-        metrics=rules.evaluate_cell.output.metrics,
-    output:
-        png=report(
-            PATHS.reliability.png,
-            caption="../report/reliability.rst",
-            category="Plots",
-            subcategory="Reliability",
-            labels={"model": "{model}", "task": "{task}"},
-        ),
-        pdf=PATHS.reliability.pdf,
-    log:
-        PATHS.reliability_log,
-    localrule: True
-    conda:
-        "../envs/client.yaml"
-    params:
-        job=lambda wc: job_file(reliability_job(wc.model, wc.task)),
-    shell:
-        "python -m anyjev.run.forkserver --owner-pid $PPID -- reliability-plot --job {params.job:q} --png {output.png:q} "
-        "--pdf {output.pdf:q} > {log:q} 2>&1"
+# The run's figures, each as PNG (shown in the report) and PDF (for a paper): each metric by level, the flip rate of
+# every level, and ours vs published (only when some cell has a published counterpart). A cell's reliability diagram
+# is drawn by the job that evaluates it (evaluate_cell, scoring.smk).
 
 
 rule summary_plots:

@@ -1,6 +1,6 @@
 # Scoring, one job per model (score_jobs: model, the default) or one job per cell (score_jobs: cell),
 # then each cell evaluated offline. Both start each model's server once per run (docs/servers.md).
-# A cell's own steps (publish, evaluate, and its reliability diagram in plots.smk) run their anyjev command forked from
+# A cell's own steps (publish, evaluate, and draw its reliability diagram) run their anyjev command forked from
 # the run's fork server, which has imported what they need once (anyjev/run/forkserver.py; $PPID, this Snakemake
 # process, owns it: it stops when the run does).
 
@@ -77,19 +77,33 @@ else:
             "--allocation {input.allocation:q} --out {output.scores:q} --provenance {output.provenance:q} > {log:q} 2>&1"
 
 
+# A cell's metrics and its reliability diagram (one level per panel), in one job: a second job per cell would cost
+# the run's DAG, dry run and scheduler a third of its per-cell jobs, for a figure drawn from what this job writes.
 rule evaluate_cell:
     input:
         scores=rules.score_cell.output.scores,
     output:
         metrics=PATHS.cell_file(METRICS),
         predictions=PATHS.cell_file(PREDICTIONS),
+        png=report(
+            PATHS.reliability.png,
+            caption="../report/reliability.rst",
+            category="Plots",
+            subcategory="Reliability",
+            labels={"model": "{model}", "task": "{task}"},
+        ),
+        pdf=PATHS.reliability.pdf,
     log:
-        PATHS.evaluate_log,
+        evaluate=PATHS.evaluate_log,
+        reliability=PATHS.reliability_log,
     localrule: True
     conda:
         "../envs/client.yaml"
     params:
         job=lambda wc: job_file(SETTINGS.evaluate_job()),
+        reliability_job=lambda wc: job_file(reliability_job(wc.model, wc.task)),
     shell:
         "python -m anyjev.run.forkserver --owner-pid $PPID -- evaluate --job {params.job:q} --scores {input.scores:q} "
-        "--out {output.metrics:q} --predictions {output.predictions:q} > {log:q} 2>&1"
+        "--out {output.metrics:q} --predictions {output.predictions:q} > {log.evaluate:q} 2>&1 && "
+        "python -m anyjev.run.forkserver --owner-pid $PPID -- reliability-plot --job {params.reliability_job:q} "
+        "--png {output.png:q} --pdf {output.pdf:q} > {log.reliability:q} 2>&1"
