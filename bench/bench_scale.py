@@ -644,7 +644,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-test", type=int, default=30)
     ap.add_argument("--reps", type=int, default=5, help="fresh browser contexts for the viewer's run page (medians)")
     ap.add_argument("--slurm", action="store_true", help="only the SLURM run at 90 cells")
-    ap.add_argument("--merge", action="store_true", help="keep the parts of the existing JSON not run now")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the parts of the existing JSON not run now, each with the record of the run that measured it")
     ap.add_argument("--keep", action="store_true", help="keep the grids' folders (under --workdir)")
     ap.add_argument("--workdir", help="where the grids are built (default: a scratch folder, removed)")
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "scale.json"))
@@ -657,7 +658,15 @@ def main(argv: list[str] | None = None) -> int:
     report = json.loads(out.read_text()) if args.merge and out.is_file() else {}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     record = run_record() | {"commit": commit}
-    merged = bool(args.merge and report)  # a part merged into an earlier run keeps its own record ("run")
+    # A part merged into an earlier run keeps its own record ("run"): the SLURM run added to the sizes' run; or, when the
+    # sizes are measured again, the file takes this run's record and each part kept from the earlier one keeps that.
+    merged = bool(args.merge and report) and args.slurm
+    if args.merge and report and not args.slurm:
+        earlier = {k: report[k] for k in (*record, "method", "k_values") if k in report}
+        kept = [part for size, part in report.get("sizes", {}).items() if int(size) not in args.sizes]
+        for part in [*kept, *([report["slurm"]] if "slurm" in report else [])]:
+            part.setdefault("run", earlier)
+        report["sizes"] = {size: part for size, part in report.get("sizes", {}).items() if int(size) not in args.sizes}
     if not merged:
         report |= record | {"method": __doc__.split("\n\n")[1].replace("\n", " "), "k_values": list(K_CYCLE)}
     root = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="bench-scale-"))

@@ -101,8 +101,12 @@ def test_every_rule_runs_a_process_the_scale_benchmark_names() -> None:
 
     commands_of_anyjev = set(next(a for a in build_parser()._actions if a.dest == "command").choices)
     rules = "\n".join(p.read_text() for p in sorted((REPO / "workflow" / "rules").glob("*.smk")))
-    commands = re.findall(r'shell:\s*(?:#[^\n]*\s*)*"(python -m anyjev.run.forkserver --owner-pid \$PPID -- )?([^"]*)', rules)
-    assert commands and rules.count("shell:") == len(commands)
+    # each shell: its adjacent string literals joined, then its commands (evaluate_cell runs two, joined by &&)
+    shells = ["".join(re.findall(r'"([^"]*)"', block))
+              for block in re.findall(r'shell:\s*(?:#[^\n]*\s*)*((?:"[^"]*"\s*)+)', rules)]
+    assert shells and rules.count("shell:") == len(shells)
+    prefix_re = r"(python -m anyjev.run.forkserver --owner-pid \$PPID -- )?(.*)"
+    commands = [re.fullmatch(prefix_re, part.strip()).groups() for shell in shells for part in shell.split(" && ")]
     assert not re.search(r"^\s+(?:script|run):\s*$", rules, re.M)  # a job in Snakemake's own process is not seen
     forked = set()
     for prefix, command in commands:
@@ -184,3 +188,37 @@ def test_the_stand_in_server_is_started_checked_and_read_as_vllm_cpu(tmp_path: P
         assert starts.read_text().split()[0] == "m"
     finally:
         stop_server(handle)
+
+
+def test_scale_merge_keeps_the_record_of_the_run_that_measured_each_part(tmp_path: Path, monkeypatch) -> None:
+    """--merge: the sizes measured now take the file's record; a size not measured again and the SLURM part keep the
+    record of the run that measured them; a SLURM run merged later carries its own."""
+    import json
+
+    from bench import bench_scale
+
+    out = tmp_path / "scale.json"
+    earlier = {"date": "2026-01-01T00:00:00+00:00", "command": ["old"], "machine": {"nproc": 2}, "commit": "aaaaaaa",
+               "method": "old method", "k_values": [2],
+               "sizes": {"9": {"cells": 9, "wall_s": 1.0}, "90": {"cells": 90, "wall_s": 2.0}},
+               "slurm": {"cells": 90, "submissions": 10, "run": {"date": "2026-02-02T00:00:00+00:00", "commit": "bbbbbbb"}}}
+    out.write_text(json.dumps(earlier))
+    monkeypatch.setattr(bench_scale, "measure_size", lambda cells, args, root: {"cells": cells, "wall_s": 99.0})
+    monkeypatch.setattr(bench_scale, "measure_slurm", lambda cells, args, root: {"cells": cells, "submissions": 11})
+    monkeypatch.setattr(bench_scale, "slurm_client", lambda root: {})
+    monkeypatch.setattr(bench_scale, "targets", lambda sizes: sorted(sizes))
+    monkeypatch.setattr(bench_scale, "markdown", lambda report: "")
+
+    assert bench_scale.main(["--sizes", "9", "--merge", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["date"] != earlier["date"] and report["commit"] != "aaaaaaa"
+    assert report["sizes"]["9"] == {"cells": 9, "wall_s": 99.0}  # this run's: the file's record
+    kept = report["sizes"]["90"]
+    assert kept["wall_s"] == 2.0 and kept["run"]["commit"] == "aaaaaaa" and kept["run"]["date"] == earlier["date"]
+    assert report["slurm"]["run"]["commit"] == "bbbbbbb"  # its own, not the sizes' earlier run
+    assert report["targets"] == ["9", "90"]
+
+    assert bench_scale.main(["--slurm", "--merge", "--out", str(out)]) == 0
+    again = json.loads(out.read_text())
+    assert again["slurm"]["submissions"] == 11 and again["slurm"]["run"]["commit"] == report["commit"]
+    assert again["date"] == report["date"] and again["sizes"] == report["sizes"]  # the sizes' record is untouched
