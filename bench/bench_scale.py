@@ -621,7 +621,7 @@ def markdown(report: dict) -> str:
                       f"the figures above were measured {client['workflow_runs']}."]
     slurm = report.get("slurm")
     if slurm:
-        when = f" (run {slurm['run']['date'][:10]}, commit {slurm['run']['commit']})" if slurm.get("run") else ""
+        when = f" ({measured_on(slurm['run'])}, commit {slurm['run']['commit']})" if slurm.get("run") else ""
         lines += ["", f"Through `workflow/profiles/slurm` on the single-node cluster{when}, {slurm['cells']} cells "
                       f"({slurm['models']} models): {slurm['submissions']} submissions "
                       f"({', '.join(f'{r} {n}' for r, n in slurm['submissions_by_rule'].items())}), "
