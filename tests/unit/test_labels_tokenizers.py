@@ -280,7 +280,9 @@ class DigitsSplitTokenizer:
 
     chat_template = None
 
-    def __call__(self, text: str, add_special_tokens: bool = False) -> dict:
+    def __call__(self, text: str | list[str], add_special_tokens: bool = False) -> dict:
+        if isinstance(text, list):  # a batch, as transformers' tokenizers take one
+            return {"input_ids": [self(t)["input_ids"] for t in text]}
         ids: list[int] = []
         for ch in text:
             ids += [1000, ord(ch)] if ch.isdigit() else [ord(ch)]
