@@ -16,7 +16,6 @@ ClassLabel, say).
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,12 +26,13 @@ from anyjev.data.hub import META_FILE
 from anyjev.data.prepare import build_task
 from anyjev.data.split import split_items
 from anyjev.data.tasks import Item
-from anyjev.decision.labels import LabelChecker, label_strings
+from anyjev.decision.labels import label_strings
 from anyjev.decision.options import PromptOptions
 from anyjev.decision.questions import choice, noul
+from anyjev.decision.tokenizer import Tokenizers
 from anyjev.errors import BackendError, ConfigError, LabelTokenError, TaskDataError
 from anyjev.run.allocation import score_jobs_mode
-from anyjev.run.cell import check_max_model_len, context_length, load_tokenizer
+from anyjev.run.cell import check_max_model_len, context_length
 from anyjev.run.prepared import PreparedItem, prepare_items
 from anyjev.run.probes import CONTENT_FREE_PROBES, prepare_content_free
 from anyjev.run.requests import sent_counts
@@ -41,10 +41,6 @@ from anyjev.serving.spec import check_server_python
 from anyjev.settings import Settings
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-# The files that decide how a prompt renders and tokenises: models whose folders hold the same bytes here (models of
-# one family) share one tokenizer, and each task's prompts are rendered and counted once for all of them.
-RENDERING_FILES = (*TOKENIZER_FILES, "chat_template.jinja", "chat_template.json", "special_tokens_map.json",
-                   "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")
 URL_TIMEOUT = 5.0  # seconds a url model's server has to say its context
 
 
@@ -99,36 +95,6 @@ def tokenizer_dir(settings: Settings, model: str, models_dir: str) -> str | None
     """The model's tokenizer folder when it is here (prepared under MODELS_DIR, local, or a url model's)."""
     d = settings.model_dir(model, models_dir)
     return d if any((Path(d) / f).is_file() for f in TOKENIZER_FILES) else None
-
-
-def rendering_key(tok_dir: str) -> str:
-    """What decides TOK_DIR's rendering and tokenisation: a hash of its RENDERING_FILES' names and bytes."""
-    digest = hashlib.sha256()
-    for name in RENDERING_FILES:
-        path = Path(tok_dir) / name
-        if path.is_file():
-            digest.update(name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
-
-
-class Tokenizers:
-    """Each distinct tokenizer loaded once (models that share one share it), with its label checker."""
-
-    def __init__(self) -> None:
-        self._loaded: dict[str, tuple[Any, LabelChecker]] = {}
-        self._keys: dict[str, str] = {}
-
-    def key(self, tok_dir: str) -> str:
-        if tok_dir not in self._keys:
-            self._keys[tok_dir] = rendering_key(tok_dir)
-        return self._keys[tok_dir]
-
-    def get(self, tok_dir: str) -> tuple[Any, LabelChecker]:
-        key = self.key(tok_dir)
-        if key not in self._loaded:
-            tokenizer = load_tokenizer(tok_dir)
-            self._loaded[key] = (tokenizer, LabelChecker(tokenizer))
-        return self._loaded[key]
 
 
 def item_counts(items: list[Item], options: PromptOptions, tokenizer=None, checker=None, *, answer_mass: bool

@@ -4,14 +4,21 @@ hub repo id and retry the network for minutes)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
+from anyjev.decision.labels import LabelChecker
 from anyjev.errors import ArgumentError, one_line
 
 # What transformers builds a tokenizer from: one of these (a `tokenizers` serialization, a sentencepiece model, a BPE
 # vocabulary with its merges, a WordPiece vocabulary).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json + merges.txt", "vocab.txt")
+# The files that decide how a prompt renders and tokenises: models whose folders hold the same bytes here (models of
+# one family) share one tokenizer, and their prompts are rendered once for all of them.
+RENDERING_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "chat_template.json",
+                   "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")
 
 
 def load_tokenizer(path: str | os.PathLike[str], *, argument: str = "tokenizer folder"):
@@ -34,3 +41,34 @@ def load_tokenizer(path: str | os.PathLike[str], *, argument: str = "tokenizer f
                  f"it holds {', '.join(present)}, which transformers cannot load")
         raise ArgumentError(where, f"no tokenizer could be loaded: {lacks} ({type(exc).__name__}: "
                             f"{one_line(str(exc), 200)})") from None
+
+
+def rendering_key(tok_dir: str) -> str:
+    """What decides TOK_DIR's rendering and tokenisation: a hash of its RENDERING_FILES' names and bytes."""
+    digest = hashlib.sha256()
+    for name in RENDERING_FILES:
+        path = Path(tok_dir) / name
+        if path.is_file():
+            digest.update(name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+class Tokenizers:
+    """Each distinct tokenizer loaded once (models whose folders render alike share one), with its label checker:
+    ``anyjev plan`` and the viewer render a task's prompts once per distinct tokenizer, not once per model."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, tuple[Any, LabelChecker]] = {}
+        self._keys: dict[str, str] = {}
+
+    def key(self, tok_dir: str) -> str:
+        if tok_dir not in self._keys:
+            self._keys[tok_dir] = rendering_key(tok_dir)
+        return self._keys[tok_dir]
+
+    def get(self, tok_dir: str) -> tuple[Any, LabelChecker]:
+        key = self.key(tok_dir)
+        if key not in self._loaded:
+            tokenizer = load_tokenizer(tok_dir)
+            self._loaded[key] = (tokenizer, LabelChecker(tokenizer))
+        return self._loaded[key]

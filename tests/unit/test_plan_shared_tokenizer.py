@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from anyjev import plan as plan_module
+from anyjev.decision import tokenizer as tokenizer_module
 from anyjev.plan import plan_config
 from tests.conftest import QWEN3_TOKENIZER_DIR
 from tests.unit.test_plan import mixed_task_rows
@@ -50,8 +51,8 @@ def test_models_sharing_a_tokenizer_render_each_task_once(tmp_path: Path, monkey
 
     loads: list[str] = []
     renders: list[str] = []
-    load, prepare = plan_module.load_tokenizer, plan_module.prepare_items
-    monkeypatch.setattr(plan_module, "load_tokenizer", lambda d: (loads.append(str(d)), load(d))[1])
+    load, prepare = tokenizer_module.load_tokenizer, plan_module.prepare_items
+    monkeypatch.setattr(tokenizer_module, "load_tokenizer", lambda d: (loads.append(str(d)), load(d))[1])
     monkeypatch.setattr(plan_module, "prepare_items",
                         lambda tok, items, *a, **kw: (renders.extend(it.id for it in items), prepare(tok, items, *a, **kw))[1])
     grid = write_plan(tmp_path / "grid.yaml", family | other)
@@ -59,7 +60,7 @@ def test_models_sharing_a_tokenizer_render_each_task_once(tmp_path: Path, monkey
     items = 9 + 6  # tasks a and b
     assert len(loads) == 2  # the family's tokenizer and the other one
     assert len(renders) == 2 * items  # each task once per distinct tokenizer, not once per model
-    monkeypatch.setattr(plan_module, "load_tokenizer", load)
+    monkeypatch.setattr(tokenizer_module, "load_tokenizer", load)
     monkeypatch.setattr(plan_module, "prepare_items", prepare)
     for model in (*family, *other):  # the same counts as a plan of the model alone
         alone = write_plan(tmp_path / f"{model}.yaml", {model: (family | other)[model]})
