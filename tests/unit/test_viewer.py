@@ -332,6 +332,45 @@ def test_a_prompt_whose_text_does_not_encode_to_the_scored_ids_names_its_item_an
     item = task.items[0]
     options = PromptOptions()
     prepared = prepare_item(smollm2_tokenizer, LabelChecker(smollm2_tokenizer), item, "g", options)
-    monkeypatch.setattr(rebuild, "encode", lambda tokenizer, text: [0])
+    monkeypatch.setattr(rebuild, "encode_many", lambda tokenizer, texts: [[0]] * len(texts))
     with pytest.raises(TaskDataError, match=rf"x.jsonl:item '{item.id}' layout fwd/r0: the rendered text does not encode"):
         rebuild.render_prepared(smollm2_tokenizer, prepared, options, source="x.jsonl")
+
+
+def test_models_sharing_a_tokenizer_rebuild_each_task_once_and_every_cell_is_checked(tasks, tmp_path, monkeypatch) -> None:
+    """Two models whose tokenizer folder is the same: each task's test items are rendered and tokenised once for
+    both, both get the same prompts, and a cell whose stored hash is not its prompt's is still refused."""
+    from anyjev.results.files import is_test
+    from anyjev.run import rebuild
+    from anyjev.run.store import read_scores
+    from tests.viewer_helpers import TASKS
+
+    results, logs = tmp_path / "results", tmp_path / "logs"
+    for model in (MODEL, "twin"):
+        for task in TASKS:
+            shutil.copytree(RESULTS / "cells" / MODEL / task, results / "cells" / model / task)
+    job = reference_job(tasks, results, logs, [(m, t) for m in (MODEL, "twin") for t in TASKS])
+    assert job.tokenizers["twin"] == job.tokenizers[MODEL]
+    built: list[str] = []
+    prepare = rebuild.prepare_items
+    monkeypatch.setattr(rebuild, "prepare_items",
+                        lambda tok, items, *a, **kw: (built.extend(it.id for it in items), prepare(tok, items, *a, **kw))[1])
+    write_viewer(job, tmp_path / "viewer")
+
+    test_ids = [rec["id"] for task in TASKS
+                for rec in read_scores(RESULTS / "cells" / MODEL / task / "scores.jsonl")[1] if is_test(rec)]
+    assert sorted(built) == sorted(test_ids)  # once each, not once per model
+    for task in TASKS:
+        ours, twins = (viewer_file(tmp_path / "viewer" / "cells" / m / f"{task}.items.js")[1][2] for m in (MODEL, "twin"))
+        assert [i["prompts"] for i in ours["items"].values()] == [i["prompts"] for i in twins["items"].values()]
+        assert ours["lines"] == twins["lines"]
+
+    scores = results / "cells" / "twin" / "socialiqa" / "scores.jsonl"
+    lines = scores.read_text().splitlines(keepends=True)
+    record = json.loads(lines[1])
+    layout_name = next(iter(record["layouts"]))
+    record["layouts"][layout_name]["prompt_sha"] = "0" * 16
+    scores.write_text(lines[0] + json.dumps(record) + "\n" + "".join(lines[2:]))
+    with pytest.raises(TaskDataError, match=rf"{scores}:line 2: item '{record['id']}' layout {layout_name}: stored prompt "
+                                            rf"hash 0{{16}}"):
+        write_viewer(job, tmp_path / "viewer")

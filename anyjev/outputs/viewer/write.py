@@ -11,6 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from anyjev.data.taskfile import load_task_file
+from anyjev.data.tasks import Task
+from anyjev.decision.labels import LabelChecker
+from anyjev.decision.tokenizer import Tokenizers
 from anyjev.files import current_umask, write_text_atomic
 from anyjev.jobs import Job
 from anyjev.outputs.tables import summary_frame
@@ -40,15 +43,43 @@ class ViewerJob(Job):
     layout: CellLayout
 
 
-def write_cell(run: Run, cell: Cell, job: ViewerJob, out: Path, tokenizer) -> None:
-    """CELL's data files: its levels (checked against its predictions.csv) and its prompts (checked against the
-    hashes stored when they were scored)."""
+class _Prompts:
+    """Each cell's scored prompts, rebuilt once per task file, distinct tokenizer and prompt options: models whose
+    tokenizers render alike (:class:`~anyjev.decision.tokenizer.Tokenizers`) share each task's rebuilt prompts, and
+    every cell's stored prompt hashes are checked against them."""
+
+    def __init__(self, job: ViewerJob, given: dict) -> None:
+        self.job, self.given = job, given
+        self.tokenizers = Tokenizers()
+        self.checkers: dict[int, LabelChecker] = {}
+        self.tasks: dict[str, Task] = {}
+        self.rebuilt: dict[tuple, dict] = {}
+
+    def task(self, name: str) -> Task:
+        if name not in self.tasks:
+            self.tasks[name] = load_task_file(self.job.tasks[name])
+        return self.tasks[name]
+
+    def of(self, cell: Cell) -> dict:
+        if cell.model in self.given:  # handed over loaded: shared only with models handed the same object
+            tokenizer = self.given[cell.model]
+            key: object = id(tokenizer)
+            checker = self.checkers.setdefault(id(tokenizer), LabelChecker(tokenizer))
+        else:
+            folder = self.job.tokenizers[cell.model]
+            key = self.tokenizers.key(folder)
+            tokenizer, checker = self.tokenizers.get(folder)
+        task_file = self.job.tasks[cell.task]
+        rebuilt = self.rebuilt.setdefault((key, task_file, cell.prompt_options), {})
+        return scored_prompts(cell.scores.path, cell.scores.items, self.task(cell.task), task_file, tokenizer,
+                              cell.prompt_options, keep=is_test, rebuilt=rebuilt, checker=checker)
+
+
+def write_cell(run: Run, cell: Cell, job: ViewerJob, out: Path, task: Task, prompts: dict) -> None:
+    """CELL's data files: its levels (checked against its predictions.csv), its TASK's items and its PROMPTS
+    (checked against the hashes stored when they were scored)."""
     levels = cell_levels(cell)
     check_predictions(cell, levels)
-    task_file = job.tasks[cell.task]
-    task = load_task_file(task_file)
-    prompts = scored_prompts(cell.scores.path, cell.scores.items, task, task_file, tokenizer, cell.prompt_options,
-                             keep=is_test)
     data = CellFrames.of(run, cell)
     write_text_atomic(out / CELLS / cell.model / f"{cell.task}.js", js_data("cell", cell.key, cell_page(data, levels, job.levels)))
     write_text_atomic(out / CELLS / cell.model / f"{cell.task}.items.js",
@@ -59,18 +90,14 @@ def write_viewer(job: ViewerJob, out: str | os.PathLike, *, tokenizers: dict | N
     """Write the viewer of JOB's run into OUT (replaced as a whole): ``index.html`` and the data of every finished
     cell; returns the path of ``index.html``. TOKENIZERS may hand over loaded tokenizers by model, RUN the run already
     read (by :func:`anyjev.results.read_layout` with JOB's layout and cells)."""
-    from anyjev.run.cell import load_tokenizer
-
     run = run or read_layout(job.layout, job.cells)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    loaded = dict(tokenizers or {})
+    prompts = _Prompts(job, dict(tokenizers or {}))
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         for cell in run.finished:
-            if cell.model not in loaded:
-                loaded[cell.model] = load_tokenizer(job.tokenizers[cell.model])
-            write_cell(run, cell, job, tmp, loaded[cell.model])
+            write_cell(run, cell, job, tmp, prompts.task(cell.task), prompts.of(cell))
         write_text_atomic(tmp / INDEX, index_html(run_page(run, job.levels, summary_frame(run, job.levels))))
         _readable(tmp)
         if out.exists():
