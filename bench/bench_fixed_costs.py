@@ -1,0 +1,132 @@
+#!/usr/bin/env python
+"""Where the two fixed costs of a large study go: ``snakemake -n`` (the dry run) and ``anyjev plan``, on the scale
+benchmark's grids (:func:`bench.bench_scale.build_grid`: 9 = 3 x 3 and 300 = 10 x 30 cells), side by side in one run.
+
+* The dry run: Snakemake starting (``snakemake --version``, which imports it and its plugins), and ``snakemake -n`` at
+  9 and at 300 cells with the jobs each plans; the cost of one planned job is the difference of the two dry runs over
+  the difference of their jobs.
+* ``anyjev plan`` at 300 cells, and its parts: importing transformers and loading the grid's tokenizer in a fresh
+  interpreter; then, in one process, rendering every prompt the plan renders (each task once: the models share one
+  tokenizer), and tokenising them one call each (as the plan did) and in batches (``encode_many``, as it does now).
+
+Medians of ``--reps`` runs each (default 3). The SLURM executor plugin is given an ``scontrol`` that fails at once
+where SLURM's client is installed and no controller answers (bench/common.py, ``no_controller_shim``).
+
+    .venv/bin/python bench/bench_fixed_costs.py      # results/bench/fixed_costs.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench import bench_scale, time_limit  # noqa: E402
+from bench.common import REPO, run_record, write_json  # noqa: E402
+from bench.stand_in_vllm import make_server_env  # noqa: E402
+
+GRIDS = (9, 300)
+IMPORT_AND_LOAD = "import sys; from anyjev.run.cell import load_tokenizer; load_tokenizer(sys.argv[1])"
+
+
+def median_wall(cmd: list[str], cwd: Path, what: str, reps: int) -> tuple[float, str]:
+    runs = [bench_scale.timed(cmd, cwd, what) for _ in range(reps)]
+    return statistics.median(s for s, _ in runs), runs[-1][1]
+
+
+def planned_jobs(dry_run_output: str) -> int:
+    """The total of the dry run's "Job stats" table."""
+    found = re.findall(r"^total\s+(\d+)\s*$", dry_run_output, re.M)
+    if not found:
+        raise SystemExit(f"no job total in the dry run's output:\n{dry_run_output[-2000:]}")
+    return int(found[-1])
+
+
+def plan_parts(work: Path, reps: int) -> dict:
+    """The plan's parts at the grid in WORK (see the module docstring)."""
+    from anyjev.decision.labels import label_strings
+    from anyjev.decision.prompts import encode, encode_many
+    from anyjev.plan import task_counts
+    from anyjev.run.cell import load_tokenizer
+    from anyjev.settings import Settings
+
+    tok_dir = str(work / "models" / "m00")
+    loads = [bench_scale.timed([sys.executable, "-c", IMPORT_AND_LOAD, tok_dir], work, "import and load")[0]
+             for _ in range(reps)]
+    settings = Settings.load(work / "config" / "config.yaml", workdir=work)
+    tokenizer = load_tokenizer(tok_dir)
+    options = settings.scoring.prompt
+    t0 = time.perf_counter()
+    texts = []
+    for task in settings.tasks:
+        for item in task_counts(settings, task, str(work / "hub")).items:
+            labels = label_strings(item.question, "default")
+            for group in options.layouts(item.question).values():
+                texts += [options.render(tokenizer, item.question, item.state, layout, labels) for layout in group]
+    render_s = time.perf_counter() - t0
+    one_each, batched = [], []
+    for _ in range(reps):  # side by side, alternating
+        t0 = time.perf_counter()
+        single = [encode(tokenizer, text) for text in texts]
+        one_each.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        together = [ids for i in range(0, len(texts), 2048) for ids in encode_many(tokenizer, texts[i:i + 2048])]
+        batched.append(time.perf_counter() - t0)
+        if together != single:
+            raise SystemExit("encode_many gave other ids than one call each")
+    tokens = sum(map(len, single))
+    out = {"import_and_load_s": statistics.median(loads), "prompts_rendered": len(texts), "render_s": render_s,
+           "tokens": tokens, "encode_one_each_s": statistics.median(one_each), "encode_batched_s": statistics.median(batched)}
+    out["batched_vs_one_each"] = out["encode_one_each_s"] / out["encode_batched_s"]
+    out["batched_tokens_per_s"] = tokens / out["encode_batched_s"]
+    out["parts_s"] = out["import_and_load_s"] + render_s + out["encode_batched_s"]
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--out", default=str(REPO / "results" / "bench" / "fixed_costs.json"))
+    args = ap.parse_args(argv)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    report: dict = run_record() | {"commit": commit, "reps": args.reps}
+    root = Path(tempfile.mkdtemp(prefix="bench-fixed-"))
+    try:
+        report["slurm_client"] = bench_scale.slurm_client(root)
+        server_python = make_server_env(root / "stand-in")
+        start, _ = median_wall([str(bench_scale.SNAKEMAKE), "--version"], root, "snakemake --version", args.reps)
+        report["snakemake_start_s"] = round(start, 3)
+        for cells in GRIDS:
+            n_models, n_tasks = bench_scale.SIZES[cells]
+            work = root / f"grid-{cells}"
+            config = bench_scale.build_grid(work, n_models, n_tasks, items=50, n_test=30, server_python=server_python,
+                                            starts=work / "server-starts.log")
+            dry, text = median_wall(bench_scale.snakemake_cmd(work, "-n", "--quiet", "rules"), work, "snakemake -n", args.reps)
+            grid = {"cells": cells, "dry_run_s": round(dry, 3), "jobs": planned_jobs(text)}
+            if cells == max(GRIDS):
+                plan, _ = median_wall([sys.executable, "-m", "anyjev", "plan", "--config", str(config), "--json"], work,
+                                      "anyjev plan", args.reps)
+                grid |= {"plan_s": round(plan, 3), "plan": plan_parts(work, args.reps)}
+            report.setdefault("grids", {})[str(cells)] = grid
+            print(f"[bench_fixed_costs] {cells} cells: {grid}", flush=True)
+        small, big = (report["grids"][str(c)] for c in GRIDS)
+        report["dry_run_ms_per_job"] = round(1000 * (big["dry_run_s"] - small["dry_run_s"]) / (big["jobs"] - small["jobs"]), 2)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json(out, report)
+    print(f"[bench_fixed_costs] wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(time_limit.run(main, seconds=1800))
