@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -44,19 +45,26 @@ REL = 1e-6  # numbers: the last bits of numpy/BLAS results differ between CPUs
 DECISIONS = ["item_id", "level", "group", "gold", "pred", "n_top"]
 
 
-def differences(ours: object, theirs: object, path: str = "") -> list[str]:
-    """Where two metrics.json trees differ: keys, types, strings and integers exactly, floats beyond REL."""
+def close(a: float, b: float) -> bool:
+    """Equal but for the last bits (REL), NaN equal to NaN."""
+    return math.isclose(a, b, rel_tol=REL, abs_tol=1e-12) or (math.isnan(a) and math.isnan(b))
+
+
+def differences(ours: object, theirs: object, path: str = "", *, same_float: Callable[[float, float], bool] = close
+                ) -> list[str]:
+    """Where two JSON trees differ (metrics.json, a viewer's data): keys, types, strings and integers exactly,
+    floats as SAME_FLOAT says (by default beyond REL)."""
     if isinstance(ours, dict) and isinstance(theirs, dict):
         if ours.keys() != theirs.keys():
             return [f"{path}: keys {sorted(ours)} != {sorted(theirs)}"]
-        return [d for k in ours for d in differences(ours[k], theirs[k], f"{path}.{k}")]
+        return [d for k in ours for d in differences(ours[k], theirs[k], f"{path}.{k}", same_float=same_float)]
     if isinstance(ours, list) and isinstance(theirs, list):
         if len(ours) != len(theirs):
             return [f"{path}: {len(ours)} items != {len(theirs)}"]
-        return [d for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) for d in differences(a, b, f"{path}[{i}]")]
+        return [d for i, (a, b) in enumerate(zip(ours, theirs, strict=True))
+                for d in differences(a, b, f"{path}[{i}]", same_float=same_float)]
     if isinstance(ours, float) and isinstance(theirs, float):
-        same = math.isclose(ours, theirs, rel_tol=REL, abs_tol=1e-12) or (math.isnan(ours) and math.isnan(theirs))
-        return [] if same else [f"{path}: {ours!r} != {theirs!r}"]
+        return [] if same_float(ours, theirs) else [f"{path}: {ours!r} != {theirs!r}"]
     return [] if (type(ours), ours) == (type(theirs), theirs) else [f"{path}: {ours!r} != {theirs!r}"]
 
 
