@@ -206,11 +206,11 @@ def test_a_missing_table_or_an_empty_one_is_one_error_naming_it(tmp_path) -> Non
 
 
 def test_the_viewer_command_names_a_malformed_file_in_one_line(tmp_path, capsys) -> None:
-    from tests.viewer_helpers import reference_job, reference_tasks
+    from tests.viewer_helpers import reference_job
 
     broken_cell(tmp_path / "results" / "cells", "predictions.csv", "\n")  # a 1-byte CSV
-    task = reference_tasks(tmp_path / "tasks")["rotten_tomatoes"]  # the viewer reads the task before the cell's files
-    job = reference_job({"rotten_tomatoes": task}, tmp_path / "results", tmp_path / "logs", [(MODEL, "rotten_tomatoes")])
+    # the task path does not exist: a cell's predictions.csv is checked before its task is read
+    job = reference_job({"rotten_tomatoes": "unused"}, tmp_path / "results", tmp_path / "logs", [(MODEL, "rotten_tomatoes")])
     assert main(["viewer", "--job", job.to_json(), "--out", str(tmp_path / "viewer")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("anyjev viewer: FileFormatError: ") and "predictions.csv:line 1: empty file" in err[-1]

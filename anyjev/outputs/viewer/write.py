@@ -75,15 +75,16 @@ class _Prompts:
                               cell.prompt_options, keep=is_test, rebuilt=rebuilt, checker=checker)
 
 
-def write_cell(run: Run, cell: Cell, job: ViewerJob, out: Path, task: Task, prompts: dict) -> None:
-    """CELL's data files: its levels (checked against its predictions.csv), its TASK's items and its PROMPTS
-    (checked against the hashes stored when they were scored)."""
+def write_cell(run: Run, cell: Cell, job: ViewerJob, out: Path, prompts: _Prompts) -> None:
+    """CELL's data files: its levels (checked against its predictions.csv first, before its task is read), its task's
+    items and its scored prompts (checked against the hashes stored when they were scored)."""
     levels = cell_levels(cell)
     check_predictions(cell, levels)
+    task, scored = prompts.task(cell.task), prompts.of(cell)
     data = CellFrames.of(run, cell)
     write_text_atomic(out / CELLS / cell.model / f"{cell.task}.js", js_data("cell", cell.key, cell_page(data, levels, job.levels)))
     write_text_atomic(out / CELLS / cell.model / f"{cell.task}.items.js",
-                      js_data("items", cell.key, items_page(data, levels, task, prompts)))
+                      js_data("items", cell.key, items_page(data, levels, task, scored)))
 
 
 def write_viewer(job: ViewerJob, out: str | os.PathLike, *, tokenizers: dict | None = None, run: Run | None = None) -> Path:
@@ -97,7 +98,7 @@ def write_viewer(job: ViewerJob, out: str | os.PathLike, *, tokenizers: dict | N
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         for cell in run.finished:
-            write_cell(run, cell, job, tmp, prompts.task(cell.task), prompts.of(cell))
+            write_cell(run, cell, job, tmp, prompts)
         write_text_atomic(tmp / INDEX, index_html(run_page(run, job.levels, summary_frame(run, job.levels))))
         _readable(tmp)
         if out.exists():
