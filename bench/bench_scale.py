@@ -368,10 +368,23 @@ def viewer_run_page(index: Path, reps: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ per-cell work
-def in_process(work: Path, config: Path, n: int = 3) -> dict:
+def in_process(work: Path, config: Path, n: int = 5) -> dict:
+    """:func:`measure_in_process` in a fresh interpreter: not in this one, whose state after a run (the run's samples,
+    the sampler's thread, the browser's driver) is not a job's."""
+    code = ("import json, sys; from bench.bench_scale import measure_in_process; "
+            "print(json.dumps(measure_in_process(sys.argv[1], sys.argv[2], int(sys.argv[3]))))")
+    proc = subprocess.run([sys.executable, "-c", code, str(work), str(config), str(n)], cwd=REPO, capture_output=True,
+                          text=True)
+    if proc.returncode:
+        raise SystemExit(f"measuring the per-cell work in process failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def measure_in_process(work: str | Path, config: str | Path, n: int) -> dict:
     """What a per-cell job's own work takes in a process that has already imported everything: evaluating N of the
     run's cells (the bootstrap) and drawing their reliability diagrams (medians, after a first call not counted); and
     an interpreter that starts and imports nothing. A job's wall time less these is its start-up."""
+    work, config = Path(work), Path(config)
     from anyjev.outputs.plots import plot_reliability
     from anyjev.results.files import load_metrics, load_predictions
     from anyjev.run.evaluate import evaluate_cell
