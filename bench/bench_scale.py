@@ -322,8 +322,10 @@ def run_sampled(cmd: list[str], cwd: Path, what: str, extra_env: dict[str, str] 
     seconds = time.perf_counter() - t0
     log.seek(0)
     out = log.read()
-    if proc.returncode != 0:
-        raise SystemExit(f"{what} failed (exit {proc.returncode}):\n{out[-4000:]}")
+    if proc.returncode != 0:  # the first failed job's block, then the tail (which lists every cell left undone)
+        first = out.find("Error in rule")
+        raise SystemExit(f"{what} failed (exit {proc.returncode}):\n"
+                         + (f"{out[first:first + 3000]}\n[...]\n" if first >= 0 else "") + out[-4000:])
     return seconds, sampler, out
 
 
