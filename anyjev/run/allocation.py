@@ -38,6 +38,7 @@ from anyjev.files import now_iso, write_json_atomic, write_text_atomic
 from anyjev.jobs import Job
 from anyjev.run.cell import ScoreJob, score_job
 from anyjev.schema import check_setting
+from anyjev.serving.lease import release_server
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,17 @@ def score_model_job(job: ScoreModelJob, out: str | os.PathLike[str], owner_pid: 
     log.info("%s: %d cell(s) scored, %d failed%s", model, len(cells) - len(failed), len(failed),
              f" ({', '.join(failed)}: each fails its own score_cell job)" if failed else "")
     write_json_atomic(out, record)
+    _release_server(job, owner_pid)
     return record
+
+
+def _release_server(job: ScoreModelJob, owner_pid: int) -> None:
+    """Stop the model's managed server now that its outcomes are written: no later job of the run uses it, and on one
+    machine the run would keep it (weights, KV cache, a busy idle worker) until every other model is scored too. A
+    ``url`` model's server is the user's."""
+    managed = next((c.job.managed for c in job.cells.values() if c.job.managed is not None), None)
+    if managed is not None and release_server(managed.spec.name, state_dir=managed.state_dir, owner_pid=owner_pid):
+        log.info("%s: stopped its server (no later job of this run uses it)", job.model)
 
 
 def read_allocation(path: str | os.PathLike[str]) -> dict[str, Any]:

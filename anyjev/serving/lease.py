@@ -4,7 +4,8 @@ Under an exclusive flock on ``state_dir/<name>.lock`` it reuses the server recor
 when that server belongs to the same owner (the Snakemake process of the run), host and spec and answers
 ``/health`` and ``/v1/models`` with the expected served name; otherwise it starts one and waits until it is
 ready, still holding the lock, so concurrent cells of one model wait and then reuse it: one server per model
-per run per machine (docs/servers.md).
+per run per machine (docs/servers.md). Its counterpart, :func:`release_server`, stops the run's server of a model
+once no later job of the run needs it.
 """
 
 from __future__ import annotations
@@ -89,3 +90,20 @@ def acquire_server(spec: ServerSpec, *, state_dir: str | os.PathLike[str], owner
             ):
                 stop_record(record, grace=record.stop_grace)
         return start_server(spec, log_path, owner_pid, state_file)
+
+
+def release_server(name: str, *, state_dir: str | os.PathLike[str], owner_pid: int) -> bool:
+    """Stop OWNER_PID's server of model NAME on this host, under the model's lease lock; True if it was running.
+
+    For the last job of a model (``score_jobs: model``): otherwise the server would keep its memory and its cores until
+    the whole run ends. A record of another owner (another run) or another host is left alone.
+    """
+    state_dir = Path(state_dir)
+    state_file = state_dir / f"{name}.json"
+    with flock(state_dir / f"{name}.lock"):
+        record = read_record(state_file)
+        if (record is None or record.host != socket.gethostname() or record.owner_pid != owner_pid
+                or record.owner_start != proc_start_time(owner_pid)):
+            return False
+        record.state_file = record.state_file or str(state_file)
+        return stop_record(record, grace=record.stop_grace)

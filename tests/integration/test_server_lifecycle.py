@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -29,7 +30,7 @@ from anyjev.serving.argv import API_MODULE
 from anyjev.serving.build import resolve_server
 from anyjev.serving.health import ServerHandle
 from anyjev.serving.launch import JOB_THREAD_LIMITS, start_server, supervisor_env
-from anyjev.serving.lease import acquire_server
+from anyjev.serving.lease import acquire_server, release_server
 from anyjev.serving.proc import group_pids, proc_cmdline, proc_environ
 from anyjev.serving.spec import ServerSpec
 from anyjev.serving.state import read_record
@@ -392,7 +393,7 @@ def test_owner_death_stops_the_server(make_spec: Callable[..., ServerSpec], work
 
 CLIENT = """
 import json, sys, time
-from anyjev.serving.lease import acquire_server
+from anyjev.serving.lease import acquire_server, release_server
 from anyjev.serving.spec import ServerSpec
 raw = json.loads(sys.argv[1])
 handle = acquire_server(ServerSpec.from_dict(raw), state_dir=sys.argv[2], owner_pid=int(sys.argv[3]), log_path=sys.argv[4])
@@ -437,7 +438,7 @@ def test_sigkill_of_scoring_job_keeps_server_owner_death_stops_it(
 
 OWNER_CLIENT = """
 import sys, os, time
-from anyjev.serving.lease import acquire_server
+from anyjev.serving.lease import acquire_server, release_server
 from anyjev.serving.spec import ServerSpec
 import json
 raw = json.loads(sys.argv[1])
@@ -505,6 +506,51 @@ def test_stop_servers_stops_everything_of_an_owner(make_spec: Callable[..., Serv
     assert stop_servers(workdir / "state") == [c.name]
     assert stop_servers(workdir / "state") == []
     assert not list((workdir / "state").glob("*.json*")) and not any(read_record(h.state_file) for h in (ha, hb, hc))
+
+
+def test_a_models_job_stops_its_server_once_its_outcomes_are_written(make_spec: Callable[..., ServerSpec], workdir: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """score_jobs: model: the model's one job leases its server for its first cell, reuses it for the next, and stops
+    it after writing the model's outcomes, so on one machine the next model's server never shares the memory and the
+    cores with it (the run, its owner, would otherwise keep it until every model is scored)."""
+    from anyjev.run import allocation
+    from anyjev.run.cell import ManagedServer
+
+    spec = make_spec()
+    managed = ManagedServer(spec, str(workdir / "logs" / "server.log"), str(workdir / "state"))
+    leased: list[ServerHandle] = []
+
+    def score_job(job, task_file, out, provenance, owner_pid):  # the server part of a cell's score job, as it is
+        leased.append(acquire_server(job.managed.spec, state_dir=job.managed.state_dir, owner_pid=owner_pid,
+                                     log_path=job.managed.log))
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(f"scores of {job.task}\n")
+        Path(provenance).write_text("{}")
+        return {"items": 1, "scored": 1, "resumed": 0, "prompts": 1}
+
+    monkeypatch.setattr(allocation, "score_job", score_job)
+    cells = {t: allocation.ModelCell(SimpleNamespace(model="m", task=t, managed=managed), f"{t}.jsonl",
+                                     str(workdir / t / "scores.jsonl"), str(workdir / t / "provenance.json"))
+             for t in ("a", "b")}
+    out = workdir / "allocation.json"
+    record = allocation.score_model_job(allocation.ScoreModelJob("m", cells), out, os.getpid())
+    assert [h.reused for h in leased] == [False, True] and leased[0].pid == leased[1].pid  # one start, two cells
+    assert json.loads(out.read_text()) == record and {c["status"] for c in record["cells"].values()} == {"ok"}
+    assert read_record(leased[0].state_file).state == "stopped"
+    assert gone(spec.name)
+
+
+def test_releasing_leaves_another_runs_server_alone(make_spec: Callable[..., ServerSpec], workdir: Path,
+                                                   owner_proc: subprocess.Popen[bytes]) -> None:
+    """A job releases only its own run's server: the record of another owner's server of the same model is kept,
+    and that server runs on."""
+    spec = make_spec()
+    theirs = acquire(spec, workdir, owner=owner_proc.pid)
+    assert release_server(spec.name, state_dir=workdir / "state", owner_pid=os.getpid()) is False
+    theirs.check_alive()
+    assert read_record(theirs.state_file).state == "ready"
+    assert release_server(spec.name, state_dir=workdir / "state", owner_pid=owner_proc.pid) is True
+    assert gone(spec.name) and release_server(spec.name, state_dir=workdir / "state", owner_pid=owner_proc.pid) is False
 
 
 def test_a_record_whose_server_is_gone_is_forgotten(make_spec: Callable[..., ServerSpec], workdir: Path,

@@ -33,7 +33,7 @@ def staged(task: str) -> Path:
 
 def _job(*tasks: str) -> allocation.ScoreModelJob:
     """A model's job whose cells name only their task (the score job itself is replaced here)."""
-    return allocation.ScoreModelJob("m", {t: allocation.ModelCell(SimpleNamespace(model="m", task=t), f"{t}.jsonl",
+    return allocation.ScoreModelJob("m", {t: allocation.ModelCell(SimpleNamespace(model="m", task=t, managed=None), f"{t}.jsonl",
                                                                   str(staged(t)), str(staged(t).with_suffix(".json")))
                                           for t in tasks})
 

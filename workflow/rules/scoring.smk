@@ -21,6 +21,7 @@ if SCORE_JOBS == "cell":
             PATHS.score_benchmark
         conda:
             "../envs/client.yaml"
+        threads: score_threads
         resources:
             # memory and time per model (models.<name>.mem_mb / runtime); unset: the profile's
             **score_resources(),
@@ -48,6 +49,7 @@ else:
             PATHS.score_model_benchmark
         conda:
             "../envs/client.yaml"
+        threads: score_threads
         resources:
             # memory and time of the model's whole allocation (models.<name>.mem_mb / runtime); unset: the profile's
             **score_resources(),
