@@ -632,7 +632,7 @@ def real_server_lines(report: dict) -> list[str]:
     row("per-cell jobs, CPU seconds per cell", lambda s: f"{s['per_cell_cpu_s']:.2f}")
     row("`score-model`: wall s each (median), peak MB",
         lambda s: f"{s['jobs']['score-model']['wall_s_median']:.1f}, {s['jobs']['score-model']['peak_rss_mb_max']:.0f}")
-    row("server starts; the server's peak MB", lambda s: f"{s['server_starts']}; " + (
+    row("server starts; the API server process's peak MB (not vLLM's engine process)", lambda s: f"{s['server_starts']}; " + (
         f"{s['jobs']['server']['peak_rss_mb_max']:.0f}" if "server" in s["jobs"] else "-"))
     row("rerun with nothing to do (s)", lambda s: f"{s['noop_rerun_s']:.1f}")
     if stand_in and real["items_per_task"] < stand_in["items_per_task"]:

