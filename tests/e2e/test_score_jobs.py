@@ -128,6 +128,14 @@ def test_one_job_per_model_fails_one_cell_alone_and_retries_it(tmp_path, stub, q
     assert {c["status"] for c in run_data(work / "results/viewer/index.html")["cells"]} == {"done"}
 
 
+def dry_run_jobs(work: Path, config: dict, *args: str) -> list[dict]:
+    """The jobs a dry run of CONFIG in WORK prints (it must succeed)."""
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    proc = run_snakemake(work, "-n", *args)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return job_blocks(proc.stdout + proc.stderr)
+
+
 def test_the_cut_is_the_configs_whatever_the_executor(tmp_path, qwen3_tokenizer):
     """score_jobs: model (the default) gives one score_model job per model and a score_cell job per cell, locally and
     under `--executor slurm` alike; score_jobs: cell one score_cell job per cell (the one library function,
@@ -138,11 +146,8 @@ def test_the_cut_is_the_configs_whatever_the_executor(tmp_path, qwen3_tokenizer)
     (work / "config").mkdir()
 
     def rules(cut: dict, *args: str) -> dict[str, list[bool]]:
-        (work / "config" / "config.yaml").write_text(yaml.safe_dump(config | cut, sort_keys=False))
-        proc = run_snakemake(work, "-n", *args)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         found: dict[str, list[bool]] = {}
-        for j in job_blocks(proc.stdout + proc.stderr):
+        for j in dry_run_jobs(work, config | cut, *args):
             found.setdefault(j["rule"], []).append(j["local"])
         return found
 
@@ -167,12 +172,9 @@ def test_a_cpu_servers_scoring_job_takes_every_core_on_one_machine(tmp_path, qwe
     (work / "config").mkdir()
 
     def threads(cut: dict, *args: str) -> dict[str, set[int]]:
-        (work / "config" / "config.yaml").write_text(yaml.safe_dump(config | cut, sort_keys=False))
-        proc = run_snakemake(work, "-n", *args)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         scoring = "score_cell" if cut else "score_model"
         found: dict[str, set[int]] = {}
-        for j in job_blocks(proc.stdout + proc.stderr):
+        for j in dry_run_jobs(work, config | cut, *args):
             if j["rule"] == scoring:
                 found.setdefault(j["wildcards"]["model"], set()).add(int(j.get("threads", "1")))
         return found
