@@ -130,7 +130,6 @@ NOT_MEASURED: tuple[tuple[str, str, str], ...] = (
     ("docs/servers.md", "padding id 0 at -9999", "vLLM's padding value"),
     ("docs/servers.md", "every 0.5 s", "a constant of the code: the supervisor's poll interval"),
     ("docs/servers.md", "would load 9 servers", "the paper grid's 3 x 3 cells (config/paper.yaml)"),
-    ("docs/servers.md", "1-2 s before the job ends", "follows from the poll interval and the job's exit"),
     ("docs/servers.md", "180 s later", "the plugin's status-check interval, a setting"),
     ("docs/viewer.md", "within 1e-6", _CI_TOLERANCE),
     ("docs/viewer.md", "about 500 lines", "the size of the viewer's code, not of a run"),
