@@ -14,7 +14,11 @@ it), against servers started one after the other:
   answer-mass prompts, a checkpoint per chunk), on the caching server at 32 as the default run; and the same without
   one of those parts, or with chunks of 64 items (``run_*``), to find which one holds the run back;
 * ``per_request``: the same number of requests as a cell's engine pass, each prompt cut to its last 16 tokens
-  (caching off): what a request costs the server besides its tokens.
+  (caching off): what a request costs the server besides its tokens;
+* the run's request shapes on the bare engine, on the caching server at 32: ``engine_cache_b32_in_flight_4``, the
+  cell's prompts with only the client's requests in flight (4 of 32 prompts), and ``engine_cache_b32_chunks``, the
+  same sent chunk by chunk as the run sends them (16 items, each chunk waited for): no canary, no answer mass, no
+  checkpoint, so that what the run loses to its shapes is told from what it loses to its own work.
 
 Each pass empties the prefix cache first (``POST /reset_prefix_cache``) and counts from the server's /metrics:
 computed tokens (prompt tokens less prefix-cache hits) per second of wall time, the CPU seconds of the server's
@@ -62,6 +66,7 @@ RUN_VARIANTS: dict[str, dict] = {
     "run_no_server_check": {"guard": False},
     "run_chunk_64": {"chunk_items": 64},
 }
+SHAPE_PASSES = ("engine_cache_b32_in_flight_4", "engine_cache_b32_chunks")  # the run's request shapes, bare
 
 
 @dataclasses.dataclass
@@ -126,14 +131,21 @@ def measured(server: Server, fn: Callable[[], object]) -> dict:
             "loadavg_1m_after": counters["loadavg_1m_after"]}
 
 
-def engine_pass(server: Server, cell: Cell, *, tail: int | None = None) -> dict:
-    """The cell's distinct prompts (or their last TAIL tokens) all at once against the bare engine."""
+def engine_pass(server: Server, cell: Cell, *, tail: int | None = None, in_flight: int = ENGINE_CONCURRENCY,
+                chunk_items: int | None = None) -> dict:
+    """The cell's distinct prompts (or their last TAIL tokens) against the bare engine, IN_FLIGHT requests of 32 at a
+    time: all at once, or chunk by chunk of CHUNK_ITEMS items, each chunk's prompts answered before the next is sent
+    (the run's shapes, without its other work)."""
     from anyjev.backends.vllm import VLLMBackend
 
+    step = chunk_items or len(cell.prepared)
+    chunks = [dataclasses.replace(cell, prepared=cell.prepared[i:i + step]) for i in range(0, len(cell.prepared), step)]
+
     def send() -> None:
-        with VLLMBackend(server.url, server.name, prompts_per_request=32, max_concurrency=ENGINE_CONCURRENCY) as b:
-            for labels, prompts in cell.engine_requests():
-                b.label_logprobs([p[-tail:] for p in prompts] if tail else prompts, labels)
+        with VLLMBackend(server.url, server.name, prompts_per_request=32, max_concurrency=in_flight) as b:
+            for chunk in chunks:
+                for labels, prompts in chunk.engine_requests():
+                    b.label_logprobs([p[-tail:] for p in prompts] if tail else prompts, labels)
 
     return measured(server, send)
 
@@ -171,6 +183,10 @@ def ratios(passes: dict) -> dict:
         if name.startswith("run"):
             out[f"{name}_vs_engine_nocache_b32"] = round(rate[name] / rate["engine_nocache_b32"], 3)
             out[f"{name}_vs_engine_cache_b32"] = round(rate[name] / rate["engine_cache_b32"], 3)
+    for shape in SHAPE_PASSES:  # the run's shapes: what they cost the bare engine, and what the run loses beyond them
+        if shape in rate:
+            out[f"{shape}_vs_engine_cache_b32"] = round(rate[shape] / rate["engine_cache_b32"], 3)
+            out[f"run_vs_{shape}"] = round(rate["run"] / rate[shape], 3)
     out["engine_cache_b32_vs_engine_nocache_b32"] = round(rate["engine_cache_b32"] / rate["engine_nocache_b32"], 3)
     out["engine_nocache_b128_vs_engine_nocache_b32"] = round(rate["engine_nocache_b128"] / rate["engine_nocache_b32"], 3)
     return out
@@ -190,6 +206,20 @@ def per_request_model(passes: dict) -> dict:
             "measured_cache_b32_tokens_per_s": cached["tokens_per_s"]}
 
 
+def beyond_shapes(passes: dict) -> dict | None:
+    """What the run adds to its own shapes (the chunks pass): the tokens it computes more (the canary, the server
+    check's probes, the answer mass), the wall it takes more, how much of that those tokens take at the chunks pass's
+    rate, and the rest: the run's serial steps (the canary, the server check's reads before the first chunk and before
+    each checkpoint, the checkpoints), during which the engine has nothing else to do."""
+    if "engine_cache_b32_chunks" not in passes or "run" not in passes:
+        return None
+    run, chunks = passes["run"]["median"], passes["engine_cache_b32_chunks"]["median"]
+    tokens, wall = run["computed_tokens"] - chunks["computed_tokens"], run["wall_s"] - chunks["wall_s"]
+    tokens_wall = tokens / chunks["tokens_per_s"]
+    return {"extra_computed_tokens": tokens, "extra_wall_s": round(wall, 2), "extra_tokens_wall_s": round(tokens_wall, 2),
+            "serial_steps_s": round(wall - tokens_wall, 2)}
+
+
 def summarize(report: dict) -> None:
     """Per cell of REPORT: each pass's medians, the ratios and the per-request model; over all cells, each pass's
     computed tokens per second of its cells together (their medians' tokens over their medians' seconds) and the
@@ -199,6 +229,7 @@ def summarize(report: dict) -> None:
             p["median"] = medians(p["runs"])
         c["ratios"] = ratios(c["passes"])
         c["per_request_model"] = per_request_model(c["passes"])
+        c["run_beyond_shapes"] = beyond_shapes(c["passes"])
     cells = list(report["cells"].values())
     together = {name: {"median": {k: sum(c["passes"][name]["median"][k] for c in cells)
                                   for k in ("computed_tokens", "wall_s", "client_cpu_s", "server_cpu_s")}}
@@ -209,6 +240,7 @@ def summarize(report: dict) -> None:
                            "run_client_cpu_share_max": round(max(r["client_cpu_s"] / r["wall_s"] for c in cells
                                                                  for name, p in c["passes"].items()
                                                                  if name.startswith("run") for r in p["runs"]), 4)}
+    report["all_cells"]["run_beyond_shapes"] = beyond_shapes(together)
     run, cached = together["run"]["median"], together["engine_cache_b32"]["median"]
     report["all_cells"]["run_vs_engine_cache_b32"] = {
         "server_cpu_per_token": round((run["server_cpu_s"] / run["computed_tokens"])
@@ -269,6 +301,10 @@ def main(argv: list[str] | None = None) -> int:
                         if key == "nocache_b32":
                             record(cell.task, "per_request", engine_pass(server, cell, tail=TAIL_TOKENS))
                         if key == "cache_b32":
+                            client = settings.client
+                            record(cell.task, SHAPE_PASSES[0], engine_pass(server, cell, in_flight=client.max_concurrency))
+                            record(cell.task, SHAPE_PASSES[1], engine_pass(server, cell, in_flight=client.max_concurrency,
+                                                                           chunk_items=client.chunk_items))
                             for name in args.variants:
                                 record(cell.task, name, run_pass(server, cell, settings, tokenizer, RUN_VARIANTS[name], work))
     finally:
@@ -313,6 +349,14 @@ def markdown(report: dict) -> str:
         lines.append(f"- {task}: a request costs the engine {m['s_per_request'] * 1000:.1f} ms besides its tokens "
                      f"({m['s_per_token'] * 1000:.2f} ms a token); that predicts {m['predicted_cache_b32_tokens_per_s']:.0f} "
                      f"computed tokens/s with the cache, measured {m['measured_cache_b32_tokens_per_s']:.0f}.")
+    for task, c in columns.items():
+        b = c.get("run_beyond_shapes")
+        if b:
+            lines.append(f"- {task}: `run` computes {b['extra_computed_tokens']:.0f} tokens more than `engine_cache_b32_chunks` "
+                         f"(the canary, the server check's probes, the answer mass) and takes {b['extra_wall_s']:.2f} s "
+                         f"longer: {b['extra_tokens_wall_s']:.2f} s for those tokens at that pass's rate, "
+                         f"{b['serial_steps_s']:.2f} s for the run's serial steps (the canary, the server check's "
+                         f"reads, the checkpoints).")
     return "\n".join(lines)
 
 
