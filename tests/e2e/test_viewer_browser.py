@@ -440,6 +440,7 @@ def test_a_large_run_page_is_compact_and_builds_its_summary_table_when_opened(vi
     assert "Each card lists, per level: acc ↑, NLL ↓, ECE ↓, flip ↓." in view.page.inner_text("#app")
     assert view.page.inner_text("#summary-details summary") == f"Show the table: {len(reference) * 11} rows"
     view.page.click("#summary-details summary")
+    view.page.wait_for_selector("#summary tbody tr")  # the table is built on the details' toggle event, after the click
     rows = view.all("#summary tbody tr", SUMMARY_JS)
     assert {(r["cell"], r["level"]): r["m"] for r in rows} == {
         (f"{m}/{task}", level): numbers for m in models for (task, level), numbers in reference.items()}
