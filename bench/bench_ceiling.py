@@ -186,7 +186,8 @@ def ratios(passes: dict) -> dict:
     for shape in SHAPE_PASSES:  # the run's shapes: what they cost the bare engine, and what the run loses beyond them
         if shape in rate:
             out[f"{shape}_vs_engine_cache_b32"] = round(rate[shape] / rate["engine_cache_b32"], 3)
-            out[f"run_vs_{shape}"] = round(rate["run"] / rate[shape], 3)
+            if "run" in rate:  # --variants may leave the run as configured out
+                out[f"run_vs_{shape}"] = round(rate["run"] / rate[shape], 3)
     out["engine_cache_b32_vs_engine_nocache_b32"] = round(rate["engine_cache_b32"] / rate["engine_nocache_b32"], 3)
     out["engine_nocache_b128_vs_engine_nocache_b32"] = round(rate["engine_nocache_b128"] / rate["engine_nocache_b32"], 3)
     return out
