@@ -1,5 +1,3 @@
-import sys
+from anyjev.cli import run
 
-from anyjev.cli import main
-
-sys.exit(main())
+run()

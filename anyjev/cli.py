@@ -16,6 +16,8 @@ config value, a task file, a command's argument: one line on standard error nami
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
 import logging
 import os
@@ -23,7 +25,7 @@ import signal
 import sys
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from anyjev.errors import AnyjevError, ConfigError, InputError
 from anyjev.paths import CONFIG, SCORES, RunPaths
@@ -212,10 +214,27 @@ def cmd_viewer(args: argparse.Namespace) -> None:
     log.info("wrote %s", write_viewer(job, args.out))
 
 
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for the block, as it was after. For work that builds a large acyclic structure
+    and keeps it: each full collection would only scan it again, with the transformers and torch import before it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def cmd_plan(args: argparse.Namespace) -> None:
     from anyjev.plan import plan_config, plan_text
 
-    plan = plan_config(args.config, models_dir=args.models_dir, hub_cache=args.hub_cache)
+    # Rendering and tokenising every prompt allocates containers by the million; with the collector on, the full
+    # collections they set off rescan the transformers and torch import each time and free nothing (docs/benchmarks.md,
+    # "Where the fixed costs go").
+    with collector_paused():
+        plan = plan_config(args.config, models_dir=args.models_dir, hub_cache=args.hub_cache)
     print(json.dumps(plan, indent=1) if args.json else plan_text(plan), end="\n" if args.json else "")
 
 
@@ -369,3 +388,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"anyjev {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     return 0
+
+
+def run() -> typing.NoReturn:
+    """The ``anyjev`` program (``python -m anyjev`` and the console script): :func:`main`, then exit with its code.
+    Python's exit scans every live object for cycles once more, about 0.8 s after a tokenizer's import (transformers
+    and torch) for objects the process drops anyway: frozen, they are left to the exit unscanned. atexit handlers and
+    flushes run as before; :func:`main` called in a process that goes on (a test) freezes nothing."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)

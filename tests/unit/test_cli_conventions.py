@@ -166,3 +166,46 @@ def test_fetch_task_writes_into_its_out_folder(tmp_path: Path) -> None:
     (folder / "test.jsonl").write_text("{}\n")
     job = FetchJob(hub=HubDataset("someone/spam", None, "v1", ("test",)), lock=Lock(str(tmp_path / "lock.yaml"), False))
     assert fetch_job(FetchJob.from_json(job.to_json()), folder) == folder
+
+
+def test_the_program_exits_with_mains_code_after_freezing_what_is_alive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`anyjev` (the console script and ``python -m anyjev``) is :func:`anyjev.cli.run`: main's exit code, and the live
+    objects frozen first so that Python's exit does not scan them all once more (docs/benchmarks.md)."""
+    import gc
+    import tomllib
+
+    from anyjev import cli
+
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]["anyjev"] == "anyjev.cli:run"
+    assert "run()" in (REPO / "anyjev" / "__main__.py").read_text()
+    events: list[str] = []
+    monkeypatch.setattr(cli, "main", lambda: events.append("main") or 2)
+    monkeypatch.setattr(gc, "freeze", lambda: events.append("freeze"))
+    with pytest.raises(SystemExit) as exited:
+        cli.run()
+    assert exited.value.code == 2 and events == ["main", "freeze"]
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_plan_runs_with_the_collector_paused_and_gives_it_back(monkeypatch: pytest.MonkeyPatch, fails: bool) -> None:
+    """`anyjev plan` keeps what it renders to the end: the cyclic collector is off while it plans, and on again after,
+    also when the plan refuses the config (a test calling main() goes on with a collector)."""
+    import gc
+
+    import anyjev.plan
+    from anyjev import cli
+    from anyjev.errors import ConfigError
+
+    seen: list[bool] = []
+
+    def plan_config(*args, **kwargs) -> dict:
+        seen.append(gc.isenabled())
+        if fails:
+            raise ConfigError("config", "bad")
+        return {}
+
+    monkeypatch.setattr(anyjev.plan, "plan_config", plan_config)
+    monkeypatch.setattr(anyjev.plan, "plan_text", lambda plan: "the plan\n")
+    assert gc.isenabled()
+    assert cli.main(["plan"]) == (2 if fails else 0)
+    assert seen == [False] and gc.isenabled()
