@@ -8,6 +8,9 @@ benchmark's grids (:func:`bench.bench_scale.build_grid`: 9 = 3 x 3 and 300 = 10 
 * ``anyjev plan`` at 300 cells, and its parts: importing transformers and loading the grid's tokenizer in a fresh
   interpreter; then, in one process, rendering every prompt the plan renders (each task once: the models share one
   tokenizer), and tokenising them one call each (as the plan did) and in batches (``encode_many``, as it does now).
+* The same plan with the cyclic garbage collector on, alternating with ``anyjev plan`` (which pauses it and leaves
+  the live objects to the exit unscanned, ``anyjev.cli.collector_paused`` and ``run``): ``main(["plan", ...])`` with
+  the pause taken out and Python's usual exit, and the collections it makes (``gc.callbacks``), by generation.
 
 Medians of ``--reps`` runs each (default 3). The SLURM executor plugin is given an ``scontrol`` that fails at once
 where SLURM's client is installed and no controller answers (bench/common.py, ``no_controller_shim``).
@@ -18,6 +21,7 @@ where SLURM's client is installed and no controller answers (bench/common.py, ``
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import statistics
@@ -35,6 +39,23 @@ from bench.stand_in_vllm import make_server_env  # noqa: E402
 
 GRIDS = (9, 300)
 IMPORT_AND_LOAD = "import sys; from anyjev.run.cell import load_tokenizer; load_tokenizer(sys.argv[1])"
+# `anyjev plan` as it was with the collector on: main() (no freeze before the exit) with the pause taken out; the
+# collections it made, by generation, on standard error as JSON when it ends.
+COLLECTOR_ON = """
+import atexit, contextlib, gc, json, sys, time
+from anyjev import cli
+made, began = {}, []
+def count(phase, info):
+    if phase == "start":
+        began.append(time.perf_counter())
+    else:
+        n, s = made.get(info["generation"], (0, 0.0))
+        made[info["generation"]] = (n + 1, s + time.perf_counter() - began.pop())
+gc.callbacks.append(count)
+atexit.register(lambda: print("COLLECTIONS " + json.dumps(made), file=sys.stderr))
+cli.collector_paused = contextlib.nullcontext
+sys.exit(cli.main(sys.argv[1:]))
+"""
 
 
 def median_wall(cmd: list[str], cwd: Path, what: str, reps: int) -> tuple[float, str]:
@@ -48,6 +69,23 @@ def planned_jobs(dry_run_output: str) -> int:
     if not found:
         raise SystemExit(f"no job total in the dry run's output:\n{dry_run_output[-2000:]}")
     return int(found[-1])
+
+
+def plan_with_the_collector(config: Path, work: Path, reps: int) -> dict:
+    """`anyjev plan` of CONFIG (collector paused) and the same with the collector on (COLLECTOR_ON), alternating: the
+    medians, their ratio, and the collections the latter made in its last run."""
+    args = ["plan", "--config", str(config), "--json"]
+    paused, on = [], []
+    for _ in range(reps):
+        paused.append(bench_scale.timed([sys.executable, "-m", "anyjev", *args], work, "anyjev plan")[0])
+        seconds, text = bench_scale.timed([sys.executable, "-c", COLLECTOR_ON, *args], work, "the plan, collector on")
+        on.append(seconds)
+    made = json.loads(text.rsplit("COLLECTIONS ", 1)[1].splitlines()[0])
+    out = {"plan_s": statistics.median(paused), "collector_on_s": statistics.median(on),
+           "collections": sum(n for n, _ in made.values()), "full_collections": made.get("2", [0, 0.0])[0],
+           "collect_s": sum(s for _, s in made.values())}
+    out["collector_on_vs_paused"] = out["collector_on_s"] / out["plan_s"]
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
 
 
 def plan_parts(work: Path, reps: int) -> dict:
@@ -112,9 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             dry, text = median_wall(bench_scale.snakemake_cmd(work, "-n", "--quiet", "rules"), work, "snakemake -n", args.reps)
             grid = {"cells": cells, "dry_run_s": round(dry, 3), "jobs": planned_jobs(text)}
             if cells == max(GRIDS):
-                plan, _ = median_wall([sys.executable, "-m", "anyjev", "plan", "--config", str(config), "--json"], work,
-                                      "anyjev plan", args.reps)
-                grid |= {"plan_s": round(plan, 3), "plan": plan_parts(work, args.reps)}
+                collector = plan_with_the_collector(config, work, args.reps)
+                grid |= {"plan_s": collector.pop("plan_s"), "collector": collector, "plan": plan_parts(work, args.reps)}
             report.setdefault("grids", {})[str(cells)] = grid
             print(f"[bench_fixed_costs] {cells} cells: {grid}", flush=True)
         small, big = (report["grids"][str(c)] for c in GRIDS)
