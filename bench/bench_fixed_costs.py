@@ -38,7 +38,8 @@ from bench.common import REPO, run_record, write_json  # noqa: E402
 from bench.stand_in_vllm import make_server_env  # noqa: E402
 
 GRIDS = (9, 300)
-IMPORT_AND_LOAD = "import sys; from anyjev.run.cell import load_tokenizer; load_tokenizer(sys.argv[1])"
+# frozen before the exit, as `anyjev` leaves them (anyjev.cli.run): the import's objects are not scanned once more
+IMPORT_AND_LOAD = "import gc, sys; from anyjev.run.cell import load_tokenizer; load_tokenizer(sys.argv[1]); gc.freeze()"
 # `anyjev plan` as it was with the collector on: main() (no freeze before the exit) with the pause taken out; the
 # collections it made, by generation, on standard error as JSON when it ends.
 COLLECTOR_ON = """
