@@ -4,7 +4,8 @@ benchmark's grids (:func:`bench.bench_scale.build_grid`: 9 = 3 x 3 and 300 = 10 
 
 * The dry run: Snakemake starting (``snakemake --version``, which imports it and its plugins), and ``snakemake -n`` at
   9 and at 300 cells with the jobs each plans; the cost of one planned job is the difference of the two dry runs over
-  the difference of their jobs.
+  the difference of their jobs. Alternating with each, the same dry run with the Snakefile's ``gc.freeze()`` taken
+  out (``UNFROZEN``).
 * ``anyjev plan`` at 300 cells, and its parts: importing transformers and loading the grid's tokenizer in a fresh
   interpreter; then, in one process, rendering every prompt the plan renders (each task once: the models share one
   tokenizer), and tokenising them one call each (as the plan did) and in batches (``encode_many``, as it does now).
@@ -40,6 +41,8 @@ from bench.stand_in_vllm import make_server_env  # noqa: E402
 GRIDS = (9, 300)
 # frozen before the exit, as `anyjev` leaves them (anyjev.cli.run): the import's objects are not scanned once more
 IMPORT_AND_LOAD = "import gc, sys; from anyjev.run.cell import load_tokenizer; load_tokenizer(sys.argv[1]); gc.freeze()"
+# Snakemake with the Snakefile's gc.freeze() taken out (it freezes nothing itself).
+UNFROZEN = "import gc, sys; gc.freeze = lambda: None; from snakemake.cli import main; sys.argv[0] = 'snakemake'; main()"
 # `anyjev plan` as it was with the collector on: main() (no freeze before the exit) with the pause taken out; the
 # collections it made, by generation, on standard error as JSON when it ends.
 COLLECTOR_ON = """
@@ -70,6 +73,21 @@ def planned_jobs(dry_run_output: str) -> int:
     if not found:
         raise SystemExit(f"no job total in the dry run's output:\n{dry_run_output[-2000:]}")
     return int(found[-1])
+
+
+def dry_runs(work: Path, reps: int) -> dict:
+    """`snakemake -n` of the grid in WORK as the workflow is, and with its freeze taken out, alternating: the medians,
+    their ratio, and the jobs planned."""
+    args = bench_scale.snakemake_cmd(work, "-n", "--quiet", "rules")
+    frozen, unfrozen = [], []
+    for _ in range(reps):
+        seconds, text = bench_scale.timed(args, work, "snakemake -n")
+        frozen.append(seconds)
+        unfrozen.append(bench_scale.timed([sys.executable, "-c", UNFROZEN, *args[1:]], work, "snakemake -n, unfrozen")[0])
+    out = {"dry_run_s": statistics.median(frozen), "jobs": planned_jobs(text),
+           "dry_run_unfrozen_s": statistics.median(unfrozen)}
+    out["unfrozen_vs_frozen"] = out["dry_run_unfrozen_s"] / out["dry_run_s"]
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
 
 
 def plan_with_the_collector(config: Path, work: Path, reps: int) -> dict:
@@ -148,8 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             work = root / f"grid-{cells}"
             config = bench_scale.build_grid(work, n_models, n_tasks, items=50, n_test=30, server_python=server_python,
                                             starts=work / "server-starts.log")
-            dry, text = median_wall(bench_scale.snakemake_cmd(work, "-n", "--quiet", "rules"), work, "snakemake -n", args.reps)
-            grid = {"cells": cells, "dry_run_s": round(dry, 3), "jobs": planned_jobs(text)}
+            grid = {"cells": cells} | dry_runs(work, args.reps)
             if cells == max(GRIDS):
                 collector = plan_with_the_collector(config, work, args.reps)
                 grid |= {"plan_s": collector.pop("plan_s"), "collector": collector, "plan": plan_parts(work, args.reps)}
