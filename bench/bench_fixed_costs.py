@@ -75,17 +75,23 @@ def planned_jobs(dry_run_output: str) -> int:
     return int(found[-1])
 
 
+def alternating(first: list[str], second: list[str], work: Path, what: str, reps: int) -> tuple[float, float, str, str]:
+    """FIRST and SECOND run in WORK one after the other, REPS times: their median walls and their last outputs."""
+    walls: tuple[list[float], list[float]] = ([], [])
+    texts = ["", ""]
+    for _ in range(reps):
+        for i, cmd in enumerate((first, second)):
+            seconds, texts[i] = bench_scale.timed(cmd, work, f"{what} ({'as is' if i == 0 else 'the variant'})")
+            walls[i].append(seconds)
+    return statistics.median(walls[0]), statistics.median(walls[1]), texts[0], texts[1]
+
+
 def dry_runs(work: Path, reps: int) -> dict:
     """`snakemake -n` of the grid in WORK as the workflow is, and with its freeze taken out, alternating: the medians,
     their ratio, and the jobs planned."""
     args = bench_scale.snakemake_cmd(work, "-n", "--quiet", "rules")
-    frozen, unfrozen = [], []
-    for _ in range(reps):
-        seconds, text = bench_scale.timed(args, work, "snakemake -n")
-        frozen.append(seconds)
-        unfrozen.append(bench_scale.timed([sys.executable, "-c", UNFROZEN, *args[1:]], work, "snakemake -n, unfrozen")[0])
-    out = {"dry_run_s": statistics.median(frozen), "jobs": planned_jobs(text),
-           "dry_run_unfrozen_s": statistics.median(unfrozen)}
+    frozen, unfrozen, text, _ = alternating(args, [sys.executable, "-c", UNFROZEN, *args[1:]], work, "snakemake -n", reps)
+    out = {"dry_run_s": frozen, "jobs": planned_jobs(text), "dry_run_unfrozen_s": unfrozen}
     out["unfrozen_vs_frozen"] = out["dry_run_unfrozen_s"] / out["dry_run_s"]
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
 
@@ -94,15 +100,11 @@ def plan_with_the_collector(config: Path, work: Path, reps: int) -> dict:
     """`anyjev plan` of CONFIG (collector paused) and the same with the collector on (COLLECTOR_ON), alternating: the
     medians, their ratio, and the collections the latter made in its last run."""
     args = ["plan", "--config", str(config), "--json"]
-    paused, on = [], []
-    for _ in range(reps):
-        paused.append(bench_scale.timed([sys.executable, "-m", "anyjev", *args], work, "anyjev plan")[0])
-        seconds, text = bench_scale.timed([sys.executable, "-c", COLLECTOR_ON, *args], work, "the plan, collector on")
-        on.append(seconds)
+    paused, on, _, text = alternating([sys.executable, "-m", "anyjev", *args], [sys.executable, "-c", COLLECTOR_ON, *args],
+                                      work, "anyjev plan", reps)
     made = json.loads(text.rsplit("COLLECTIONS ", 1)[1].splitlines()[0])
-    out = {"plan_s": statistics.median(paused), "collector_on_s": statistics.median(on),
-           "collections": sum(n for n, _ in made.values()), "full_collections": made.get("2", [0, 0.0])[0],
-           "collect_s": sum(s for _, s in made.values())}
+    out = {"plan_s": paused, "collector_on_s": on, "collections": sum(n for n, _ in made.values()),
+           "full_collections": made.get("2", [0, 0.0])[0], "collect_s": sum(s for _, s in made.values())}
     out["collector_on_vs_paused"] = out["collector_on_s"] / out["plan_s"]
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
 
