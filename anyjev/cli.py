@@ -78,7 +78,7 @@ def cmd_publish_cell(args: argparse.Namespace) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from anyjev.run.evaluate import EvaluateJob, evaluate_cell
 
-    evaluate_cell(EvaluateJob.from_json(args.job), args.scores, args.out, args.predictions)
+    evaluate_cell(EvaluateJob.from_json(args.job), args.scores, args.out, args.predictions, args.replicates)
 
 
 def cmd_summary_table(args: argparse.Namespace) -> None:
@@ -301,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--scores", required=True, type=_existing_file, help="the scores file from `anyjev score`")
     s.add_argument("--out", required=True, help="the metrics JSON")
     s.add_argument("--predictions", help="also write the per-item predictions CSV (for reliability diagrams) here")
+    s.add_argument("--replicates", help="also write the bootstrap replicates (for the differences table) here")
     _command(sub, "serve", cmd_serve, "start a managed vLLM server from a score job and hold it until Ctrl-C", job="ScoreJob")
     s = _command(sub, "summary-table", cmd_summary_table, "the summary table of a run's finished cells, its failed cells "
                  "listed", job="SummaryJob")

@@ -17,7 +17,8 @@ CONFIG = "config/config.yaml"  # the experiment, when no --configfile names anot
 
 # A cell's files, in its folder (RunPaths.cell_dir): what a finished cell holds, and what the run reader reads.
 SCORES, PROVENANCE, METRICS, PREDICTIONS = "scores.jsonl", "provenance.json", "metrics.json", "predictions.csv"
-CELL_FILES = (METRICS, PREDICTIONS, SCORES, PROVENANCE)
+REPLICATES = "replicates.npz"  # the evaluation's bootstrap replicates, which the differences table pairs
+CELL_FILES = (METRICS, PREDICTIONS, SCORES, PROVENANCE, REPLICATES)
 # A cell's folder in the results folder, and the logs (in the logs folder) of the steps that make its files.
 CELL_DIR = "cells/{model}/{task}"
 SCORE_LOG = "score/{model}/{task}.log"

@@ -405,7 +405,7 @@ def measure_in_process(work: str | Path, config: str | Path, n: int) -> dict:
         for i, folder in enumerate(folders):
             t0 = time.perf_counter()
             evaluate_cell(settings.evaluate_job(), str(folder / "scores.jsonl"), str(scratch / "metrics.json"),
-                          str(scratch / "predictions.csv"))
+                          str(scratch / "predictions.csv"), str(scratch / "replicates.npz"))  # what the job writes
             t1 = time.perf_counter()
             metrics = load_metrics(folder / "metrics.json")
             ece = {lv: (metrics["metrics"].get(lv) or {}).get("ece") for lv in settings.levels}

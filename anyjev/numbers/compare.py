@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from anyjev.numbers.bootstrap import KGroup, calib_rows
-from anyjev.numbers.evaluation import CellReplicates, cell_replicates, paired_difference, with_calibration
+from anyjev.numbers.evaluation import MetricReplicates, cell_replicates, paired_difference, with_calibration
 from anyjev.numbers.levels import ALL_LEVELS
 from anyjev.numbers.metrics import METRICS
 from anyjev.numbers.options import EvaluationOptions
@@ -36,18 +36,24 @@ def check_same_items(a: list[KGroup], b: list[KGroup]) -> None:
             raise ValueError(f"the cells' items with K={ga.k} differ (positions, gold or calibration gold)")
 
 
-def models_minus_models(cells: Sequence[list[KGroup]], options: EvaluationOptions,
-                        level: float = 0.95) -> dict[tuple[int, int], dict[str, dict[str, dict[str, Any]]]]:
+def models_minus_models(cells: Sequence[list[KGroup]], options: EvaluationOptions, level: float = 0.95, *,
+                        known: Sequence[MetricReplicates | None] = ()
+                        ) -> dict[tuple[int, int], dict[str, dict[str, dict[str, Any]]]]:
     """Each earlier cell of CELLS (their K groups, read from the same items) minus each later one, as
     :func:`model_minus_model` gives it, keyed by the two cells' positions. Each cell is resampled once for all the pairs
     it is in (once per set of resampled calibration rows, which pairs of cells of one task share): a task of M models
     costs M cells' resamples, not two for each of M(M-1)/2 pairs; the resamples are seeded, so a pair's numbers are
-    those of :func:`model_minus_model`."""
+    those of :func:`model_minus_model`.
+
+    KNOWN: each cell's replicates as its own evaluation computed them under OPTIONS (None where not known). A pair
+    that resamples a cell's calibration rows as its evaluation did (``calib``, the usual case: both cells mark the
+    same K groups) uses them instead of resampling the cell again; they are the same numbers."""
     for other in cells[1:]:
         check_same_items(cells[0], other)
-    resampled: dict[tuple[int, tuple[bool, ...]], CellReplicates] = {}
+    resampled: dict[tuple[int, tuple[bool, ...]], MetricReplicates] = {
+        (i, r.calib): r for i, r in enumerate(known) if r is not None}
 
-    def replicates(i: int, calib: list[bool]) -> CellReplicates:
+    def replicates(i: int, calib: list[bool]) -> MetricReplicates:
         key = (i, tuple(calib))
         if key not in resampled:
             resampled[key] = cell_replicates(cells[i], options, calib)

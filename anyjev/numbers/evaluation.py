@@ -79,27 +79,38 @@ class Evaluation:
     point: PointLevels
     gold: np.ndarray
     ids: list[str]
+    replicates: MetricReplicates
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON-ready summary (every field but the per-item arrays)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("point", "gold", "ids")}
+        """The JSON-ready summary (every field but the per-item arrays and the replicates)."""
+        arrays = ("point", "gold", "ids", "replicates")
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in arrays}
         if out["answer_mass"] is None:
             del out["answer_mass"]
         return out
 
 
 @dataclass
-class CellReplicates:
-    """A cell's levels at the point (cell order) and every metric of every level at the point, on each bootstrap
-    resample (``boot[level][metric]`` ``(n_boot,)``) and on each jackknife row (one entry per stratum)."""
+class MetricReplicates:
+    """Every metric of every level of a cell at the point, on each bootstrap resample (``boot[level][metric]``
+    ``(n_boot,)``) and on each jackknife row (one entry per stratum): all a difference's interval is made from.
+    CALIB marks the K groups whose calibration items were resampled (:func:`cell_replicates`)."""
+
+    point: dict[str, dict[str, float]]
+    boot: dict[str, dict[str, np.ndarray]]
+    jack: list[dict[str, dict[str, np.ndarray]]]
+    calib: tuple[bool, ...]
+
+
+@dataclass
+class CellReplicates(MetricReplicates):
+    """A cell's metric replicates with its levels at the point (cell order), gold, and L1's log temperature at the
+    point (``log_t``) and on each resample (``boot_t``)."""
 
     levels: dict[str, dict[str, np.ndarray]]
     gold: np.ndarray
     log_t: dict[str, np.ndarray]
-    point: dict[str, dict[str, float]]
-    boot: dict[str, dict[str, np.ndarray]]
     boot_t: dict[str, np.ndarray]
-    jack: list[dict[str, dict[str, np.ndarray]]]
 
 
 def with_calibration(groups: list[KGroup]) -> bool:
@@ -121,7 +132,8 @@ def cell_replicates(groups: list[KGroup], options: EvaluationOptions, calib: lis
              for name, lv in levels.items()}
     boot, boot_t = metric_replicates(groups, resample_index(groups, calib, options), with_l1, options)
     jack = [metric_replicates(groups, idx, with_l1, options)[0] for idx in jackknife_index(groups, calib)]
-    return CellReplicates(levels, gold, log_t, point, boot, boot_t, jack)
+    return CellReplicates(point=point, boot=boot, jack=jack, calib=tuple(calib), levels=levels, gold=gold, log_t=log_t,
+                          boot_t=boot_t)
 
 
 def summary(value: float, boot: np.ndarray, jack: list[np.ndarray], level: float) -> dict[str, Any]:
@@ -131,7 +143,7 @@ def summary(value: float, boot: np.ndarray, jack: list[np.ndarray], level: float
     return {"value": value, "lo": lo, "hi": hi, "widened": wide}
 
 
-def paired_difference(a: CellReplicates, level_a: str, b: CellReplicates, level_b: str, metric: str,
+def paired_difference(a: MetricReplicates, level_a: str, b: MetricReplicates, level_b: str, metric: str,
                       level: float) -> dict[str, Any]:
     """METRIC of A's LEVEL_A minus that of B's LEVEL_B, with the BCa interval of the difference: A and B were
     resampled on the same rows, so each replicate is the difference on one resample (jackknife row) of both."""
@@ -191,6 +203,7 @@ def evaluate(groups: list[KGroup], options: EvaluationOptions, *, ids: Sequence[
         point=PointLevels(cell.levels, {g: math.exp(float(v[0])) for g, v in cell.log_t.items()}),
         gold=cell.gold[0],
         ids=list(ids),
+        replicates=cell,
     )
 
 

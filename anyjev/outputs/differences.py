@@ -4,8 +4,10 @@ task, as ``differences.{csv,md}``.
 
 Level minus raw comes from each cell's ``metrics.json`` (the evaluation computes it on the same resamples, priors and
 temperature refit in each: :mod:`anyjev.numbers.evaluation`). Model minus model is computed here from the two cells'
-scores (:func:`anyjev.run.evaluate.compare_many`: the same items drawn for both), for every pair of models that
-finished the task, in the run's order (the first minus the later one).
+scores (:func:`anyjev.run.evaluate.compare_many`: the same items drawn for both; the bootstrap replicates each cell's
+evaluation kept in ``replicates.npz`` are paired where they were made from that cell's scores and the run's evaluation
+settings, so no cell is resampled twice), for every pair of models that finished the task, in the run's order (the
+first minus the later one).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from anyjev.files import write_text_atomic
 from anyjev.jobs import Job
 from anyjev.numbers.options import EvaluationOptions
 from anyjev.outputs.tables import METRIC_TITLES, TABLE_METRICS, arrow
+from anyjev.paths import REPLICATES, SCORES
 from anyjev.results import CellLayout, Run, read_layout
-from anyjev.results.cell import SCORES
 from anyjev.results.frames import flatten
 from anyjev.run.evaluate import compare_many
 
@@ -61,7 +63,9 @@ def model_minus_model(run: Run, options: EvaluationOptions, levels: Sequence[str
     for task, cells in by_task.items():
         if len(cells) < 2:
             continue
-        pairs = compare_many([str(c.file(SCORES)) for c in cells], options)  # each cell resampled once
+        # each cell's own replicates, or each resampled once
+        pairs = compare_many([str(c.file(SCORES)) for c in cells], options,
+                             replicates=[str(c.file(REPLICATES)) for c in cells])
         for i, j in itertools.combinations(range(len(cells)), 2):
             a, b, compared = cells[i], cells[j], pairs[(i, j)]["model_minus_model"]
             for level in (lv for lv in levels if lv in compared):

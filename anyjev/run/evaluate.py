@@ -17,7 +17,7 @@ import numpy as np
 
 from anyjev.decision.layouts import GROUPS
 from anyjev.errors import TaskDataError
-from anyjev.files import write_json_atomic, write_text_atomic
+from anyjev.files import file_sha256, write_json_atomic, write_text_atomic
 from anyjev.jobs import Job
 from anyjev.numbers.compare import models_minus_models
 from anyjev.numbers.evaluation import RESAMPLED, Evaluation, ItemLevels, evaluate
@@ -25,6 +25,7 @@ from anyjev.numbers.evaluation import item_levels as point_item_levels
 from anyjev.numbers.metrics import METRICS, TIE_TOL
 from anyjev.numbers.options import EvaluationOptions
 from anyjev.run.records import cell_groups
+from anyjev.run.replicates import replicates_for, write_replicates
 from anyjev.run.store import read_cell
 
 log = logging.getLogger(__name__)
@@ -83,16 +84,21 @@ def write_predictions(path: str | os.PathLike, evaluation: Evaluation) -> None:
     write_text_atomic(path, buf.getvalue())
 
 
-def evaluate_cell(job: EvaluateJob, scores: str, metrics_out: str, predictions_out: str | None = None) -> dict:
-    """Evaluate the scores file SCORES; write ``metrics.json`` (and the predictions CSV) atomically."""
+def evaluate_cell(job: EvaluateJob, scores: str, metrics_out: str, predictions_out: str | None = None,
+                  replicates_out: str | None = None) -> dict:
+    """Evaluate the scores file SCORES; write ``metrics.json`` (and the predictions CSV, and the bootstrap replicates
+    for the differences table: :mod:`anyjev.run.replicates`) atomically, ``metrics.json`` last: it marks the cell
+    finished."""
     identity, records, extras = read_cell(scores)
     evaluation = evaluate_records(records, job.evaluation, source=scores, extras=extras)
     out = evaluation.to_json() | {"identity": identity, "metric_names": list(METRICS)}
+    if replicates_out:
+        write_replicates(replicates_out, evaluation.replicates, file_sha256(scores), job.evaluation)
+    if predictions_out:
+        write_predictions(predictions_out, evaluation)
     write_json_atomic(metrics_out, out)
     acc = {lv: round(out["metrics"][lv]["acc"]["value"], 3) for lv in out["levels"]}
     log.info("evaluated %s: n=%d K=%s acc %s", scores, out["n"], out["k"], acc)
-    if predictions_out:
-        write_predictions(predictions_out, evaluation)
     return out
 
 
@@ -114,11 +120,13 @@ def compare_cells(scores_a: str, scores_b: str, options: EvaluationOptions | Non
     return compare_many([scores_a, scores_b], options, level=level)[(0, 1)]
 
 
-def compare_many(scores: Sequence[str], options: EvaluationOptions | None = None, *,
-                 level: float = 0.95) -> dict[tuple[int, int], dict[str, Any]]:
+def compare_many(scores: Sequence[str], options: EvaluationOptions | None = None, *, level: float = 0.95,
+                 replicates: Sequence[str | None] = ()) -> dict[tuple[int, int], dict[str, Any]]:
     """:func:`compare_cells` for each earlier file of SCORES (models on one task) and each later one, keyed by their
     positions: each file is read, checked against the first and resampled once, however many pairs it is in
-    (:func:`anyjev.numbers.compare.models_minus_models`)."""
+    (:func:`anyjev.numbers.compare.models_minus_models`). REPLICATES: each cell's replicates file as its evaluate job
+    wrote it (None: none), used where it was made from that scores file under OPTIONS instead of resampling the cell
+    (:func:`anyjev.run.replicates.replicates_for`)."""
     options = options or EvaluationOptions()
     cells = [read_cell(path) for path in scores]
     first, (_, first_records, _) = scores[0], cells[0]
@@ -136,7 +144,12 @@ def compare_many(scores: Sequence[str], options: EvaluationOptions | None = None
                                 f"compared on the same items)")
     grouped = [cell_groups(records, extras, options.prior_mode, path) for path, (_, records, extras) in zip(scores, cells,
                                                                                                         strict=True)]
-    differences = models_minus_models([g.groups for g in grouped], options, level)
+    known = [None if path is None else replicates_for(path, scores_path, options)
+             for path, scores_path in zip(replicates, scores, strict=True)] if replicates else []
+    differences = models_minus_models([g.groups for g in grouped], options, level, known=known)
+    kept = sum(r is not None for r in known)
+    log.info("compared %d cells of %s's task: %d paired as their evaluation resampled them, %d resampled here",
+             len(scores), scores[0], kept, len(scores) - kept)
     settings = {**dataclasses.asdict(options), "interval": f"BCa {level:.0%}", "interval_level": level,
                 "resampled": f"{RESAMPLED}; the same items drawn for both cells"}
     return {(i, j): {"a": scores[i], "b": scores[j], "n": len(grouped[i].ids), "n_calib": grouped[i].n_calib,

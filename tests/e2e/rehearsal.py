@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from anyjev.paths import CELL_FILES
 from tests.conftest import QWEN3_TOKENIZER_DIR, REPO
 from tests.e2e.workflow_helpers import checkout_before_setup
 from tests.e2e.workflow_helpers import env as workflow_env
@@ -367,7 +368,7 @@ def check_cells_scored(work: Path) -> None:
     for model in MODELS:
         for task in TASKS:
             cell = work / f"results/cells/{model}/{task}"
-            for name in ("scores.jsonl", "provenance.json", "metrics.json", "predictions.csv"):
+            for name in CELL_FILES:
                 assert (cell / name).is_file(), f"{cell / name} missing"
             counts = cell_counts(work, model, task)
             assert counts["items"] == N_TEST + N_CALIB and counts["resumed"] == 0, (model, task, counts)

@@ -120,6 +120,9 @@ def test_a_study_runs_in_its_own_folder(how, tmp_path, qwen3_tokenizer) -> None:
                      ("stub", "other", "L0", "L0")}, pairs
     assert ((differences["lo"] <= differences["value"]) & (differences["value"] <= differences["hi"])).all()
     assert "One model minus another" in (folder / "results/tables/differences.md").read_text()
+    # from the replicates each cell's evaluation kept: no cell resampled again
+    assert "compared 2 cells of results/cells/stub/capitals/scores.jsonl's task: 2 paired as their evaluation " \
+           "resampled them, 0 resampled here" in (folder / "logs/tables/differences.log").read_text()
     # the published numbers ship with the workflow: compared, and nothing of this run is among them
     assert (folder / "results/tables/vs_published.md").read_text().startswith("No overlap")
     assert (folder / "results/viewer/index.html").is_file() and (folder / "results/plots/metrics_by_level.png").is_file()

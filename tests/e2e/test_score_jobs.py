@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from anyjev.paths import CELL_FILES
 from tests.conftest import QWEN3_TOKENIZER_DIR
 from tests.e2e.workflow_helpers import REPO, job_blocks, run_snakemake
 from tests.stub_http import Reply, StubCompletions
@@ -81,7 +82,7 @@ def test_one_job_per_model_fails_one_cell_alone_and_retries_it(tmp_path, stub, q
     assert "LabelTokenError" in cell_log and str(missing) in cell_log, cell_log
     assert f"cell {MODEL}/yesno failed in model {MODEL!r}'s scoring job" in cell_log
     assert not (work / f"results/cells/{MODEL}/yesno/scores.jsonl").exists()
-    for name in ("scores.jsonl", "provenance.json", "metrics.json", "predictions.csv"):
+    for name in CELL_FILES:
         assert (work / f"results/cells/{MODEL}/capitals/{name}").is_file(), name
     # The end of the run drops the outcome record, so the next run schedules the model's job again.
     assert not (work / f"results/allocations/{MODEL}.json").exists()

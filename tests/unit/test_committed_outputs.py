@@ -1,5 +1,5 @@
 """The committed reference run is tied to its committed scores: each cell's scores.jsonl, evaluated again with the
-default config's evaluation settings, gives the committed metrics.json and predictions.csv, and those metrics give
+default config's evaluation settings, gives the committed metrics.json, predictions.csv and replicates.npz, and those metrics give
 the committed summary tables (CSV, Markdown, LaTeX) and the README's table. No server: it evaluates only.
 
 Numbers are compared to 1e-6 relative: the bootstrap and L1's fit run through numpy and BLAS kernels whose last
@@ -12,12 +12,15 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from anyjev.outputs.tables import read_summary, readme_block, readme_markdown, write_summary
+from anyjev.paths import REPLICATES
 from anyjev.results import read_cells
 from anyjev.run.evaluate import evaluate_cell
+from anyjev.run.replicates import read_replicates, replicates_for
 from anyjev.settings import Settings
 from tests.conftest import DEFAULT_CONFIG, REPO
 
@@ -36,7 +39,7 @@ def reevaluated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         cell = f"{scores.parent.parent.name}/{scores.parent.name}"
         (out / cell).mkdir(parents=True)
         evaluate_cell(settings.evaluate_job(), str(scores), str(out / cell / "metrics.json"),
-                      str(out / cell / "predictions.csv"))
+                      str(out / cell / "predictions.csv"), str(out / cell / REPLICATES))
         metrics[cell] = out / cell / "metrics.json"
     return metrics
 
@@ -83,6 +86,24 @@ def test_committed_metrics_and_predictions_are_those_of_the_committed_scores(ree
         assert ours[DECISIONS].equals(theirs[DECISIONS]), f"{cell}: a decision differs"
         numbers = [c for c in ours.columns if c not in DECISIONS]
         pd.testing.assert_frame_equal(ours[numbers], theirs[numbers], check_exact=False, rtol=REL, obj=cell)
+
+
+def test_committed_replicates_are_those_of_the_committed_scores_and_the_differences_table_uses_them(reevaluated
+                                                                                                     ) -> None:
+    settings = Settings.load(DEFAULT_CONFIG, workdir=REPO)
+    for cell, path in reevaluated.items():
+        committed = REPO / "results" / "cells" / cell
+        (about, ours), (their_about, theirs) = (read_replicates(d / REPLICATES) for d in (path.parent, committed))
+        assert about == their_about, cell
+        assert ours.calib == theirs.calib, cell
+        for level, per_metric in ours.boot.items():
+            for metric, boot in per_metric.items():
+                assert close(ours.point[level][metric], theirs.point[level][metric]), (cell, level, metric)
+                np.testing.assert_allclose(boot, theirs.boot[level][metric], rtol=REL, atol=1e-12, err_msg=cell)
+                for mine, other in zip(ours.jack, theirs.jack, strict=True):
+                    np.testing.assert_allclose(mine[level][metric], other[level][metric], rtol=REL, atol=1e-12)
+        # made from the committed scores under the default settings: the differences table pairs them as they are
+        assert replicates_for(committed / REPLICATES, committed / "scores.jsonl", settings.evaluation) is not None, cell
 
 
 def test_committed_tables_and_readme_table_are_those_of_the_reevaluated_metrics(reevaluated, tmp_path) -> None:

@@ -3,6 +3,7 @@ model minus another on the same task, each with its paired interval; the run rea
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -12,10 +13,15 @@ import pandas as pd
 import pytest
 
 import anyjev.numbers.compare as compare
+from anyjev.errors import FileFormatError
 from anyjev.numbers.options import EvaluationOptions
 from anyjev.outputs.differences import COLUMNS, differences_markdown, write_differences
+from anyjev.paths import REPLICATES
 from anyjev.results import read_cells
 from anyjev.run.evaluate import EvaluateJob, compare_cells, compare_many, evaluate_cell
+from anyjev.run.records import cell_groups
+from anyjev.run.replicates import read_replicates
+from anyjev.run.store import read_cell
 
 REPO = Path(__file__).resolve().parents[2]
 CELL = REPO / "results" / "cells" / "smollm2-135m" / "mmlu"
@@ -36,8 +42,14 @@ def another_model(src: Path, dst: Path, shift: float = 1.5) -> Path:
             lay["lp"] = (lp - np.logaddexp.reduce(lp)).tolist()
         out.append(json.dumps(rec))
     (dst / "scores.jsonl").write_text("\n".join(out) + "\n")
-    evaluate_cell(EvaluateJob(FAST), str(dst / "scores.jsonl"), str(dst / "metrics.json"), str(dst / "predictions.csv"))
+    evaluate(dst)
     return dst
+
+
+def evaluate(cell: Path) -> None:
+    """The evaluate job on CELL's scores, as the workflow runs it: metrics, predictions and replicates."""
+    evaluate_cell(EvaluateJob(FAST), str(cell / "scores.jsonl"), str(cell / "metrics.json"), str(cell / "predictions.csv"),
+                  str(cell / REPLICATES))
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +59,7 @@ def two_models(tmp_path_factory) -> list[Path]:
     a.mkdir(parents=True)
     for name in ("scores.jsonl", "provenance.json"):
         shutil.copy(CELL / name, a / name)
-    evaluate_cell(EvaluateJob(FAST), str(a / "scores.jsonl"), str(a / "metrics.json"), str(a / "predictions.csv"))
+    evaluate(a)
     return [a, another_model(CELL, root / "b" / "mmlu")]
 
 
@@ -109,3 +121,84 @@ def test_a_task_of_three_models_resamples_each_cell_once(two_models, tmp_path, m
     alone = compare_cells(files[1], files[2], FAST)  # the two cells resampled afresh, without the others
     assert len(resampled) == 5
     assert json.dumps(many[(1, 2)], sort_keys=True) == json.dumps(alone, sort_keys=True)
+
+
+def as_text(pairs: dict) -> str:
+    """compare_many's pairs as JSON text (every float's repr): equal text, equal numbers to the last bit."""
+    return json.dumps({str(k): v for k, v in pairs.items()}, sort_keys=True)
+
+
+def counting_resamples(monkeypatch) -> list:
+    """The cells anyjev.numbers.compare resamples from here on (each call's K groups)."""
+    resampled: list = []
+    real = compare.cell_replicates
+    monkeypatch.setattr(compare, "cell_replicates", lambda *args, **kw: resampled.append(args[0]) or real(*args, **kw))
+    return resampled
+
+
+def test_the_table_pairs_each_cells_own_replicates_and_they_are_a_resampling_s_numbers(two_models, tmp_path,
+                                                                                        monkeypatch):
+    """The differences table resamples no cell whose evaluation kept its replicates, and its numbers are those of
+    resampling both cells afresh, to the last bit."""
+    files = [str(p / "scores.jsonl") for p in two_models]
+    fresh = compare_many(files, FAST)
+    resampled = counting_resamples(monkeypatch)
+    kept = compare_many(files, FAST, replicates=[str(p / REPLICATES) for p in two_models])
+    assert resampled == [], f"{len(resampled)} cells resampled although both kept their replicates"
+    assert as_text(kept) == as_text(fresh)
+    table = write_differences(read_cells(two_models), FAST, ["raw", "L0", "L1"], str(tmp_path / "d.csv"),
+                              str(tmp_path / "d.md"))
+    assert resampled == [] and len(table[table["model"] != table["versus_model"]]) > 0
+
+
+def test_replicates_of_other_scores_or_other_settings_are_not_used(two_models, tmp_path, monkeypatch, caplog):
+    """A replicates file made from another scores file (a rescored cell whose evaluation did not run again) or under
+    other evaluation settings is passed over, with a warning naming it: the cell is resampled, and the numbers are
+    right."""
+    a, b = (tmp_path / name for name in ("a", "b"))
+    for src, dst in zip(two_models, (a, b), strict=True):
+        shutil.copytree(src, dst)
+    shutil.copy(b / REPLICATES, a / REPLICATES)  # a's file now holds b's replicates
+    files, kept = [str(a / "scores.jsonl"), str(b / "scores.jsonl")], [str(a / REPLICATES), str(b / REPLICATES)]
+    resampled = counting_resamples(monkeypatch)
+    with caplog.at_level("WARNING", logger="anyjev.run.replicates"):
+        pairs = compare_many(files, FAST, replicates=kept)
+    assert len(resampled) == 1 and f"{a / REPLICATES} was made from another scores file" in caplog.text
+    assert as_text(pairs) == as_text(compare_many(files, FAST))
+    other = EvaluationOptions(n_boot=1001)
+    resampled.clear()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="anyjev.run.replicates"):
+        compare_many(files, other, replicates=kept)
+    assert len(resampled) == 2 and f"{b / REPLICATES} was made from another evaluation" in caplog.text
+
+
+def test_a_pair_resampling_other_calibration_rows_than_a_cells_evaluation_resamples_that_cell(two_models, monkeypatch):
+    """Kept replicates are used only for the calibration rows they were resampled on."""
+    _, kept = read_replicates(two_models[0] / REPLICATES)
+    assert any(kept.calib), "the cell's evaluation resampled no calibration rows: nothing to tell apart"
+    elsewhere = dataclasses.replace(kept, calib=tuple(not c for c in kept.calib))
+    groups = [cell_groups(read_cell(str(p / "scores.jsonl"))[1], None, FAST.prior_mode, "test").groups for p in two_models]
+    resampled = counting_resamples(monkeypatch)
+    compare.models_minus_models(groups, FAST, known=[kept, None])
+    assert len(resampled) == 1  # the second cell only
+    compare.models_minus_models(groups, FAST, known=[elsewhere, None])
+    assert len(resampled) == 3
+
+
+@pytest.mark.parametrize("content", [b"", b"PK\x03\x04 not a zip", b"\x93NUMPY"])
+def test_a_replicates_file_that_is_not_one_is_refused_naming_it(two_models, tmp_path, content):
+    broken = tmp_path / REPLICATES
+    broken.write_bytes(content)
+    with pytest.raises(FileFormatError, match=str(broken)):
+        compare_many([str(p / "scores.jsonl") for p in two_models], FAST,
+                     replicates=[str(broken), str(two_models[1] / REPLICATES)])
+
+
+def test_the_evaluation_writes_the_same_replicates_file_twice(two_models, tmp_path):
+    again = tmp_path / "again"
+    again.mkdir()
+    shutil.copy(two_models[0] / "scores.jsonl", again / "scores.jsonl")
+    evaluate(again)
+    assert (again / REPLICATES).read_bytes() == (two_models[0] / REPLICATES).read_bytes()
+    assert (again / "metrics.json").read_bytes() == (two_models[0] / "metrics.json").read_bytes()

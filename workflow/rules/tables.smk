@@ -21,12 +21,13 @@ rule summary_table:
         "python -m anyjev summary-table --job {params.job:q} --csv {output.csv:q} --md {output.md:q} --tex {output.tex:q} > {log:q} 2>&1"
 
 
-# Each level minus raw, and each model minus another on the same task (from both cells' scores), with the paired
-# intervals of the differences.
+# Each level minus raw, and each model minus another on the same task (from both cells' scores and the bootstrap
+# replicates their evaluations kept), with the paired intervals of the differences.
 rule differences_table:
     input:
         metrics=for_cells(rules.evaluate_cell.output.metrics),
         scores=for_cells(rules.score_cell.output.scores),
+        replicates=for_cells(rules.evaluate_cell.output.replicates),
     output:
         csv=report(PATHS.differences["csv"], caption="../report/differences.rst", category="Tables"),
         md=PATHS.differences["md"],
