@@ -393,8 +393,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def run() -> typing.NoReturn:
     """The ``anyjev`` program (``python -m anyjev`` and the console script): :func:`main`, then exit with its code.
-    Python's exit scans every live object for cycles once more, about 0.8 s after a tokenizer's import (transformers
-    and torch) for objects the process drops anyway: frozen, they are left to the exit unscanned. atexit handlers and
+    Python's exit scans every live object for cycles once more, after a tokenizer's import all of transformers and
+    torch, for objects the process drops anyway (bench/bench_fixed_costs.py measures the plan with this and the
+    collector's pause taken out): frozen, they are left to the exit unscanned. atexit handlers and
     flushes run as before; :func:`main` called in a process that goes on (a test) freezes nothing."""
     code = main()
     gc.freeze()

@@ -63,7 +63,8 @@ class PointLevels:
 
 @dataclass
 class Evaluation:
-    """A cell's evaluation: what ``metrics.json`` holds (:meth:`to_json`) and the point levels per item."""
+    """A cell's evaluation: what ``metrics.json`` holds (:meth:`to_json`), the point levels per item, and the
+    bootstrap replicates its intervals were made from (kept as ``replicates.npz``: :mod:`anyjev.run.replicates`)."""
 
     n: int
     n_calib: int
