@@ -22,6 +22,7 @@ import platform
 import re
 import shlex
 import subprocess
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -244,9 +245,25 @@ def read_session(report: str) -> dict | None:
     return json.loads(line.removeprefix(SESSION_MARK).removesuffix(" -->")) if line else None
 
 
+# A test's own folder under pytest's temporary root (pytest-of-USER/pytest-N/TEST0 in the temporary folder), where a
+# test's run lives.
+_TEST_FOLDER = re.escape(tempfile.gettempdir()) + r"/pytest-of-[^/\s]+/pytest-\d+/[^/\s'\"]+"
+
+
+def relative_to_run(text: str) -> str:
+    """TEXT with each path inside a test's own folder written relative to that folder (``t.jsonl``; ``.`` for the
+    folder itself) and each path inside this checkout relative to it: the report names no folder of the machine that
+    wrote it."""
+    for base in dict.fromkeys((str(REPO.resolve()), str(REPO))):
+        text = text.replace(base + "/", "")
+    text = re.sub(_TEST_FOLDER + "/", "", text)
+    return re.sub(_TEST_FOLDER, ".", text)
+
+
 def excerpt(text: str, limit: int = 320) -> str:
-    """One line for a markdown cell: whitespace collapsed, pipes escaped, cut at LIMIT characters."""
-    text = re.sub(r"\s+", " ", text).strip()
+    """One line for a markdown cell: paths relative to the run (`relative_to_run`), whitespace collapsed, pipes
+    escaped, cut at LIMIT characters."""
+    text = re.sub(r"\s+", " ", relative_to_run(text)).strip()
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return text.replace("|", "\\|")

@@ -118,3 +118,12 @@ def test_what_a_report_records_of_its_code_and_session(tmp_path) -> None:
     assert session["commit"] and session["files"] == len(covered_code())
     report.write(tmp_path / "report.md", session)
     assert read_session((tmp_path / "report.md").read_text()) == session
+
+
+def test_the_report_writes_each_path_relative_to_the_run_that_saw_it(tmp_path) -> None:
+    """A message naming a file in the test's own folder, the folder itself, and a file of this checkout: the row names
+    each relative to its run (the test's folder, the checkout), no folder of the machine that wrote it."""
+    seen = (f"TaskDataError: {tmp_path}/my tasks/t.jsonl:line 2: not valid JSON; '{tmp_path}' is a folder; "
+            f"see {REPO}/config/config.yaml")
+    assert excerpt(seen) == ("TaskDataError: my tasks/t.jsonl:line 2: not valid JSON; '.' is a folder; "
+                             "see config/config.yaml")
