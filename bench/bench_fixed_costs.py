@@ -26,7 +26,6 @@ import json
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -155,8 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "fixed_costs.json"))
     args = ap.parse_args(argv)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    report: dict = run_record() | {"commit": commit, "reps": args.reps}
+    report: dict = run_record() | {"reps": args.reps}
     root = Path(tempfile.mkdtemp(prefix="bench-fixed-"))
     try:
         report["slurm_client"] = bench_scale.slurm_client(root)

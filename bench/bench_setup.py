@@ -91,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"bench_setup: {' '.join(SETUP)} exited {status}:\n" + "\n".join(t for _, t in lines[-20:]))
         chosen = next((t.split(": ", 1)[1] for _, t in lines if t.startswith("[setup] vLLM for the server:")), "")
         report |= {
-            "commit": sha,
+            "commit": sha,  # the code measured is the clone's: its committed files, clean whatever this checkout holds
+            "dirty": False,
             "what": "a git clone of the repository at the commit, then `bash scripts/setup_env.sh` (README command 1's "
                     "setup part) in it, with an empty pip cache",
             "setup_command": " ".join(SETUP),

@@ -1,5 +1,6 @@
 """What the benchmarks share: the default experiment's SmolLM2 CPU server (config/config.yaml holds its flags), run
-from this checkout's vLLM environment, and the record every benchmark's JSON opens with (date, command, machine).
+from this checkout's vLLM environment, and the record every benchmark's JSON opens with (date, command, commit and
+whether the code differed from it, machine).
 The record's half imports nothing of the library: bench/report.py and bench/figures.py read JSON only."""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import datetime as dt
 import json
 import os
 import platform
+import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -118,9 +121,37 @@ def measured_on(report: dict) -> str:
     return ", ".join(parts)
 
 
+def git_state(root: Path = REPO) -> tuple[str, bool]:
+    """ROOT's commit (HEAD, 40 hex digits) and whether its code differs from it: a tracked file changed, results/
+    left out (it holds records, among them the JSON a benchmark is about to write, not code)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout
+
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results")
+    return git("rev-parse", "HEAD").strip(), bool(changed.strip())
+
+
 def run_record() -> dict:
-    """What every benchmark's JSON opens with: the date (UTC), the command and the machine."""
-    return {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "command": command(), "machine": machine()}
+    """What every benchmark's JSON opens with: the date (UTC), the command, the commit it ran and whether the code
+    differed from it (``dirty``), and the machine with its CPU flags (:func:`machine`)."""
+    commit, dirty = git_state()
+    return {"date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "command": command(), "commit": commit,
+            "dirty": dirty, "machine": machine()}
+
+
+def unpinned(record: dict) -> list[str]:
+    """What of :func:`run_record`'s fields RECORD lacks ([] for a record pinned to its date, command, commit, code
+    state and machine)."""
+    m = record.get("machine") if isinstance(record.get("machine"), dict) else {}
+    missing = [k for k in ("date", "command") if not record.get(k)]
+    if not re.fullmatch(r"[0-9a-f]{7,40}", str(record.get("commit") or "")):
+        missing.append("commit")
+    if not isinstance(record.get("dirty"), bool):
+        missing.append("dirty")
+    missing += [f"machine.{k}" for k in ("cpu_model", "nproc") if not m.get(k)]
+    if not isinstance(m.get("cpu_flags"), list):
+        missing.append("machine.cpu_flags")
+    return missing
 
 
 def write_json(path: Path, report: dict) -> None:
