@@ -1,4 +1,5 @@
-"""The generated blocks of docs/benchmarks.md, docs/metrics.md and README.md, from the committed JSON under results/bench/.
+"""The generated blocks of docs/benchmarks.md, docs/metrics.md, docs/viewer.md and README.md, from the committed JSON
+under results/bench/.
 
 Each block sits between ``<!-- NAME:start ... -->`` and ``<!-- NAME:end -->`` and is rewritten whole from its JSON;
 every table names the date of its run and the machine the JSON records (:func:`bench.common.measured_on`; a JSON that
@@ -238,6 +239,12 @@ def ceiling_block(root: Path = REPO) -> str:
     return bench_ceiling.markdown(load("ceiling", root)).strip()
 
 
+def viewer_block(root: Path = REPO) -> str:
+    from bench import bench_viewer
+
+    return bench_viewer.markdown(load("viewer", root)).strip()
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "l0-cost": l0_cost_block,
     "l0-limits": l0_limits_block,
@@ -254,6 +261,16 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
 README_BLOCKS: dict[str, Callable[[Path], str]] = {"readme-timing": readme_timing_block}
 METRICS_DOC = REPO / "docs" / "metrics.md"
 METRICS_BLOCKS: dict[str, Callable[[Path], str]] = {"prior-modes": prior_modes_block}
+VIEWER_BLOCKS: dict[str, Callable[[Path], str]] = {"viewer-bench": viewer_block}
+# every doc with generated blocks (its path in the repository) -> its blocks
+DOCUMENTS: dict[str, dict[str, Callable[[Path], str]]] = {
+    "docs/benchmarks.md": BLOCKS, "README.md": README_BLOCKS, "docs/metrics.md": METRICS_BLOCKS,
+    "docs/viewer.md": VIEWER_BLOCKS}
+
+
+def blocks_of(doc: str) -> dict[str, Callable[[Path], str]]:
+    """The generated blocks of DOC (its path in the repository) that this module writes."""
+    return DOCUMENTS.get(doc, {})
 
 
 def block(text: str, name: str) -> str:
@@ -280,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="only say whether docs/benchmarks.md is current")
     args = ap.parse_args(argv)
     stale = []
-    for doc, blocks in ((DOC, BLOCKS), (README, README_BLOCKS), (METRICS_DOC, METRICS_BLOCKS)):
+    for rel, blocks in DOCUMENTS.items():
+        doc = REPO / rel
         text = doc.read_text(encoding="utf-8")
         new = rewrite(text, blocks=blocks)
         if new != text:

@@ -60,11 +60,6 @@ PENDING: dict[str, str] = {
     "prior_modes.json": "python bench/bench_prior_modes.py (about 1 minute, no server)",
     "scale.json": "the scale benchmark measured again (issue 42): python bench/bench_scale.py, then --slurm --merge and "
                   "--real-server --merge (hours)",
-    "scale_before_forkserver.json": "an archived copy: delete it (scale.json at commit a94d63b holds it)",
-    "scale_before_kept_replicates.json": "an archived copy: delete it (scale.json at commit ec879b7 holds it)",
-    "scale_before_scheduler.json": "an archived copy: delete it (scale.json at commit 586ab66 holds it)",
-    "scale_before_shared_prompts.json": "an archived copy: delete it (scale.json at commit 72ecb14 holds it)",
-    "scale_earlier_run.json": "an archived copy: delete it (scale.json at commit 11433ee holds it)",
     "scheduler.json": "python bench/bench_scheduler.py (about 15 minutes), or retired with the scheduler patch (issue 42)",
     "server_probe.json": "python bench/bench_server_probe.py (about 10 minutes)",
     "setup.json": "python bench/bench_setup.py (about 4 minutes, PyPI reachable)",
