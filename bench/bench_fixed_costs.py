@@ -33,9 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import bench_scale, time_limit  # noqa: E402
-from bench.common import REPO, run_record, write_json  # noqa: E402
-from bench.stand_in_vllm import make_server_env  # noqa: E402
+from bench import bench_scale  # noqa: E402
+from bench.common import REPO, run_record, run_under_limit, write_json  # noqa: E402
+from testbed.vllm_server import make_server_env  # noqa: E402
 
 GRIDS = (9, 300)
 # frozen before the exit, as `anyjev` leaves them (anyjev.cli.run): the import's objects are not scanned once more
@@ -184,4 +184,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(time_limit.run(main, seconds=1800))
+    sys.exit(run_under_limit(main, seconds=1800))

@@ -202,10 +202,10 @@ WRITER = "tests/e2e/fault_report.py"  # this file: how the rows are written, not
 
 def is_covered(path: str, test_modules: set[str]) -> bool:
     """Whether the code at PATH (relative to the repository) is exercised by a fault session: the library, the
-    workflow, the default config, the pinned requirements, every helper under tests/ (not its test modules, not
-    tests/data, not this writer, whose output tests/unit/test_fault_report.py checks) and TEST_MODULES, those whose
-    tests give the report's rows."""
-    if path.startswith(("anyjev/", "workflow/", "requirements/")) or path == "config/config.yaml":
+    workflow, the default config, the pinned requirements, the stand-ins under testbed/, every helper under tests/
+    (not its test modules, not tests/data, not this writer, whose output tests/unit/test_fault_report.py checks) and
+    TEST_MODULES, those whose tests give the report's rows."""
+    if path.startswith(("anyjev/", "workflow/", "requirements/", "testbed/")) or path == "config/config.yaml":
         return True
     if not path.startswith("tests/") or path.startswith("tests/data/") or path == WRITER:
         return False
@@ -331,7 +331,7 @@ class FaultReport:
             f"Session: {session['started']} to {session['finished']}, pytest {session['pytest']}, Python "
             f"{session['python']}: {outcomes} (exit status {session['exitstatus']}). Code: commit `{session['commit']}`; the "
             f"{session['files']} files the session exercises (the library, the workflow, config/config.yaml, "
-            f"requirements/, the tests' helpers and the rows' test modules) were {code}, sha256 of their paths and git "
+            f"requirements/, testbed/, the tests' helpers and the rows' test modules) were {code}, sha256 of their paths and git "
             f"blob ids `{session['code_digest']}` (tests/unit/test_fault_report.py compares it with the checkout's).",
             "",
             SESSION_MARK + json.dumps(session, sort_keys=True) + " -->",

@@ -163,3 +163,50 @@ def test_the_setup_is_timed_step_by_step_from_its_output() -> None:
     assert steps(lines, 175.5) == {"vLLM for the server": 0.1, "server environment .venv-server": 120.0,
                                    "client environment .venv": 49.7,
                                    "published library anyjev==0.3.0 -> .assets/anyjev-published": 5.5}
+
+
+def test_readme_command_1_is_the_one_the_reproduction_runs() -> None:
+    from bench.bench_default_run import COMMAND1
+
+    assert f"\n{COMMAND1}\n" in (REPO / "README.md").read_text()
+
+
+def test_a_reproduction_keeps_one_row_per_kind_of_machine_and_readme_quotes_each(tmp_path: Path) -> None:
+    from bench import report
+    from bench.bench_default_run import with_row
+
+    def row(model: str, flags: list[str], date: str, **found) -> dict:
+        return {"date": date, "command": ["x"], "commit": "a" * 40, "dirty": False,
+                "machine": {"cpu_model": model, "cpu_flags": flags, "nproc": 2}, "exit_status": 0} | found
+
+    epyc = row("AMD EPYC", ["avx2", "avx512f"], "2026-12-01", reproduced=True, largest_difference=2e-6, largest_at="m/t/L0 ece_hi")
+    xeon = row("Intel Xeon", ["avx2", "amx_bf16"], "2026-12-02", reproduced=False, values=462, beyond_tolerance=3)
+    again = epyc | {"date": "2026-12-03", "largest_difference": 4e-6}
+    recorded = with_row(with_row(with_row({}, epyc), xeon), again)
+    assert list(recorded["rows"]) == ["AMD EPYC (avx2 avx512f)", "Intel Xeon (avx2 amx_bf16)"]
+    assert recorded["rows"]["AMD EPYC (avx2 avx512f)"]["date"] == "2026-12-03" and recorded["date"] == "2026-12-03"
+    assert common.unpinned(recorded) == []
+    (tmp_path / "results" / "bench").mkdir(parents=True)
+    (tmp_path / "results" / "bench" / "reproduced.json").write_text(json.dumps(recorded))
+    said = report.reproduced_block(tmp_path)
+    assert ("Intel Xeon (avx2 amx_bf16) (run 2026-12-02 at aaaaaaa): NOT reproduced, 3 of 462 values beyond the "
+            "tolerance above; AMD EPYC (avx2 avx512f) (run 2026-12-03 at aaaaaaa): every value within the tolerance "
+            "above, the largest difference 4.0e-06 (m/t/L0 ece_hi).") in said
+
+
+def test_a_summary_that_moves_past_the_tolerance_is_named(tmp_path: Path) -> None:
+    from testbed.reproduce import summary_differences
+
+    committed = REPO / "results" / "tables" / "summary.csv"
+    text = committed.read_text().splitlines()
+    fields = text[1].split(",")
+    header = text[0].split(",")
+    fields[header.index("nll")] = f"{float(fields[header.index('nll')]) + 4e-4:.6f}"  # within 3 decimals' worth
+    fields[header.index("ece_hi")] = f"{float(fields[header.index('ece_hi')]) + 0.009:.6f}"  # within 1/n (n = 100)
+    (tmp_path / "near.csv").write_text("\n".join([text[0], ",".join(fields), *text[2:]]) + "\n")
+    near = summary_differences(tmp_path / "near.csv", committed)
+    assert near["beyond"] == [] and near["largest_difference"] == pytest.approx(0.009) and near["largest_at"].endswith("ece_hi")
+    fields[header.index("acc")] = f"{float(fields[header.index('acc')]) + 0.01:.6f}"  # another decision
+    (tmp_path / "far.csv").write_text("\n".join([text[0], ",".join(fields), *text[2:]]) + "\n")
+    far = summary_differences(tmp_path / "far.csv", committed)
+    assert len(far["beyond"]) == 1 and " acc: " in far["beyond"][0]

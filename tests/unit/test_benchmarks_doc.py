@@ -25,7 +25,7 @@ def test_l0_cost_tables_are_generated_from_the_committed_json() -> None:
     start, end = doc.index("<!-- l0-cost:start"), doc.index("<!-- l0-cost:end -->")
     block = doc[start:end]
     tables = bench.markdown(report).strip()
-    assert tables and tables in block, "docs/benchmarks.md's l0-cost block differs from `bench_l0_cost.py --report`: regenerate it"
+    assert tables and tables in block, "docs/benchmarks.md's l0-cost block differs from its JSON (`python -m bench.report`): regenerate it"
     for w in report["workloads"].values():
         assert f"{w['n_test']} test items, {w['n_calib']} calibration items" in block
         assert f"(run {(w.get('run') or report)['date'][:10]}, " in block

@@ -104,7 +104,8 @@ def test_the_committed_report_covers_the_code_of_this_checkout() -> None:
 def test_what_a_report_records_of_its_code_and_session(tmp_path) -> None:
     modules = row_test_modules()
     for path in ("anyjev/cli.py", "workflow/Snakefile", "config/config.yaml", "requirements/server.txt",
-                 "tests/waiting.py", "tests/e2e/workflow_helpers.py", "tests/unit/test_vllm_backend_faults.py"):
+                 "tests/waiting.py", "tests/e2e/workflow_helpers.py", "tests/unit/test_vllm_backend_faults.py",
+                 "testbed/vllm_server.py"):
         assert is_covered(path, modules), path
     for path in ("docs/fault-report.md", "tests/unit/test_fault_report.py", "tests/data/reference-reduced/summary.csv",
                  "README.md", "config/paper.yaml", "tests/e2e/fault_report.py"):
