@@ -52,7 +52,6 @@ PENDING: dict[str, str] = {
     "fixed_costs.json": "python bench/bench_fixed_costs.py (about 5 minutes)",
     "l0_cost.json": "python bench/bench_l0_cost.py (about 2 hours), then the block-32 rows: python bench/bench_l0_cost.py "
                     "--full-only --mmlu-test 200 --mmlu-calib 0 --long-test 5 --long-calib 0 (about 20 minutes)",
-    "l0_cost_limits.json": "python bench/cache_limit.py, after l0_cost.json (about 1 minute, no server)",
     "prefix_drift_bf16.json": "python bench/bench_prefix_drift.py --dtype bfloat16 --mmlu-items 3 --long-items 1 "
                               "--long-layouts 16 (about 10 minutes)",
     "prefix_drift_fp32.json": "python bench/bench_prefix_drift.py --dtype float32 --mmlu-items 8 --long-items 2 "
