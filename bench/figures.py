@@ -75,6 +75,8 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
+from bench.common import machine_of
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = ("README.md", "docs/*.md")
 
@@ -358,6 +360,8 @@ def value_of(root: Path, note: Note, key: str) -> tuple[object, str]:
         value = ev(ast.parse(expression, mode="eval").body)
     except ZeroDivisionError as exc:
         raise KeyProblem(f"{key!r} divides by zero") from exc
+    if not names:
+        raise KeyProblem(f"{key!r} names no key")
     units = {u for _, _, u in names}
     unit = "x" if " / " in key and len(units) == 1 and len(names) > 1 else names[0][2]
     return value, unit
@@ -394,7 +398,7 @@ def reads_as(f: Figure, key: str, v: float, unit: str | None = None) -> bool:
 def _machine_claim(f: Figure, value: object) -> bool:
     """Whether VALUE (a machine record, its CPU flags, its CPU model, a core count) holds the claim F makes."""
     if isinstance(value, dict):
-        m = {LEGACY_MACHINE_KEYS.get(k, k): v for k, v in value.items()}
+        m = machine_of({"machine": value})
         if f.unit == "core":
             return m.get("nproc") == f.value
         return _machine_claim(f, m.get("cpu_flags") if f.text in CPU_FEATURES else m.get("cpu_model"))
@@ -403,10 +407,6 @@ def _machine_claim(f: Figure, value: object) -> bool:
     if f.text in CPU_MODELS and isinstance(value, str):
         return f.text.lower() in value.lower()
     return False
-
-
-# keys of JSON written before every benchmark called bench.common.machine(): bench_viewer's own record
-LEGACY_MACHINE_KEYS = {"cpu": "cpu_model", "cores": "nproc", "load_1min_at_start": "loadavg_start"}
 
 
 def bind(root: Path, doc: str, line_no: int, figures: list[Figure], note: Note) -> list[Finding]:
