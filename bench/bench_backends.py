@@ -51,11 +51,9 @@ from anyjev.decision.options import PromptOptions  # noqa: E402
 from anyjev.errors import BackendError
 from anyjev.run.prepared import prepare_item
 from anyjev.serving.health import ServerHandle
-from anyjev.serving.lease import acquire_server
 from anyjev.serving.proc import group_pids, proc_stat
 from anyjev.serving.spec import ServerSpec
-from anyjev.serving.stop import stop_server
-from bench.common import REPO, SERVER_PYTHON, SMOL_DIR, run_record, smollm2_spec, write_json  # noqa: E402
+from bench.common import REPO, SERVER_PYTHON, SMOL_DIR, run_record, run_under_limit, serving, smollm2, smollm2_spec, write_json  # noqa: E402
 
 TINY_DIR = REPO / "resources" / "models" / "tiny-random-smollm2"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json")
@@ -396,44 +394,39 @@ def explore_grid(n_prompts: int, quick: bool) -> list[tuple[int, int]]:
     return grid + [(1, 16)]  # VLLMBackend configured like the published pattern: a cross-check of client 2
 
 
-def run_case(case: Case, prompts: list[list[int]], labels: list[int], args: argparse.Namespace, state_dir: Path,
-             log_dir: Path) -> dict:
+def run_case(case: Case, prompts: list[list[int]], labels: list[int], args: argparse.Namespace, log_dir: Path) -> dict:
     spec = server_spec(case)
-    log_path = log_dir / f"{case.key}.log"
+    log_path = log_dir / f"{spec.name}.log"
     print(f"\n== {case.title}: starting vLLM server ({case.model.name}), log {log_path}", flush=True)
-    t0 = time.monotonic()
-    handle = acquire_server(spec, state_dir=state_dir, owner_pid=os.getpid(), log_path=log_path)
-    print(f"   ready in {time.monotonic() - t0:.1f} s (vllm {handle.vllm_version}, {handle.url})", flush=True)
-    out: dict = {
-        "title": case.title,
-        "model": str(case.model.relative_to(REPO)),
-        "served_name": case.served_name,
-        "server": {"argv": handle.argv, "vllm_version": handle.vllm_version, "start_seconds": handle.start_seconds,
-                   "env": dict(spec.env), "log": str(log_path)},
-        "prompts": case.n_prompts,
-        "prompt_tokens_mean": round(statistics.mean(len(p) for p in prompts), 1),
-        "warmup_prompts": case.warmup_prompts,
-        "repeats": case.repeats,
-        "loadavg_before": list(os.getloadavg()),
-    }
-    clients: list[Client] = []
-    try:
-        clients = [BackendClient(handle.url, case.served_name), PerPromptPool(handle.url, case.served_name),
-                   SingleRequest(handle.url, case.served_name)]
-        results = run_round_robin(clients, prompts, labels, handle, case.repeats, case.warmup_prompts, case.key)
-        out["clients"] = {k: r.summary() for k, r in results.items()}
-        out["ratios"] = ratio_block(results, "vllm_backend")
-        out["targets_apply"] = case.fast
-        missed = not (out["ratios"]["vs_per_prompt_pool16"]["met"] and out["ratios"]["vs_single_request"]["met"])
-        if case.fast and (args.explore == "always" or (args.explore == "auto" and missed)):
-            out["exploration"] = explore(case, handle, prompts, labels, args)
-    finally:
-        for c in clients:
-            c.close()
-        out["loadavg_after"] = list(os.getloadavg())
-        t1 = time.monotonic()
-        stop_server(handle)
-        print(f"   server stopped in {time.monotonic() - t1:.1f} s", flush=True)
+    with serving(spec, log_dir) as handle:
+        print(f"   ready in {handle.start_seconds:.1f} s (vllm {handle.vllm_version}, {handle.url})", flush=True)
+        out: dict = {
+            "title": case.title,
+            "model": str(case.model.relative_to(REPO)),
+            "served_name": case.served_name,
+            "server": {"argv": handle.argv, "vllm_version": handle.vllm_version, "start_seconds": handle.start_seconds,
+                       "env": dict(spec.env), "log": str(log_path)},
+            "prompts": case.n_prompts,
+            "prompt_tokens_mean": round(statistics.mean(len(p) for p in prompts), 1),
+            "warmup_prompts": case.warmup_prompts,
+            "repeats": case.repeats,
+            "loadavg_before": list(os.getloadavg()),
+        }
+        clients: list[Client] = []
+        try:
+            clients = [BackendClient(handle.url, case.served_name), PerPromptPool(handle.url, case.served_name),
+                       SingleRequest(handle.url, case.served_name)]
+            results = run_round_robin(clients, prompts, labels, handle, case.repeats, case.warmup_prompts, case.key)
+            out["clients"] = {k: r.summary() for k, r in results.items()}
+            out["ratios"] = ratio_block(results, "vllm_backend")
+            out["targets_apply"] = case.fast
+            missed = not (out["ratios"]["vs_per_prompt_pool16"]["met"] and out["ratios"]["vs_single_request"]["met"])
+            if case.fast and (args.explore == "always" or (args.explore == "auto" and missed)):
+                out["exploration"] = explore(case, handle, prompts, labels, args)
+        finally:
+            for c in clients:
+                c.close()
+            out["loadavg_after"] = list(os.getloadavg())
     return out
 
 
@@ -520,9 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     if not SERVER_PYTHON.exists():
         raise SystemExit(f"missing {SERVER_PYTHON}: run scripts/setup_env.sh")
-    from anyjev.serving.models import prepare_smollm2
-
-    prepare_smollm2(SMOL_DIR)  # no-op when already converted
+    smollm2()
 
     t_start = time.monotonic()
     report: dict = {
@@ -557,12 +548,11 @@ def main(argv: list[str] | None = None) -> int:
                         min(smol_prompts, len(prompts)), min(32, smol_prompts, len(prompts)), args.repeats, False),
     }
     json_path = out_dir / "backends.json"
-    with tempfile.TemporaryDirectory(prefix="anyjev-bench-state-") as state_dir:
-        for name in [s.strip() for s in args.servers.split(",") if s.strip()]:
-            case = cases[name]
-            report["servers"][name] = run_case(case, prompts[:case.n_prompts], labels, args, Path(state_dir), log_dir)
-            report["total_seconds"] = round(time.monotonic() - t_start, 1)
-            write_json(json_path, report)  # after each server, so a crash keeps the first
+    for name in [s.strip() for s in args.servers.split(",") if s.strip()]:
+        case = cases[name]
+        report["servers"][name] = run_case(case, prompts[:case.n_prompts], labels, args, log_dir)
+        report["total_seconds"] = round(time.monotonic() - t_start, 1)
+        write_json(json_path, report)  # after each server, so a crash keeps the first
     fast = report["servers"].get("tiny")
     if fast:
         report["targets_met"] = {k: v["met"] for k, v in fast["ratios"].items()}
@@ -582,6 +572,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from bench import time_limit
-
-    sys.exit(time_limit.run(main, seconds=1 * 3600))
+    sys.exit(run_under_limit(main, seconds=1 * 3600))

@@ -31,7 +31,6 @@ file) and the newsgroups-shaped K = 20 long-state task (:func:`anyjev.data.synth
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import statistics
 import sys
@@ -49,13 +48,11 @@ from anyjev.run.full import score_prepared  # noqa: E402
 from anyjev.run.prepared import PreparedItem  # noqa: E402
 from anyjev.run.records import item_record  # noqa: E402
 from anyjev.run.requests import read_layouts  # noqa: E402
-from anyjev.serving.lease import acquire_server  # noqa: E402
 from anyjev.serving.metrics import read_counters  # noqa: E402
 from anyjev.serving.proc import group_pids  # noqa: E402
 from anyjev.serving.spec import ServerSpec  # noqa: E402
-from anyjev.serving.stop import stop_server  # noqa: E402
-from bench.bench_l0_cost import Server, Workload, build_workloads, l0_decisions  # noqa: E402
-from bench.common import SMOL_DIR, run_record, smollm2_spec, write_json  # noqa: E402
+from bench.bench_l0_cost import Workload, build_workloads, l0_decisions  # noqa: E402
+from bench.common import Server, run_record, run_under_limit, serving, smollm2, smollm2_spec, write_json  # noqa: E402
 
 CHUNK_ITEMS = 16  # score_cell's default chunk
 # One server setting each, on top of the chosen block size: (flags, environment), what it asks vLLM.
@@ -71,9 +68,8 @@ LEVERS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
 def spec(name: str, *, caching: bool, block_size: int, flags: tuple[str, ...] = (), env: dict | None = None) -> ServerSpec:
     """The default config's SmolLM2 server (float32, fp32 head, its flags and environment) with the cache on or off,
     BLOCK_SIZE, extra FLAGS and ENV; VLLM_SERVER_DEV_MODE=1 for ``POST /reset_prefix_cache``."""
-    base = smollm2_spec(name, dtype="float32", prefix_caching=caching, block_size=block_size)
-    environment = dict(base.server_env) | {"VLLM_SERVER_DEV_MODE": "1"} | (env or {})
-    return dataclasses.replace(base, server_flags=base.server_flags + flags, server_env=tuple(sorted(environment.items())))
+    return smollm2_spec(name, dtype="float32", prefix_caching=caching, block_size=block_size, flags=flags, env=env,
+                        resettable=True)
 
 
 def resident_mib(pgid: int | None) -> float | None:
@@ -139,38 +135,19 @@ def compare(figures: dict, records: list[dict], reference: list[dict], ref_figur
                       "decisions_differ": int(np.sum(decisions != ref_decisions))}
 
 
-class Started:
-    """A server for the length of a with block (its state and log under the run's folder)."""
-
-    def __init__(self, server_spec: ServerSpec, logs: Path) -> None:
-        self.spec, self.logs = server_spec, logs
-
-    def __enter__(self) -> Server:
-        t0 = time.monotonic()
-        self.handle = acquire_server(self.spec, state_dir=self.logs / "state", owner_pid=os.getpid(),
-                                     log_path=self.logs / f"{self.spec.name}.log")
-        self.start_s = round(time.monotonic() - t0, 1)
-        server = Server(self.handle)
-        return server
-
-    def __exit__(self, *exc: object) -> None:
-        stop_server(self.handle)
-
-
 def measure_server(name: str, server_spec: ServerSpec, workloads: list[Workload], logs: Path, report: dict,
                    rows: Callable[[Server, Workload], dict[str, tuple[list[dict], dict]]], save: Callable[[], None]) -> None:
-    started = Started(server_spec, logs)
-    with started as server:
-        report["vllm_version"] = server.handle.vllm_version
+    with serving(server_spec, logs) as handle:
+        server = Server(handle)
+        report["vllm_version"] = handle.vllm_version
         warm = workloads[0].test[0]
-        with VLLMBackend(server.url, server.name) as b:  # first-request warm-up, not measured
-            b.label_logprobs([warm.layouts[-1][1]], warm.label_ids)
+        server.warm_up(warm.layouts[-1][1], warm.label_ids)
         for w in workloads:
             for key, (records, figures) in rows(server, w).items():
                 ref = report["workloads"][w.name]["rows"].get("nocache")
                 if ref is not None and key != "nocache":
                     figures = compare(figures, records, report["_reference"][w.name], ref)
-                figures |= {"server": name, "block_size": server_spec.block_size, "server_start_s": started.start_s,
+                figures |= {"server": name, "block_size": server_spec.block_size, "server_start_s": round(handle.start_seconds, 1),
                             "server_flags": list(server_spec.server_flags), "server_env": dict(server_spec.server_env)}
                 report["workloads"][w.name]["rows"][key] = figures
                 if key == "nocache":
@@ -197,10 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from transformers import AutoTokenizer
 
-    from anyjev.serving.models import prepare_smollm2
-
-    prepare_smollm2(SMOL_DIR)
-    tokenizer = AutoTokenizer.from_pretrained(SMOL_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(smollm2())
     workload_args = argparse.Namespace(long_test=args.long_test, long_calib=0, long_min_chars=args.long_min_chars,
                                        long_max_chars=args.long_max_chars, mmlu_test=args.mmlu_test, mmlu_calib=0,
                                        mmlu_file="default", workloads=["long", "mmlu"], seed=args.seed)
@@ -245,6 +219,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from bench import time_limit
-
-    sys.exit(time_limit.run(main, seconds=2 * 3600))
+    sys.exit(run_under_limit(main, seconds=2 * 3600))

@@ -29,14 +29,12 @@ run against the bare engine with the cache (what the client costs), the bare eng
 
     .venv/bin/python bench/bench_ceiling.py                         # -> results/bench/ceiling.json
     .venv/bin/python bench/bench_ceiling.py --items 48 --reps 1 --out /tmp/ceiling.json   # a quick look
-    .venv/bin/python bench/bench_ceiling.py --report results/bench/ceiling.json
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import shutil
 import statistics
@@ -49,10 +47,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench import time_limit  # noqa: E402
-from bench.bench_block_size import Started, spec  # noqa: E402
-from bench.bench_l0_cost import Server  # noqa: E402
-from bench.common import CONFIG, MODELS_DIR, measured_on, run_record, write_json  # noqa: E402
+from bench.bench_block_size import spec  # noqa: E402
+from bench.common import CONFIG, MODELS_DIR, Server, measured_on, run_record, run_under_limit, serving, smollm2, write_json  # noqa: E402
 
 MODEL = "smollm2-135m"
 PINNED_BLOCK = 32
@@ -255,18 +251,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--variants", default=",".join(RUN_VARIANTS), type=lambda v: v.split(","))
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "ceiling.json"))
-    ap.add_argument("--report", metavar="JSON", help="only print the docs block of an earlier run")
     args = ap.parse_args(argv)
-    if args.report:
-        print(markdown(json.loads(Path(args.report).read_text())))
-        return 0
     from anyjev.run.cell import load_tokenizer
-    from anyjev.serving.models import prepare_smollm2
     from anyjev.settings import Settings
 
     settings = Settings.load(CONFIG, workdir=REPO)
-    prepare_smollm2(MODELS_DIR / MODEL)
-    tokenizer = load_tokenizer(MODELS_DIR / MODEL)
+    tokenizer = load_tokenizer(smollm2())
     logs = REPO / "results" / "bench" / "logs" / "ceiling"
     logs.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="bench-ceiling-"))  # the prepared tasks and the run passes' scores
@@ -292,8 +282,9 @@ def main(argv: list[str] | None = None) -> int:
                    ("nocache_b128", spec("ceiling-nocache-b128", caching=False, block_size=128)),
                    ("cache_b32", spec("ceiling-cache-b32", caching=True, block_size=PINNED_BLOCK))]
         for key, server_spec in servers:
-            with Started(server_spec, logs) as server:
-                report["vllm_version"] = server.handle.vllm_version
+            with serving(server_spec, logs) as handle:
+                server = Server(handle)
+                report["vllm_version"] = handle.vllm_version
                 for cell in cells:  # warm-up, not measured: the engine meets every cell's batch shapes once
                     engine_pass(server, dataclasses.replace(cell, prepared=cell.prepared[:WARM_UP_ITEMS]))
                 for _ in range(args.reps):
@@ -362,4 +353,4 @@ def markdown(report: dict) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(time_limit.run(main, seconds=3 * 3600))
+    sys.exit(run_under_limit(main, seconds=3 * 3600))

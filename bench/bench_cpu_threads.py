@@ -34,9 +34,7 @@ from anyjev.data.builtin import mmlu  # noqa: E402
 from anyjev.decision.labels import LabelChecker  # noqa: E402
 from anyjev.decision.options import PromptOptions  # noqa: E402
 from anyjev.run.prepared import PreparedItem, prepare_item  # noqa: E402
-from anyjev.serving.lease import acquire_server  # noqa: E402
-from anyjev.serving.stop import stop_server  # noqa: E402
-from bench.common import SMOL_DIR, run_record, smollm2_spec, write_json  # noqa: E402
+from bench.common import run_record, run_under_limit, serving, smollm2, smollm2_spec, write_json  # noqa: E402
 
 RESERVED = "VLLM_CPU_NUM_OF_RESERVED_CPU"
 SETTINGS = {"vllm_default": None, "none_reserved": "0"}  # None: the variable unset (vLLM keeps one core)
@@ -58,11 +56,9 @@ def read_items(url: str, served: str, items: list[PreparedItem]) -> tuple[list[n
 
 
 def measure_one(name: str, reserved: str | None, items: list[PreparedItem], repeats: int, state: Path) -> dict:
-    spec = spec_for(name, reserved)
     t0 = time.perf_counter()
-    handle = acquire_server(spec, state_dir=state, owner_pid=os.getpid(), log_path=state / f"{name}.log")
-    start_s = time.perf_counter() - t0
-    try:
+    with serving(spec_for(name, reserved), state) as handle:
+        start_s = time.perf_counter() - t0
         read_items(handle.url, handle.served_name, items[:1])  # warm-up
         passes, reads = [], None
         for _ in range(repeats):
@@ -72,8 +68,6 @@ def measure_one(name: str, reserved: str | None, items: list[PreparedItem], repe
         return {"start_s": round(start_s, 1), "pass_s": [round(s, 2) for s in passes],
                 "s_per_item_median": round(statistics.median(passes) / len(items), 3), "reads": reads,
                 "vllm_version": handle.vllm_version}
-    finally:
-        stop_server(handle)
 
 
 def measure_pair(tag: str, reserved: str | None, items: list[PreparedItem], state: Path) -> dict:
@@ -81,13 +75,9 @@ def measure_pair(tag: str, reserved: str | None, items: list[PreparedItem], stat
     per: list[dict | None] = [None, None]
 
     def one(i: int) -> None:
-        spec = spec_for(f"{tag}-pair{i}", reserved)
-        handle = acquire_server(spec, state_dir=state, owner_pid=os.getpid(), log_path=state / f"{tag}-pair{i}.log")
-        try:
+        with serving(spec_for(f"{tag}-pair{i}", reserved), state) as handle:
             _, seconds = read_items(handle.url, handle.served_name, items)
             per[i] = {"read_s": round(seconds, 1)}
-        finally:
-            stop_server(handle)
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
@@ -106,15 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from transformers import AutoTokenizer
 
-    from anyjev.serving.models import prepare_smollm2
-
-    prepare_smollm2(SMOL_DIR)
-    tokenizer = AutoTokenizer.from_pretrained(SMOL_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(smollm2())
     checker = LabelChecker(tokenizer)
     items = [prepare_item(tokenizer, checker, it, "g", PromptOptions()) for it in mmlu(args.items).items[:args.items]]
     out_dir = REPO / args.out
-    state = out_dir / "logs" / "cpu-threads-state"
-    state.mkdir(parents=True, exist_ok=True)
+    state = out_dir / "logs" / "cpu-threads"
     report: dict = {
         **run_record(),
         "model": "SmolLM2-135M-Instruct", "dtype": "float32", "fp32_head": True, "prefix_caching": True,
@@ -145,6 +131,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from bench import time_limit
-
-    sys.exit(time_limit.run(main, seconds=1 * 3600))
+    sys.exit(run_under_limit(main, seconds=1 * 3600))

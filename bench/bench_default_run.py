@@ -12,6 +12,14 @@ number of tied top options per item, level and layout group) is compared with th
 the reference, so its row has no comparison.
 
     .venv/bin/python bench/bench_default_run.py [--commits "7885147=what it is;0763f83=...;HEAD=..."]
+
+With ``--reproduce``, README command 1 whole (:data:`COMMAND1`: the setup, then the workflow) runs in a fresh clone of a
+commit (default HEAD), with this machine's pip settings and cache, and the ``results/tables/summary.csv`` it writes is
+compared with the one that commit holds (:func:`testbed.reproduce.summary_differences`): the row of this kind of
+machine (its CPU model and flags) in ``results/bench/reproduced.json`` records the exit status, the times, the largest
+difference and every difference beyond the tolerance README states; a later run on the same kind replaces it.
+
+    .venv/bin/python bench/bench_default_run.py --reproduce [--commit HEAD]
 """
 
 from __future__ import annotations
@@ -28,7 +36,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.common import run_record, write_json  # noqa: E402
+from bench.common import fresh_clone, machine_kind, outside_env, run_record, run_under_limit, timed_lines, write_json  # noqa: E402
+from testbed.reproduce import summary_differences  # noqa: E402
 
 SHARED = (".venv", ".venv-server", ".assets")
 # The commits the default run was measured at (docs/benchmarks.md): before the CPU server used both cores and before
@@ -94,11 +103,55 @@ def compare_decisions(run: dict, reference: dict) -> dict:
             "only_in_this_run": len(run.keys() - reference.keys()), "only_in_the_last": len(reference.keys() - run.keys())}
 
 
+# README command 1 (tests/unit/test_bench_records.py keeps it README's)
+COMMAND1 = ("bash scripts/setup_env.sh && . .venv/bin/activate && snakemake --workflow-profile workflow/profiles/default "
+            "--forceall")
+SUMMARY = "results/tables/summary.csv"
+REPRODUCED = "results/bench/reproduced.json"
+
+
+def reproduce(commit: str, scratch: Path) -> dict:
+    """README command 1 in a fresh clone of COMMIT: this machine's row (its record, with the clone's commit)."""
+    clone, sha = fresh_clone(commit, scratch)
+    row = run_record() | {"commit": sha, "dirty": False, "command1": COMMAND1}  # the clone: committed files only
+    status, wall, lines = timed_lines(["bash", "-c", COMMAND1], clone, outside_env())
+    setup_s = next((t for t, text in lines if text.startswith("[setup] done in")), None)
+    row |= {"exit_status": status, "wall_s": wall, "setup_s": setup_s}
+    if status != 0:
+        return row | {"reproduced": False, "last_lines": [text for _, text in lines[-20:]]}
+    committed = scratch / "committed-summary.csv"
+    committed.write_text(git("show", f"{sha}:{SUMMARY}"))
+    found = summary_differences(clone / SUMMARY, committed)
+    return row | {"compared_with": f"{SUMMARY} at {sha[:7]}", "values": found["values"],
+                  "largest_difference": found["largest_difference"], "largest_at": found["largest_at"],
+                  "beyond_tolerance": len(found["beyond"]), "first_beyond": found["beyond"][:10],
+                  "reproduced": not found["beyond"]}
+
+
+def with_row(report: dict, row: dict) -> dict:
+    """REPORT (reproduced.json) with ROW as its machine kind's row (a row of the same kind replaced), opening with ROW's
+    record (the latest run)."""
+    rows = dict(report.get("rows", {})) | {machine_kind(row["machine"]): row}
+    return {k: row[k] for k in ("date", "command", "commit", "dirty", "machine")} | {
+        "what": f"README command 1 ({COMMAND1}) in a fresh clone, its {SUMMARY} compared with the commit's", "rows": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--commits", default=DEFAULT_COMMITS, help="COMMIT=what it is, separated by ';', oldest first")
-    ap.add_argument("--out", default="results/bench/default_run.json")
+    ap.add_argument("--reproduce", action="store_true", help="README command 1 whole in a fresh clone, against the "
+                                                             f"commit's {SUMMARY} (writes {REPRODUCED})")
+    ap.add_argument("--commit", default="HEAD", help="with --reproduce: the commit to clone")
+    ap.add_argument("--out", help=f"default: results/bench/default_run.json, or {REPRODUCED} with --reproduce")
     args = ap.parse_args(argv)
+    if args.reproduce:
+        out = REPO / (args.out or REPRODUCED)
+        with tempfile.TemporaryDirectory(prefix="reproduce-") as scratch:
+            row = reproduce(args.commit, Path(scratch))
+        write_json(out, with_row(json.loads(out.read_text()) if out.is_file() else {}, row))
+        print(f"wrote {out}: {'reproduced' if row['reproduced'] else 'NOT reproduced'} on {machine_kind(row['machine'])}")
+        return 0 if row["reproduced"] else 1
+    args.out = args.out or "results/bench/default_run.json"
     report = {**run_record(),
               "workflow": "snakemake --workflow-profile workflow/profiles/default --forceall (README command 1's "
                           "workflow part), one commit after the other, environments shared", "runs": []}
@@ -122,6 +175,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from bench import time_limit
-
-    sys.exit(time_limit.run(main, seconds=2 * 3600))
+    sys.exit(run_under_limit(main, seconds=2 * 3600))

@@ -26,7 +26,6 @@ import json
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,9 +33,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import bench_scale, time_limit  # noqa: E402
-from bench.common import REPO, run_record, write_json  # noqa: E402
-from bench.stand_in_vllm import make_server_env  # noqa: E402
+from bench import bench_scale  # noqa: E402
+from bench.common import REPO, run_record, run_under_limit, write_json  # noqa: E402
+from testbed.vllm_server import make_server_env  # noqa: E402
 
 GRIDS = (9, 300)
 # frozen before the exit, as `anyjev` leaves them (anyjev.cli.run): the import's objects are not scanned once more
@@ -155,8 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "fixed_costs.json"))
     args = ap.parse_args(argv)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    report: dict = run_record() | {"commit": commit, "reps": args.reps}
+    report: dict = run_record() | {"reps": args.reps}
     root = Path(tempfile.mkdtemp(prefix="bench-fixed-"))
     try:
         report["slurm_client"] = bench_scale.slurm_client(root)
@@ -186,4 +184,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(time_limit.run(main, seconds=1800))
+    sys.exit(run_under_limit(main, seconds=1800))

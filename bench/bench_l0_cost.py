@@ -40,14 +40,12 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-import httpx
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,12 +65,8 @@ from anyjev.run.full import score_prepared  # noqa: E402
 from anyjev.run.prepared import PreparedItem, prepare_item  # noqa: E402
 from anyjev.run.records import item_record, layout_arrays  # noqa: E402
 from anyjev.schema import default  # noqa: E402
-from anyjev.serving.health import ServerHandle  # noqa: E402
-from anyjev.serving.lease import acquire_server  # noqa: E402
-from anyjev.serving.metrics import read_counters  # noqa: E402
 from anyjev.serving.spec import ServerSpec  # noqa: E402
-from anyjev.serving.stop import stop_server  # noqa: E402
-from bench.common import SMOL_DIR, measured_on, run_record, smollm2_spec, write_json  # noqa: E402
+from bench.common import SMOL_DIR, Server, measured_on, run_record, run_under_limit, serving, smollm2, smollm2_spec, write_json  # noqa: E402
 
 CHUNK_ITEMS = 16  # score_cell's default chunk
 CONFIDENCE = 0.95  # for the agreement bound
@@ -80,9 +74,7 @@ CONFIDENCE = 0.95  # for the agreement bound
 
 def server_spec(name: str, prefix_caching: bool) -> ServerSpec:
     """The default config's SmolLM2 server (pinned flags, fp32 head) in float32, with or without the cache."""
-    base = smollm2_spec(name, dtype="float32", prefix_caching=prefix_caching)
-    env = base.server_env + ((("VLLM_SERVER_DEV_MODE", "1"),) if prefix_caching else ())
-    return dataclasses.replace(base, server_env=env)
+    return smollm2_spec(name, dtype="float32", prefix_caching=prefix_caching, resettable=prefix_caching)
 
 
 # --------------------------------------------------------------------------------------------- workloads
@@ -152,27 +144,6 @@ def agreement(dec: np.ndarray, ref: np.ndarray) -> dict:
 
 
 # --------------------------------------------------------------------------------------------- measuring
-
-
-class Server:
-    def __init__(self, handle: ServerHandle) -> None:
-        self.handle = handle
-        self.url, self.name = handle.url, handle.served_name
-
-    def reset_cache(self) -> None:
-        if "--enable-prefix-caching" not in self.handle.argv:
-            return
-        r = httpx.post(self.url + "/reset_prefix_cache", timeout=60)
-        if r.status_code != 200:
-            raise SystemExit(f"POST {self.url}/reset_prefix_cache answered HTTP {r.status_code}: {r.text[:200]}")
-
-    def measure(self, fn: Callable[[], object]) -> tuple[object, dict]:
-        self.reset_cache()
-        c0, t0 = read_counters(self.url, self.name), time.perf_counter()
-        out = fn()
-        wall = time.perf_counter() - t0
-        d = read_counters(self.url, self.name).minus(c0)
-        return out, d.as_dict() | {"wall_s": round(wall, 2), "loadavg_1m_after": round(os.getloadavg()[0], 2)}
 
 
 def row(key: str, counters: dict, n: int, reads: list[int], dec: np.ndarray | None, ref: np.ndarray | None,
@@ -423,16 +394,12 @@ def run_full_only(args, workloads: list[Workload], json_path: Path, logs: Path, 
     report = json.loads(json_path.read_text())
     stamp = run["date"][:10]
     later = {k: run[k] for k in ("date", "command", "machine")}
-    state = logs / "l0-cost-state"
     for cache in (False, True):
-        handle = acquire_server(server_spec(f"l0cost-{'cache' if cache else 'nocache'}", cache), state_dir=state,
-                                owner_pid=os.getpid(), log_path=logs / f"l0cost-{'cache' if cache else 'nocache'}.log")
-        try:
+        with serving(server_spec(f"l0cost-{'cache' if cache else 'nocache'}", cache), logs / "l0-cost") as handle:
             server = Server(handle)
             later |= {"vllm_version": handle.vllm_version, "block_size": int(handle.argv[handle.argv.index("--block-size") + 1])}
-            with VLLMBackend(server.url, server.name) as b:
-                warm = workloads[0].test[0]
-                b.label_logprobs([warm.layouts[-1][1]], warm.label_ids)  # first-request warm-up, not measured
+            warm = workloads[0].test[0]
+            server.warm_up(warm.layouts[-1][1], warm.label_ids)
             for w in workloads:
                 rows = report["workloads"][w.name]["rows"]
                 with VLLMBackend(server.url, server.name) as backend:
@@ -445,8 +412,6 @@ def run_full_only(args, workloads: list[Workload], json_path: Path, logs: Path, 
                                 {"later_run": later | {"items": len(w.test)}, "_decisions": dec.tolist()})
                 ratios(rows)
                 print(f"  [{w.name}] {key}: {c['computed_tokens'] / len(w.test):.0f} computed tokens/item", flush=True)
-        finally:
-            stop_server(handle)
     for w in report["workloads"].values():
         for r in w["rows"].values():
             r.pop("_decisions", None)
@@ -477,24 +442,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="only rows (a) and (b), added to the existing JSON's workloads as key@date beside the older rows "
                          "(the server's pinned block size and this run's date and sizes recorded with them)")
     ap.add_argument("--out", default="results/bench")
-    ap.add_argument("--report", metavar="JSON", help="only print the table and the docs/benchmarks.md block of an earlier run")
     args = ap.parse_args(argv)
-    if args.report:
-        report = json.loads(Path(args.report).read_text())
-        print_table(report)
-        print(markdown(report))
-        return 0
     from transformers import AutoTokenizer
 
-    from anyjev.serving.models import prepare_smollm2
-
-    prepare_smollm2(SMOL_DIR)
-    tokenizer = AutoTokenizer.from_pretrained(SMOL_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(smollm2())
     workloads = build_workloads(tokenizer, args)
     out_dir = REPO / args.out
     logs = out_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    state = logs / "l0-cost-state"
     t_start = time.monotonic()
     report: dict = {
         **run_record(),
@@ -526,26 +480,18 @@ def main(argv: list[str] | None = None) -> int:
         report["total_seconds"] = round(time.monotonic() - t_start, 1)
         write_json(json_path, report)
 
-    handle = acquire_server(server_spec("l0cost-nocache", False), state_dir=state, owner_pid=os.getpid(),
-                            log_path=logs / "l0cost-nocache.log")
-    try:
+    warm = workloads[0].test[0]
+    with serving(server_spec("l0cost-nocache", False), logs / "l0-cost") as handle:
         report["vllm_version"] = handle.vllm_version
         off = Server(handle)
-        warm = workloads[0].test[0]
-        with VLLMBackend(off.url, off.name) as b:
-            b.label_logprobs([warm.layouts[-1][1]], warm.label_ids)  # first-request warm-up, not measured
+        off.warm_up(warm.layouts[-1][1], warm.label_ids)
         for w in workloads:
             r, ref_store[w.name] = run_nocache(w, off)
             report["workloads"][w.name]["rows"]["full_nocache"] = r
             save()
-    finally:
-        stop_server(handle)
-    handle = acquire_server(server_spec("l0cost-cache", True), state_dir=state, owner_pid=os.getpid(),
-                            log_path=logs / "l0cost-cache.log")
-    try:
+    with serving(server_spec("l0cost-cache", True), logs / "l0-cost") as handle:
         on = Server(handle)
-        with VLLMBackend(on.url, on.name) as b:
-            b.label_logprobs([warm.layouts[-1][1]], warm.label_ids)
+        on.warm_up(warm.layouts[-1][1], warm.label_ids)
         for w in workloads:
             rows, not_run = run_workload(w, on, args, ref_store)
             report["workloads"][w.name]["rows"].update(rows)
@@ -553,8 +499,6 @@ def main(argv: list[str] | None = None) -> int:
                 report["workloads"][w.name]["not_run"] = not_run
             ratios(report["workloads"][w.name]["rows"])
             save()
-    finally:
-        stop_server(handle)
     save()
     print_table(report)
     print(markdown(report))
@@ -563,6 +507,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from bench import time_limit
-
-    sys.exit(time_limit.run(main, seconds=4 * 3600))
+    sys.exit(run_under_limit(main, seconds=4 * 3600))

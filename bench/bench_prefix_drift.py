@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -36,11 +35,9 @@ from anyjev.data.synthetic import long_state_task  # noqa: E402
 from anyjev.decision.labels import LabelChecker  # noqa: E402
 from anyjev.decision.options import PromptOptions  # noqa: E402
 from anyjev.run.prepared import PreparedItem, prepare_item  # noqa: E402
-from anyjev.serving.lease import acquire_server  # noqa: E402
 from anyjev.serving.metrics import read_counters  # noqa: E402
 from anyjev.serving.spec import ServerSpec  # noqa: E402
-from anyjev.serving.stop import stop_server  # noqa: E402
-from bench.common import SMOL_DIR, run_record, smollm2_spec, write_json  # noqa: E402
+from bench.common import run_record, run_under_limit, serving, smollm2, smollm2_spec, write_json  # noqa: E402
 
 
 def server_spec(name: str, dtype: str, prefix_caching: bool) -> ServerSpec:
@@ -105,16 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from transformers import AutoTokenizer
 
-    from anyjev.serving.models import prepare_smollm2
-
-    prepare_smollm2(SMOL_DIR)
-    tokenizer = AutoTokenizer.from_pretrained(SMOL_DIR)
+    tokenizer = AutoTokenizer.from_pretrained(smollm2())
     items = workload(tokenizer, args.mmlu_items, args.long_items, args.long_layouts)
     kinds = [k for k, _ in items]
     lens = {k: [len(ids) for kk, p in items if kk == k for _, ids in p.layouts] for k in dict.fromkeys(kinds)}
     out_dir = REPO / args.out
-    (out_dir / "logs").mkdir(parents=True, exist_ok=True)
-    state = out_dir / "logs" / "prefix-drift-state"
     tag = {"float32": "fp32", "bfloat16": "bf16"}[args.dtype]
     report: dict = {
         **run_record(),
@@ -128,9 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = {}
     for cache, passes in ((False, 1), (True, 2)):
         name = f"drift-{tag}-{'on' if cache else 'off'}"
-        spec = server_spec(name, args.dtype, cache)
-        handle = acquire_server(spec, state_dir=state, owner_pid=os.getpid(), log_path=out_dir / "logs" / f"{name}.log")
-        try:
+        with serving(server_spec(name, args.dtype, cache), out_dir / "logs" / "prefix-drift") as handle:
             report.setdefault("vllm_version", handle.vllm_version)
             warm = items[0][1]  # the first prompt compiles/warms kernels; not part of the measured counters
             with VLLMBackend(handle.url, handle.served_name) as b:
@@ -140,8 +130,6 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.perf_counter()
                 runs[key] = read_all(handle.url, handle.served_name, items, args.vocab)
                 print(f"{key}: {time.perf_counter() - t0:.0f} s, counters {runs[key]['counters']}", flush=True)
-        finally:
-            stop_server(handle)
     report["counters"] = {k: r["counters"] for k, r in runs.items()}
     report["wall_s"] = {k: r["wall_s"] for k, r in runs.items()}
     report["drift"] = {}
@@ -157,6 +145,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from bench import time_limit
-
-    sys.exit(time_limit.run(main, seconds=1 * 3600))
+    sys.exit(run_under_limit(main, seconds=1 * 3600))

@@ -23,8 +23,7 @@ sys.path.insert(0, str(REPO))
 
 from anyjev.results import read_run  # noqa: E402
 from anyjev.run.evaluate import evaluate_records  # noqa: E402
-from bench import time_limit  # noqa: E402
-from bench.common import run_record, write_json  # noqa: E402
+from bench.common import run_record, run_under_limit, write_json  # noqa: E402
 
 OUT = REPO / "results" / "bench" / "prior_modes.json"
 MODES = ("batch", "streaming")
@@ -59,4 +58,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(time_limit.run(main, seconds=1800))
+    sys.exit(run_under_limit(main, seconds=1800))

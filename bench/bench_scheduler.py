@@ -34,8 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench import time_limit  # noqa: E402
-from bench.common import measured_on, no_controller_shim, run_record, write_json  # noqa: E402
+from bench.common import measured_on, no_controller_shim, run_record, run_under_limit, write_json  # noqa: E402
 
 SCHEDULER_SMK = REPO / "workflow" / "rules" / "scheduler.smk"
 SIZES = {9: (3, 3), 90: (10, 9), 300: (10, 30)}  # cells: (models, tasks), as bench/bench_scale.py
@@ -216,4 +215,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(time_limit.run(main, seconds=3600))
+    sys.exit(run_under_limit(main, seconds=3600))

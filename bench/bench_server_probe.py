@@ -20,9 +20,9 @@ prefix-cache salt twice, and twice without a salt (the second time from the pref
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
-import os
 import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -39,9 +39,7 @@ from anyjev.decision.options import PromptOptions  # noqa: E402
 from anyjev.run.cell import load_tokenizer  # noqa: E402
 from anyjev.run.prepared import prepare_items  # noqa: E402
 from anyjev.run.server_check import PROBE_LAYOUTS, PROBE_TOLERANCE, dedupe  # noqa: E402
-from anyjev.serving.lease import acquire_server  # noqa: E402
-from anyjev.serving.stop import stop_server  # noqa: E402
-from bench.common import SMOL_DIR, run_record, smollm2_spec, write_json  # noqa: E402
+from bench.common import run_record, run_under_limit, serving, smollm2, smollm2_spec, write_json  # noqa: E402
 
 OUT = REPO / "results" / "bench" / "server_probe.json"
 SERVERS = {"float32": ("float32", True), "bfloat16+fp32-head": ("bfloat16", True), "bfloat16": ("bfloat16", False)}
@@ -63,16 +61,14 @@ def main() -> int:
     ap.add_argument("--items", type=int, default=20)
     args = ap.parse_args()
     state = REPO / "results" / "bench" / "logs" / "server_probe"
-    state.mkdir(parents=True, exist_ok=True)
     specs = {name: smollm2_spec(f"probe-{i}", dtype=dtype, fp32_head=head) for i, (name, (dtype, head)) in enumerate(SERVERS.items())}
-    with ThreadPoolExecutor(len(specs)) as pool:
-        started = {name: pool.submit(acquire_server, spec, state_dir=state, owner_pid=os.getpid(),
-                                     log_path=state / f"{spec.name}.log") for name, spec in specs.items()}
-    handles = {name: f.result() for name, f in started.items()}
-    tokenizer = load_tokenizer(SMOL_DIR)
+    tokenizer = load_tokenizer(smollm2())
     report: dict = run_record() | {"items": args.items, "probe_layouts": PROBE_LAYOUTS, "probe_tolerance": PROBE_TOLERANCE,
                     "servers": {name: list(cfg) for name, cfg in SERVERS.items()}, "tasks": {}}
-    try:
+    with contextlib.ExitStack() as servers:
+        with ThreadPoolExecutor(len(specs)) as pool:  # started at once; each stopped at the end, those started if one fails
+            started = {name: pool.submit(servers.enter_context, serving(spec, state)) for name, spec in specs.items()}
+        handles = {name: f.result() for name, f in started.items()}
         for task, make in TASKS.items():
             items = make().items[: args.items]
             prepared = prepare_items(tokenizer, items, ["g"] * len(items), PromptOptions())
@@ -93,9 +89,6 @@ def main() -> int:
                                         "fingerprints_differ": own[a]["fingerprint"] != own[b]["fingerprint"]}
             report["tasks"][task] = {"servers": own, "pairs": pairs}
             print(task, json.dumps(report["tasks"][task], indent=1), flush=True)
-    finally:
-        for handle in handles.values():
-            stop_server(handle)
     noise = max(s["salted_repeat_max"] for t in report["tasks"].values() for s in t["servers"].values())
     apart = min(p["first_prompt_min"] for t in report["tasks"].values() for p in t["pairs"].values())
     report["summary"] = {"largest_own_noise": noise, "smallest_difference_between_servers": apart,
@@ -108,6 +101,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    from bench import time_limit
-
-    sys.exit(time_limit.run(main, seconds=1 * 3600))
+    sys.exit(run_under_limit(main, seconds=1 * 3600))

@@ -17,25 +17,18 @@ It downloads and installs two environments (a few GB): run it alone.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench import time_limit  # noqa: E402
-from bench.common import run_record, write_json  # noqa: E402
+from bench.common import fresh_clone, outside_env, run_record, run_under_limit, timed_lines, write_json  # noqa: E402
 
 SETUP = ["bash", "scripts/setup_env.sh"]  # README command 1's setup part
-
-
-def git(*args: str, cwd: Path = REPO) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
 
 
 def pip_settings() -> list[str]:
@@ -53,17 +46,6 @@ def folder_mb(path: Path) -> float:
     return round(total / 1e6, 1)
 
 
-def timed_lines(argv: list[str], cwd: Path, env: dict) -> tuple[int, float, list[tuple[float, str]]]:
-    """Run ARGV; its exit status, wall seconds and every line it printed with the second it arrived."""
-    t0 = time.monotonic()
-    lines = []
-    with subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-        for line in proc.stdout:
-            lines.append((round(time.monotonic() - t0, 1), line.rstrip()))
-            print(f"  [{lines[-1][0]:7.1f} s] {line.rstrip()}", flush=True)
-    return proc.returncode, round(time.monotonic() - t0, 1), lines
-
-
 def steps(lines: list[tuple[float, str]], wall: float) -> dict[str, float]:
     """Seconds per step: from each ``[setup] <step> ...`` line to the next one (the last to the end)."""
     marks = [(t, re.sub(r"\s*\(.*|\s*\.\.\.$|:.*", "", text.removeprefix("[setup] ")).strip())
@@ -77,21 +59,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="results/bench/setup.json")
     args = ap.parse_args(argv)
     report = run_record()
-    sha = git("rev-parse", args.commit)
     with tempfile.TemporaryDirectory(prefix="bench-setup-") as scratch:
-        clone = Path(scratch) / "anyjev"
-        git("clone", "--quiet", "--no-checkout", str(REPO), str(clone))
-        git("checkout", "--quiet", "--detach", sha, cwd=clone)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        env["PIP_CACHE_DIR"] = str(Path(scratch) / "pip-cache")  # nothing downloaded before
-        env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if "/.venv" not in p)
+        clone, sha = fresh_clone(args.commit, Path(scratch))
+        env = outside_env() | {"PIP_CACHE_DIR": str(Path(scratch) / "pip-cache")}  # nothing downloaded before
         print(f"[bench_setup] {' '.join(SETUP)} in a clone at {sha[:10]}", flush=True)
         status, wall, lines = timed_lines(SETUP, clone, env)
         if status != 0:
             raise SystemExit(f"bench_setup: {' '.join(SETUP)} exited {status}:\n" + "\n".join(t for _, t in lines[-20:]))
         chosen = next((t.split(": ", 1)[1] for _, t in lines if t.startswith("[setup] vLLM for the server:")), "")
         report |= {
-            "commit": sha,
+            "commit": sha,  # the code measured is the clone's: its committed files, clean whatever this checkout holds
+            "dirty": False,
             "what": "a git clone of the repository at the commit, then `bash scripts/setup_env.sh` (README command 1's "
                     "setup part) in it, with an empty pip cache",
             "setup_command": " ".join(SETUP),
@@ -109,4 +87,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(time_limit.run(main, seconds=3600))
+    sys.exit(run_under_limit(main, seconds=3600))

@@ -13,7 +13,6 @@ the run page, a filter and a sort on the opened cell. Each measure is repeated i
 all in one run, side by side. Sizes on disk per cell come from the files.
 
     .venv/bin/python bench/bench_viewer.py --out results/bench/viewer.json      # the benchmark (~10 min on 2 cores)
-    .venv/bin/python bench/bench_viewer.py --report results/bench/viewer.json   # docs/viewer.md's block from the JSON
     .venv/bin/python bench/bench_viewer.py --screenshots docs                   # the docs' screenshots of results/viewer
 """
 
@@ -37,8 +36,7 @@ sys.path.insert(0, str(REPO))
 from anyjev.jobs import from_data  # noqa: E402
 from anyjev.outputs.viewer import ViewerJob  # noqa: E402
 from anyjev.results import CellLayout, read_run  # noqa: E402
-from bench import time_limit  # noqa: E402
-from bench.common import machine_of, measured_on, run_record, write_json  # noqa: E402
+from bench.common import machine_of, measured_on, run_record, run_under_limit, write_json  # noqa: E402
 
 CHROMIUM = Path(os.environ.get("ANYJEV_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -366,12 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-calib", type=int, default=200)
     ap.add_argument("--reps", type=int, default=7, help="fresh browser contexts per measure (medians)")
     ap.add_argument("--workdir", help="build the run here and keep it; a later call with it measures again without rebuilding")
-    ap.add_argument("--report", metavar="JSON", help="only print docs/viewer.md's block of an earlier run")
     ap.add_argument("--screenshots", metavar="DIR", help="only write the screenshots of results/viewer into DIR")
     args = ap.parse_args(argv)
-    if args.report:
-        print(markdown(json.loads(Path(args.report).read_text())), end="")
-        return 0
     if args.screenshots:
         for path in screenshots(Path(args.screenshots)):
             print(path)
@@ -384,4 +378,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(time_limit.run(main, seconds=3600))
+    sys.exit(run_under_limit(main, seconds=3600))

@@ -144,6 +144,6 @@ if __name__ == "__main__":
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from bench import time_limit
+    from bench.common import run_under_limit
 
-    sys.exit(time_limit.run(main, seconds=1800))
+    sys.exit(run_under_limit(main, seconds=1800))

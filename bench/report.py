@@ -1,4 +1,5 @@
-"""The generated blocks of docs/benchmarks.md, docs/metrics.md and README.md, from the committed JSON under results/bench/.
+"""The generated blocks of docs/benchmarks.md, docs/metrics.md, docs/viewer.md and README.md, from the committed JSON
+under results/bench/.
 
 Each block sits between ``<!-- NAME:start ... -->`` and ``<!-- NAME:end -->`` and is rewritten whole from its JSON;
 every table names the date of its run and the machine the JSON records (:func:`bench.common.measured_on`; a JSON that
@@ -191,6 +192,29 @@ def readme_timing_block(root: Path = REPO) -> str:
             f"\"The default run\").")
 
 
+def reproduced_block(root: Path = REPO) -> str:
+    """README's record of command 1 reproducing summary.csv: each kind of machine it was run on, from a fresh clone
+    (results/bench/reproduced.json, bench/bench_default_run.py --reproduce)."""
+    path = root / "results" / "bench" / "reproduced.json"
+    if not path.is_file():
+        return ("No kind of machine has recorded it yet: `python bench/bench_default_run.py --reproduce` runs command 1 "
+                "in a fresh clone and records the row of the machine it ran on.")
+    rows = sorted(json.loads(path.read_text())["rows"].items(), key=lambda kv: kv[1]["date"])
+    said = []
+    for kind, row in rows:
+        when = f"run {row['date'][:10]} at {row['commit'][:7]}"
+        if row.get("reproduced"):
+            said.append(f"{kind} ({when}): every value within the tolerance above, the largest difference "
+                        f"{row['largest_difference']:.1e} ({row['largest_at']})")
+        elif row.get("exit_status"):
+            said.append(f"{kind} ({when}): NOT reproduced, command 1 exited {row['exit_status']}")
+        else:
+            said.append(f"{kind} ({when}): NOT reproduced, {row['beyond_tolerance']} of {row['values']} values beyond the "
+                        f"tolerance above")
+    return ("Command 1 from a fresh clone, its `summary.csv` compared with the commit's, on each kind of machine "
+            "`results/bench/reproduced.json` records: " + "; ".join(said) + ".")
+
+
 def prior_modes_block(root: Path = REPO) -> str:
     """docs/metrics.md's prior-mode table: each committed cell evaluated in both modes (results/bench/prior_modes.json)."""
     r = load("prior_modes", root)
@@ -238,6 +262,12 @@ def ceiling_block(root: Path = REPO) -> str:
     return bench_ceiling.markdown(load("ceiling", root)).strip()
 
 
+def viewer_block(root: Path = REPO) -> str:
+    from bench import bench_viewer
+
+    return bench_viewer.markdown(load("viewer", root)).strip()
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "l0-cost": l0_cost_block,
     "l0-limits": l0_limits_block,
@@ -251,9 +281,19 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "scale": scale_block,
     "scheduler": scheduler_block,
 }
-README_BLOCKS: dict[str, Callable[[Path], str]] = {"readme-timing": readme_timing_block}
+README_BLOCKS: dict[str, Callable[[Path], str]] = {"readme-timing": readme_timing_block, "reproduced": reproduced_block}
 METRICS_DOC = REPO / "docs" / "metrics.md"
 METRICS_BLOCKS: dict[str, Callable[[Path], str]] = {"prior-modes": prior_modes_block}
+VIEWER_BLOCKS: dict[str, Callable[[Path], str]] = {"viewer-bench": viewer_block}
+# every doc with generated blocks (its path in the repository) -> its blocks
+DOCUMENTS: dict[str, dict[str, Callable[[Path], str]]] = {
+    "docs/benchmarks.md": BLOCKS, "README.md": README_BLOCKS, "docs/metrics.md": METRICS_BLOCKS,
+    "docs/viewer.md": VIEWER_BLOCKS}
+
+
+def blocks_of(doc: str) -> dict[str, Callable[[Path], str]]:
+    """The generated blocks of DOC (its path in the repository) that this module writes."""
+    return DOCUMENTS.get(doc, {})
 
 
 def block(text: str, name: str) -> str:
@@ -280,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="only say whether docs/benchmarks.md is current")
     args = ap.parse_args(argv)
     stale = []
-    for doc, blocks in ((DOC, BLOCKS), (README, README_BLOCKS), (METRICS_DOC, METRICS_BLOCKS)):
+    for rel, blocks in DOCUMENTS.items():
+        doc = REPO / rel
         text = doc.read_text(encoding="utf-8")
         new = rewrite(text, blocks=blocks)
         if new != text:

@@ -68,7 +68,12 @@ if [ "$accelerator" = gpu ]; then
     header=$(nvidia-smi 2>/dev/null || true)
     driver=$(printf '%s\n' "$header" | grep -o 'Driver Version: *[0-9.]*' | grep -o '[0-9.]*$' | head -1 || true)
     driver_cuda=$(printf '%s\n' "$header" | grep -o 'CUDA Version: *[0-9.]*' | grep -o '[0-9.]*$' | head -1 || true)
-    if [ -z "$driver_cuda" ]; then
+    said_cuda=$(printf '%s\n' "$header" | grep -o 'CUDA Version: *[^ |]*' | head -1 || true)
+    if [ -z "$driver_cuda" ] && [ -n "$said_cuda" ]; then
+      echo "[setup] nvidia-smi says $said_cuda: the NVIDIA driver here ($driver) cannot run $server_pin's CUDA" \
+           "$wheel_cuda wheels; install or repair NVIDIA driver $min_driver or newer and rerun, or use --cpu" >&2
+      exit 1
+    elif [ -z "$driver_cuda" ]; then
       echo "[setup] nvidia-smi names no CUDA version here: the driver is not checked; $server_pin needs one for CUDA" \
            "$wheel_cuda ($min_driver or newer)"
     elif older "$driver_cuda" "$wheel_cuda"; then
@@ -117,10 +122,6 @@ if [ "$installed" != "$server_pin" ]; then
     # PyPI's torchvision/torchaudio/torchcodec do not match the CPU torch and break
     # transformers' model imports; text models need none of them.
     .venv-server/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
-  elif ! .venv-server/bin/python -c "import torch, sys; sys.exit(torch.version.cuda is None)"; then
-    echo "[setup] the CUDA vllm came with a torch without CUDA ($(.venv-server/bin/python -c 'import torch; print(torch.__version__)')):" \
-         "a pip find-links or index on this machine serves a CPU torch; remove it and rerun" >&2
-    exit 1
   fi
 fi
 
@@ -133,6 +134,24 @@ if ! .venv/bin/python -c "import anyjev, snakemake, transformers, datasets, impo
   .venv/bin/pip install -q -r requirements/client.txt
   .venv/bin/pip install -q --no-deps -r requirements/assets.txt
   .venv/bin/pip install -q --no-deps -e .
+fi
+
+# The CUDA build, on every run (an environment made earlier, a driver changed since): its torch must be a CUDA build
+# that this driver runs, the check every server start makes too (anyjev.serving.build.cuda_build_line).
+if [ "$accelerator" = gpu ]; then
+  .venv/bin/python - .venv-server/bin/python <<'PY' || exit 1
+import sys
+
+from anyjev.errors import ServerError
+from anyjev.serving.build import cuda_build_line
+
+try:
+    line = cuda_build_line(sys.argv[1])
+except ServerError as exc:
+    sys.exit(f"[setup] {exc}")
+print(f"[setup] {line}" if line else f"[setup] {sys.argv[1]} holds no CUDA vllm after its install", flush=True)
+sys.exit(0 if line else 1)
+PY
 fi
 
 # The published library, pinned (requirements/published.txt); --no-deps: prompts need numpy only.

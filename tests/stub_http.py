@@ -15,75 +15,24 @@ action per request; when it runs out, ``default`` answers (a normal completion).
   (counted in ``stub.abandoned``), or for ``seconds`` at most (a stuck server)
 * ``Reset()``: read the request, then close the socket without a byte of answer (RST)
 
-The normal answer is keyed ``token_id:<id>`` like a server asked for ``return_tokens_as_token_ids``, and
-its label log-probs are ``model_logprobs(prompt, labels)``: a deterministic function of the prompt ids,
-renormalised over the labels like ``--logprobs-mode processed_logprobs``.
+The normal answer is testbed.replies's (the stand-in vLLM server's too): keyed ``token_id:<id>`` like a server asked for
+``return_tokens_as_token_ids``, its label log-probs ``model_logprobs(prompt, labels)``, a deterministic function of the
+prompt ids, renormalised over the labels like ``--logprobs-mode processed_logprobs``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import select
 import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-FINGERPRINT = "stub-fp-1"
-
-
-def model_logprobs(prompt: Sequence[int], labels: Sequence[int]) -> list[float]:
-    """Log-probs over ``labels`` that differ per prompt and per label (sum to one over the labels)."""
-    logits = []
-    for lab in labels:
-        digest = hashlib.sha256(f"{list(prompt)}|{lab}".encode()).digest()
-        logits.append(int.from_bytes(digest[:4], "big") / 2**32 * 6.0)
-    m = max(logits)
-    z = m + math.log(sum(math.exp(x - m) for x in logits))
-    return [x - z for x in logits]
-
-
-def completion(payload: dict, *, shift: float = 0.0, fingerprint: str | None = FINGERPRINT) -> dict:
-    """A vLLM-shaped ``text_completion`` answer to ``payload`` (one choice per prompt, in prompt order). SHIFT moves
-    the first label's logit (another server: another dtype, say); FINGERPRINT None leaves it out (vLLM's
-    ``--fingerprint-mode none``)."""
-    labels = [int(i) for i in payload["allowed_token_ids"]]
-    choices = []
-    for index, prompt in enumerate(payload["prompt"]):
-        lps = model_logprobs(prompt, labels)
-        if shift:
-            logits = [lp + (shift if j == 0 else 0.0) for j, lp in enumerate(lps)]
-            z = max(logits) + math.log(sum(math.exp(x - max(logits)) for x in logits))
-            lps = [x - z for x in logits]
-        best = max(range(len(labels)), key=lambda j: lps[j])
-        key = f"token_id:{labels[best]}"
-        choices.append({
-            "index": index,
-            "text": key,
-            "logprobs": {
-                "text_offset": [0],
-                "token_logprobs": [lps[best]],
-                "tokens": [key],
-                "top_logprobs": [{f"token_id:{lab}": lp for lab, lp in zip(labels, lps, strict=True)}],
-            },
-            "finish_reason": "length",
-            "stop_reason": None,
-            "prompt_logprobs": None,
-        })  # fmt: skip
-    return {
-        "id": "cmpl-stub",
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": payload.get("model"),
-        "choices": choices,
-        "system_fingerprint": fingerprint,
-        "usage": {"prompt_tokens": sum(len(p) for p in payload["prompt"]), "completion_tokens": len(choices)},
-    }
+from testbed.replies import FINGERPRINT, completion, models, not_here, send
 
 
 @dataclass
@@ -192,13 +141,11 @@ class StubCompletions:
         if h.path == "/version":
             self._send(h, 200, json.dumps({"version": self.version}))
         elif h.path == "/v1/models":
-            cards = [{"id": name, "object": "model", "root": self.root, "max_model_len": self.max_model_len}
-                     for name in self.served_names]
-            self._send(h, 200, json.dumps({"object": "list", "data": cards}))
+            self._send(h, 200, json.dumps(models(self.served_names, self.root, self.max_model_len)))
         elif h.path == "/health":
             self._send(h, 200, "")
         else:
-            self._send(h, 404, json.dumps({"error": {"message": f"no {h.path} here"}}))
+            self._send(h, 404, not_here(h.path))
 
     def _act(self, h: BaseHTTPRequestHandler, action: Action, payload: dict) -> None:
         if isinstance(action, Reset):
@@ -242,15 +189,7 @@ class StubCompletions:
 
     @staticmethod
     def _send(h: BaseHTTPRequestHandler, code: int, text: str) -> None:
-        data = text.encode("utf-8")
-        try:
-            h.send_response(code)
-            h.send_header("Content-Type", "application/json")
-            h.send_header("Content-Length", str(len(data)))
-            h.end_headers()
-            h.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout)
-            h.close_connection = True
+        send(h, code, text)
 
 
 def free_port() -> int:

@@ -15,8 +15,8 @@ import json
 import subprocess
 from dataclasses import dataclass
 
-from anyjev.errors import ConfigError
-from anyjev.serving.gpu import GpuQueryError, visible_gpus
+from anyjev.errors import ConfigError, ServerError
+from anyjev.serving.gpu import GpuQueryError, driver_cuda, visible_gpus
 from anyjev.serving.spec import ServerSpec, check_server_python, prefix_caching_on
 
 # The distributions: the module is `vllm` in both.
@@ -69,6 +69,68 @@ def server_build(python: str) -> tuple[str, str]:
                           "(`rm -rf .venv-server && bash scripts/setup_env.sh`)")
     [(name, version)] = found.items()
     return name, version
+
+
+# torch's version and the CUDA it is built for, from torch/version.py read as text: importing torch takes seconds.
+_TORCH_PROBE = ("import ast, importlib.util, json, pathlib\n"
+                "spec = importlib.util.find_spec('torch')\n"
+                "found = {}\n"
+                "if spec is not None and spec.origin:\n"
+                "    for node in ast.parse(pathlib.Path(spec.origin).with_name('version.py').read_text()).body:\n"
+                "        target = getattr(node, 'target', None) or (node.targets[0] if getattr(node, 'targets', None) else None)\n"
+                "        if isinstance(target, ast.Name) and target.id in ('__version__', 'cuda'):\n"
+                "            found[target.id] = ast.literal_eval(node.value)\n"
+                "print(json.dumps(found))")
+
+
+@functools.cache
+def torch_build(python: str) -> tuple[str, str | None]:
+    """(torch's version, the CUDA version it is built for or None) in the environment of PYTHON; ServerError when it
+    holds no torch."""
+    try:
+        proc = subprocess.run([python, "-c", _TORCH_PROBE], capture_output=True, text=True, timeout=120)
+        found = json.loads(proc.stdout) if proc.returncode == 0 else {}
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        found = {}
+    if "__version__" not in found:
+        raise ServerError(f"{python} holds no torch that can be read (torch/version.py): recreate its environment "
+                          "(`rm -rf .venv-server && bash scripts/setup_env.sh`)")
+    return found["__version__"], found.get("cuda")
+
+
+def _older(a: str, b: str) -> bool:
+    """Version A (major.minor, as nvidia-smi and torch name CUDA versions) is below B."""
+    return tuple(int(x) for x in a.split(".")[:2]) < tuple(int(x) for x in b.split(".")[:2])
+
+
+def cuda_build_line(python: str) -> str | None:
+    """For a server environment holding the CUDA vllm, one line naming the CUDA its torch is built for and the CUDA
+    the NVIDIA driver here supports (None for any other environment): a server's log opens with it. ServerError,
+    naming both, where that torch cannot run: it is no CUDA build (a CPU torch from a pip index or find-links of the
+    machine), the driver names no CUDA version (``CUDA Version: N/A``), or the driver's CUDA is older than torch's."""
+    try:
+        build = server_build(python)[0]
+    except ConfigError:
+        return None  # no vLLM to check: starting the server says so
+    if not PINS[build].on_gpu:
+        return None
+    torch_version, torch_cuda = torch_build(python)
+    if torch_cuda is None:
+        raise ServerError(f"{python} holds the CUDA vllm with torch {torch_version}, which is not a CUDA build: a pip "
+                          "index or find-links of this machine may serve a CPU torch; remove it and recreate the "
+                          "environment (`rm -rf .venv-server && bash scripts/setup_env.sh`)")
+    try:
+        driver, driver_cuda_version = driver_cuda()
+    except GpuQueryError as exc:
+        return f"torch {torch_version} in {python} is built for CUDA {torch_cuda}; the driver's CUDA is not known here ({exc})"
+    said = f"torch {torch_version} in {python} is built for CUDA {torch_cuda}; NVIDIA driver {driver} supports CUDA {driver_cuda_version}"
+    if not all(part.isdigit() for part in driver_cuda_version.split(".")):
+        raise ServerError(f"{said}: the driver cannot run CUDA here (nvidia-smi says CUDA Version: {driver_cuda_version}); "
+                          "repair the NVIDIA driver, or serve on the CPU (`bash scripts/setup_env.sh --cpu`)")
+    if _older(driver_cuda_version, torch_cuda):
+        raise ServerError(f"{said}, older than torch's: install a newer NVIDIA driver (requirements/server-gpu.txt "
+                          "names the least one), or serve on the CPU (`bash scripts/setup_env.sh --cpu`)")
+    return said
 
 
 def auto_dtype(build: str, capability: tuple[int, int] | None) -> str:

@@ -19,6 +19,7 @@ import httpx
 from anyjev.errors import ServerError
 from anyjev.files import now_iso
 from anyjev.serving.argv import build_argv
+from anyjev.serving.build import cuda_build_line
 from anyjev.serving.health import START_MARK, ServerHandle, health, http_client, log_tail, served_names
 from anyjev.serving.proc import NAME_ENV, SUPERVISOR_MODULE, TOKEN_ENV, pid_alive, proc_start_time
 from anyjev.serving.spec import ServerSpec
@@ -81,7 +82,8 @@ def supervisor_env(spec: ServerSpec) -> dict[str, str]:
     return env
 
 
-def _start_once(spec: ServerSpec, port: int, log_path: Path, owner_pid: int, state_file: Path) -> ServerHandle:
+def _start_once(spec: ServerSpec, port: int, log_path: Path, owner_pid: int, state_file: Path,
+                note: str | None) -> ServerHandle:
     argv = build_argv(spec, port)
     url = f"http://{spec.host}:{port}"
     token = uuid.uuid4().hex
@@ -89,6 +91,8 @@ def _start_once(spec: ServerSpec, port: int, log_path: Path, owner_pid: int, sta
     with open(log_path, "a") as log:
         offset = log.tell()
         log.write(f"{START_MARK}{now_iso()} starting server {spec.name!r} on port {port}: {shlex.join(argv)}\n")
+        if note:
+            log.write(f"anyjev: {note}\n")
     record = ServerRecord(
         name=spec.name, token=token, url=url, port=port, served_name=spec.served_name, argv=argv,
         log_path=str(log_path), state_file=str(state_file), host=socket.gethostname(), owner_pid=owner_pid,
@@ -176,12 +180,15 @@ def start_server(spec: ServerSpec, log_path: str | os.PathLike[str], owner_pid: 
                  state_file: str | os.PathLike[str]) -> ServerHandle:
     """Start the server through the supervisor and wait until /health is 200 and /v1/models lists its name.
 
+    On the CUDA build, the log's first line after the start names the CUDA torch is built for and the driver's
+    (:func:`~anyjev.serving.build.cuda_build_line`, which refuses a pair that cannot run before anything starts).
     Raises ServerError naming the model, the exit code and the log's last lines when the server exits during
     start-up or is not ready within spec.start_timeout (then its whole process group is stopped), and naming
     the port when a fixed port is taken. With spec.port None a free port is picked, and a bind race retried.
     """
     log_path, state_file = Path(log_path), Path(state_file)
     state_file.parent.mkdir(parents=True, exist_ok=True)
+    note = cuda_build_line(spec.python)  # the CUDA build against the driver, before any process starts
     if spec.port is not None:
         if _port_taken(spec.host, spec.port):
             raise ServerError(
@@ -189,7 +196,7 @@ def start_server(spec: ServerSpec, log_path: str | os.PathLike[str], owner_pid: 
                 f"in use (models.{spec.name}.port is fixed; free it or leave the port unset)"
             )
         try:
-            return _start_once(spec, spec.port, log_path, owner_pid, state_file)
+            return _start_once(spec, spec.port, log_path, owner_pid, state_file, note)
         except _PortInUse:
             raise ServerError(
                 f"vLLM server for model {spec.name!r} could not bind port {spec.port}: address already in use. "
@@ -200,7 +207,7 @@ def start_server(spec: ServerSpec, log_path: str | os.PathLike[str], owner_pid: 
         port = free_port(spec.host)
         tried.append(port)
         try:
-            return _start_once(spec, port, log_path, owner_pid, state_file)
+            return _start_once(spec, port, log_path, owner_pid, state_file, note)
         except _PortInUse:
             continue
     raise ServerError(

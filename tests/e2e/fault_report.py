@@ -22,6 +22,7 @@ import platform
 import re
 import shlex
 import subprocess
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -196,13 +197,17 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True).stdout
 
 
+WRITER = "tests/e2e/fault_report.py"  # this file: how the rows are written, not what the faults exercise
+
+
 def is_covered(path: str, test_modules: set[str]) -> bool:
     """Whether the code at PATH (relative to the repository) is exercised by a fault session: the library, the
-    workflow, the default config, the pinned requirements, every helper under tests/ (not its test modules, not
-    tests/data) and TEST_MODULES, those whose tests give the report's rows."""
-    if path.startswith(("anyjev/", "workflow/", "requirements/")) or path == "config/config.yaml":
+    workflow, the default config, the pinned requirements, the stand-ins under testbed/, every helper under tests/
+    (not its test modules, not tests/data, not this writer, whose output tests/unit/test_fault_report.py checks) and
+    TEST_MODULES, those whose tests give the report's rows."""
+    if path.startswith(("anyjev/", "workflow/", "requirements/", "testbed/")) or path == "config/config.yaml":
         return True
-    if not path.startswith("tests/") or path.startswith("tests/data/"):
+    if not path.startswith("tests/") or path.startswith("tests/data/") or path == WRITER:
         return False
     return path in test_modules or not Path(path).name.startswith("test_")
 
@@ -244,9 +249,25 @@ def read_session(report: str) -> dict | None:
     return json.loads(line.removeprefix(SESSION_MARK).removesuffix(" -->")) if line else None
 
 
+# A test's own folder under pytest's temporary root (pytest-of-USER/pytest-N/TEST0 in the temporary folder), where a
+# test's run lives.
+_TEST_FOLDER = re.escape(tempfile.gettempdir()) + r"/pytest-of-[^/\s]+/pytest-\d+/[^/\s'\"]+"
+
+
+def relative_to_run(text: str) -> str:
+    """TEXT with each path inside a test's own folder written relative to that folder (``t.jsonl``; ``.`` for the
+    folder itself) and each path inside this checkout relative to it: the report names no folder of the machine that
+    wrote it."""
+    for base in dict.fromkeys((str(REPO.resolve()), str(REPO))):
+        text = text.replace(base + "/", "")
+    text = re.sub(_TEST_FOLDER + "/", "", text)
+    return re.sub(_TEST_FOLDER, ".", text)
+
+
 def excerpt(text: str, limit: int = 320) -> str:
-    """One line for a markdown cell: whitespace collapsed, pipes escaped, cut at LIMIT characters."""
-    text = re.sub(r"\s+", " ", text).strip()
+    """One line for a markdown cell: paths relative to the run (`relative_to_run`), whitespace collapsed, pipes
+    escaped, cut at LIMIT characters."""
+    text = re.sub(r"\s+", " ", relative_to_run(text)).strip()
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     return text.replace("|", "\\|")
@@ -310,7 +331,7 @@ class FaultReport:
             f"Session: {session['started']} to {session['finished']}, pytest {session['pytest']}, Python "
             f"{session['python']}: {outcomes} (exit status {session['exitstatus']}). Code: commit `{session['commit']}`; the "
             f"{session['files']} files the session exercises (the library, the workflow, config/config.yaml, "
-            f"requirements/, the tests' helpers and the rows' test modules) were {code}, sha256 of their paths and git "
+            f"requirements/, testbed/, the tests' helpers and the rows' test modules) were {code}, sha256 of their paths and git "
             f"blob ids `{session['code_digest']}` (tests/unit/test_fault_report.py compares it with the checkout's).",
             "",
             SESSION_MARK + json.dumps(session, sort_keys=True) + " -->",

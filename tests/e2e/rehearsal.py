@@ -310,7 +310,7 @@ def write_rehearsal_config(fx: dict, raw_url: str) -> Path:
 def check_before_setup(work: Path, *args: str) -> dict[str, subprocess.CompletedProcess]:
     """docs/cluster.md, step 4, before the server environment exists: the dry run through the SLURM profile (with
     ARGS) and `anyjev plan`, as a user types them in the run directory."""
-    from tests.e2e.slurm_helpers import slurm_cmd
+    from testbed.slurm import slurm_cmd
 
     assert not (work / ".venv-server").exists()
     cmd = slurm_cmd(work, *args, "-n")

@@ -39,9 +39,10 @@ import pytest
 import yaml
 
 from anyjev.run.store import read_scores
+from testbed.slurm import NODE_ARGS
 from tests.conftest import require_vllm
 from tests.e2e import rehearsal as R
-from tests.e2e.slurm_helpers import NODE_ARGS, SUPERVISOR, run_slurm, sacct_records, start_slurm_run
+from tests.e2e.slurm_helpers import SUPERVISOR, run_slurm, sacct_records, start_slurm_run
 from tests.e2e.workflow_helpers import leftover_vllm, metrics_differences, run_snakemake
 from tests.waiting import HANG_GUARD, wait_for
 

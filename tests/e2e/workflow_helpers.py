@@ -16,6 +16,7 @@ from anyjev.run.cell import ExternalServer
 from anyjev.run.cell import request_lock as server_request_lock
 from anyjev.serving.proc import proc_cmdline
 from anyjev.serving.stop import vllm_process_pids
+from testbed.reproduce import number_tolerance
 from tests.conftest import REPO
 from tests.waiting import HANG_GUARD, lock_waiters, settle, wait_for
 
@@ -141,22 +142,8 @@ def job_blocks(text: str) -> list[dict]:
     return jobs
 
 
-# Metrics that sort or bin the items by confidence: a log-prob that moves in its 5th decimal (prefix caching, another
-# CPU's kernels) can move an item past another, or across a bin edge, in a bootstrap resample, so their interval bounds
-# can move by one item's worth, 1/n; the bounds of a level-minus-raw difference of one, by that of each of its two
-# terms, 2/n. Every other number agrees to 3 decimals when the decisions are the same.
-ORDER_METRICS = ("ece", "aurc", "cov@5")
-PLACES_TOL = 5e-4 + 1e-12  # 3 decimals
-
-
-def number_tolerance(metric: str, bound: bool, n: int, terms: int = 1) -> float:
-    """How far a number of two runs with the same decisions may differ (docs/failures.md); TERMS: how many metric
-    values it is made of (2 for a difference of two levels)."""
-    return PLACES_TOL + (terms / n if bound and metric in ORDER_METRICS else 0.0)
-
-
 def metrics_differences(ours: dict, theirs: dict) -> list[str]:
-    """Where two metrics.json of the same items differ beyond :func:`number_tolerance` (their identities, which name
+    """Where two metrics.json of the same items differ beyond testbed.reproduce's :func:`number_tolerance` (their identities, which name
     the model, are not compared); an empty list when they agree."""
     n, found = int(theirs["n"]), []
 

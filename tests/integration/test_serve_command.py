@@ -1,7 +1,7 @@
 """`anyjev serve` holds a managed server until Ctrl-C (or a kill), then stops it and removes its record: a record is a
 lease on a running server, and none is left for a server that is gone (issue 32, item 5).
 
-The server is the stand-in of tests/integration/stub_vllm.py, installed as ``vllm.entrypoints.openai.api_server`` in a
+The server is the stand-in of testbed/vllm_server.py, installed as ``vllm.entrypoints.openai.api_server`` in a
 temporary folder, so the command starts it with the real argv through the real supervisor.
 """
 
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,9 +22,8 @@ from anyjev.run.cell import ManagedServer, ScoreJob
 from anyjev.run.identity import ScoringOptions
 from anyjev.serving.spec import ServerSpec
 from anyjev.serving.stop import stop_servers, vllm_process_pids
+from testbed import vllm_server
 from tests.conftest import REPO
-
-STUB_SOURCE = Path(__file__).with_name("stub_vllm.py")
 
 
 def sigint_ignored() -> None:
@@ -36,19 +34,15 @@ def sigint_ignored() -> None:
 
 @pytest.fixture
 def stub_root(tmp_path: Path) -> Path:
-    pkg = tmp_path / "stub" / "vllm" / "entrypoints" / "openai"
-    pkg.mkdir(parents=True)
-    for d in (pkg.parents[1], pkg.parent, pkg):
-        (d / "__init__.py").write_text("")
-    shutil.copy(STUB_SOURCE, pkg / "api_server.py")
-    return tmp_path / "stub"
+    return vllm_server.install(tmp_path / "stub", version="stub-0.0")
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "kill"])
 def test_serve_stopped_leaves_no_record_and_no_process(stop, stub_root: Path, tmp_path: Path, fault_seen) -> None:
     name = f"serve-{uuid.uuid4().hex[:8]}"
     spec = ServerSpec(name=name, model=f"/nonexistent/{name}", served_name=name, python=sys.executable, dtype="float32",
-                      block_size=128, server_env=(("PYTHONPATH", str(stub_root)),), start_timeout=60.0, stop_grace=3.0)
+                      block_size=128, server_env=(("PYTHONPATH", vllm_server.server_path(stub_root)), ("STUB_CHILD", "1")),
+                      start_timeout=60.0, stop_grace=3.0)
     state = tmp_path / "state"
     job = ScoreJob(model=name, task="t", tokenizer="tok", client=ClientOptions(), scoring=ScoringOptions(),
                    managed=ManagedServer(spec, str(tmp_path / "server.log"), str(state)), external=None)

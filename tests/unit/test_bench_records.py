@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,6 +36,79 @@ def test_every_benchmark_records_the_machine_through_one_function(path: Path) ->
     assert not re.search(r"^def machine\(", source, re.M), f"{path.name} defines its own machine()"
     assert '"machine": {' not in source and "getloadavg()[0]}" not in source, f"{path.name} records a machine of its own"
     assert not re.search(r"write_text\(json\.dumps\((report|public)", source), f"{path.name} writes its JSON without write_json"
+
+
+# Records written before run_record() pinned the commit, the code's state and the CPU flags, each with the command that
+# measures it again and about how long that takes (the lead runs them; the list only shrinks, see the test below).
+PENDING: dict[str, str] = {
+    "backends.json": "python bench/bench_backends.py (about 7 minutes)",
+    "block_size.json": "python bench/bench_block_size.py --block-sizes 32,64,128 --mmlu-test 32 --long-test 3 --staged "
+                       "--levers --lever-block-size 32 (about 12 minutes)",
+    "ceiling.json": "python bench/bench_ceiling.py --items 24 --reps 3 --variants run (about 40 minutes)",
+    "ceiling_run_variants.json": "measured on another machine (AMD EPYC) with --reps 1: retire it with the paragraph of "
+                                 "docs/benchmarks.md that cites it, or measure it there again",
+    "cpu_threads.json": "python bench/bench_cpu_threads.py --items 10 --repeats 3 (about 8 minutes)",
+    "default_run.json": "python bench/bench_default_run.py (about 20 minutes: three commits' workflow runs)",
+    "fixed_costs.json": "python bench/bench_fixed_costs.py (about 5 minutes)",
+    "l0_cost.json": "python bench/bench_l0_cost.py (about 2 hours), then the block-32 rows: python bench/bench_l0_cost.py "
+                    "--full-only --mmlu-test 200 --mmlu-calib 0 --long-test 5 --long-calib 0 (about 20 minutes)",
+    "prefix_drift_bf16.json": "python bench/bench_prefix_drift.py --dtype bfloat16 --mmlu-items 3 --long-items 1 "
+                              "--long-layouts 16 (about 10 minutes)",
+    "prefix_drift_fp32.json": "python bench/bench_prefix_drift.py --dtype float32 --mmlu-items 8 --long-items 2 "
+                              "--long-layouts 20 --vocab (about 6 minutes)",
+    "prior_modes.json": "python bench/bench_prior_modes.py (about 1 minute, no server)",
+    "scale.json": "the scale benchmark measured again (issue 42): python bench/bench_scale.py, then --slurm --merge and "
+                  "--real-server --merge (hours)",
+    "scheduler.json": "python bench/bench_scheduler.py (about 15 minutes), or retired with the scheduler patch (issue 42)",
+    "server_probe.json": "python bench/bench_server_probe.py (about 10 minutes)",
+    "setup.json": "python bench/bench_setup.py (about 4 minutes, PyPI reachable)",
+    "viewer.json": "python bench/bench_viewer.py --out results/bench/viewer.json (about 10 minutes, Chromium)",
+}
+
+
+def test_every_benchmark_record_is_pinned_to_its_commit_code_and_machine() -> None:
+    """Every JSON under results/bench/ records its date, command, commit, whether the code differed from it, and the
+    machine with its CPU flags (bench.common.run_record()); one that does not is measured again (PENDING)."""
+    records = sorted((REPO / "results" / "bench").glob("*.json"))
+    assert records
+    unpinned = {p.name: common.unpinned(json.loads(p.read_text())) for p in records if p.name not in PENDING}
+    assert not {k: v for k, v in unpinned.items() if v}, (
+        "benchmark records without what bench.common.run_record() writes (measure them again): "
+        f"{ {k: v for k, v in unpinned.items() if v} }")
+    for name in PENDING:  # the list only shrinks: a record measured again, or retired, leaves it
+        assert (REPO / "results" / "bench" / name).is_file(), f"{name} is gone: remove it from PENDING"
+        assert common.unpinned(json.loads((REPO / "results" / "bench" / name).read_text())), f"{name} is pinned now: remove it from PENDING"
+
+
+def test_a_record_lacking_any_pinned_field_is_named() -> None:
+    record = common.run_record()
+    assert common.unpinned(record) == [] and isinstance(record["dirty"], bool)
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert record["commit"] == head
+    assert common.unpinned({k: v for k, v in record.items() if k != "dirty"}) == ["dirty"]
+    assert common.unpinned(record | {"commit": "d5b81a3"}) == []  # a short commit names one too
+    assert common.unpinned(record | {"commit": None, "machine": {"cpu_model": "AMD EPYC", "nproc": 2}}) == [
+        "commit", "machine.cpu_flags"]
+    assert common.unpinned({}) == ["date", "command", "commit", "dirty", "machine.cpu_model", "machine.nproc",
+                                   "machine.cpu_flags"]
+
+
+def test_the_code_state_leaves_out_records_and_sees_a_changed_file(tmp_path: Path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "x.json").write_text("{}")
+    (tmp_path / "code.py").write_text("a = 1\n")
+    git("add", ".")
+    git("-c", "user.email=b@e", "-c", "user.name=b", "commit", "-qm", "x")
+    assert common.git_state(tmp_path)[1] is False
+    (tmp_path / "results" / "x.json").write_text('{"measured": 1}')  # the benchmark's own output
+    (tmp_path / "scratch.txt").write_text("untracked")
+    assert common.git_state(tmp_path)[1] is False
+    (tmp_path / "code.py").write_text("a = 2\n")
+    assert common.git_state(tmp_path)[1] is True
 
 
 def test_the_command_and_every_path_of_the_checkout_are_written_relative_to_it(tmp_path: Path) -> None:
@@ -88,3 +162,50 @@ def test_the_setup_is_timed_step_by_step_from_its_output() -> None:
     assert steps(lines, 175.5) == {"vLLM for the server": 0.1, "server environment .venv-server": 120.0,
                                    "client environment .venv": 49.7,
                                    "published library anyjev==0.3.0 -> .assets/anyjev-published": 5.5}
+
+
+def test_readme_command_1_is_the_one_the_reproduction_runs() -> None:
+    from bench.bench_default_run import COMMAND1
+
+    assert f"\n{COMMAND1}\n" in (REPO / "README.md").read_text()
+
+
+def test_a_reproduction_keeps_one_row_per_kind_of_machine_and_readme_quotes_each(tmp_path: Path) -> None:
+    from bench import report
+    from bench.bench_default_run import with_row
+
+    def row(model: str, flags: list[str], date: str, **found) -> dict:
+        return {"date": date, "command": ["x"], "commit": "a" * 40, "dirty": False,
+                "machine": {"cpu_model": model, "cpu_flags": flags, "nproc": 2}, "exit_status": 0} | found
+
+    epyc = row("AMD EPYC", ["avx2", "avx512f"], "2026-12-01", reproduced=True, largest_difference=2e-6, largest_at="m/t/L0 ece_hi")
+    xeon = row("Intel Xeon", ["avx2", "amx_bf16"], "2026-12-02", reproduced=False, values=462, beyond_tolerance=3)
+    again = epyc | {"date": "2026-12-03", "largest_difference": 4e-6}
+    recorded = with_row(with_row(with_row({}, epyc), xeon), again)
+    assert list(recorded["rows"]) == ["AMD EPYC (avx2 avx512f)", "Intel Xeon (avx2 amx_bf16)"]
+    assert recorded["rows"]["AMD EPYC (avx2 avx512f)"]["date"] == "2026-12-03" and recorded["date"] == "2026-12-03"
+    assert common.unpinned(recorded) == []
+    (tmp_path / "results" / "bench").mkdir(parents=True)
+    (tmp_path / "results" / "bench" / "reproduced.json").write_text(json.dumps(recorded))
+    said = report.reproduced_block(tmp_path)
+    assert ("Intel Xeon (avx2 amx_bf16) (run 2026-12-02 at aaaaaaa): NOT reproduced, 3 of 462 values beyond the "
+            "tolerance above; AMD EPYC (avx2 avx512f) (run 2026-12-03 at aaaaaaa): every value within the tolerance "
+            "above, the largest difference 4.0e-06 (m/t/L0 ece_hi).") in said
+
+
+def test_a_summary_that_moves_past_the_tolerance_is_named(tmp_path: Path) -> None:
+    from testbed.reproduce import summary_differences
+
+    committed = REPO / "results" / "tables" / "summary.csv"
+    text = committed.read_text().splitlines()
+    fields = text[1].split(",")
+    header = text[0].split(",")
+    fields[header.index("nll")] = f"{float(fields[header.index('nll')]) + 4e-4:.6f}"  # within 3 decimals' worth
+    fields[header.index("ece_hi")] = f"{float(fields[header.index('ece_hi')]) + 0.009:.6f}"  # within 1/n (n = 100)
+    (tmp_path / "near.csv").write_text("\n".join([text[0], ",".join(fields), *text[2:]]) + "\n")
+    near = summary_differences(tmp_path / "near.csv", committed)
+    assert near["beyond"] == [] and near["largest_difference"] == pytest.approx(0.009) and near["largest_at"].endswith("ece_hi")
+    fields[header.index("acc")] = f"{float(fields[header.index('acc')]) + 0.01:.6f}"  # another decision
+    (tmp_path / "far.csv").write_text("\n".join([text[0], ",".join(fields), *text[2:]]) + "\n")
+    far = summary_differences(tmp_path / "far.csv", committed)
+    assert len(far["beyond"]) == 1 and " acc: " in far["beyond"][0]

