@@ -2,7 +2,7 @@
 two cells' values with the BCa interval of the paired difference.
 
 Both cells are resampled jointly: each bootstrap resample draws the same test and calibration items for both
-(:func:`anyjev.numbers.bootstrap.resample_index`; the rows each cell's own evaluation draws when both resample the same
+(:func:`anyjev.numbers.bootstrap.resample_rows`; the rows each cell's own evaluation draws when both resample the same
 splits, i.e. unless one was read with adaptive rotations and the other not), refits each cell's priors and L1's
 temperature on them (:func:`anyjev.numbers.evaluation.cell_replicates`), and the difference of the two metric values is
 one replicate; the jackknife leaves the same item out of both. The point of a difference is the difference of the two

@@ -3,9 +3,10 @@ raw with the interval of the difference, L1's temperatures and the answer mass, 
 count K (:class:`~anyjev.numbers.bootstrap.KGroup`).
 
 The interval carries the fit: every bootstrap resample redraws the test items and the calibration items (each split
-resampled within itself, and within each K), recomputes the test prior, the frozen calibration prior and L1's
-temperature from the redrawn items, and then every metric (:mod:`anyjev.numbers.bootstrap`). The interval is BCa
-(bias-corrected, with a stratified jackknife acceleration); where the point still falls outside its interval the
+from all of its items, whatever their K: a split's size is fixed by the design, its count of each K is not),
+recomputes the test prior, the frozen calibration prior and L1's temperature from the redrawn items, and then every
+metric (:mod:`anyjev.numbers.bootstrap`). The interval is BCa (bias-corrected, with the acceleration of a jackknife
+that leaves each item of each split out once); where the point still falls outside its interval the
 interval is widened to include it, and that is recorded. A difference (a level minus raw; one model minus another,
 :mod:`anyjev.numbers.compare`) is paired: its replicates are the differences of the two sides on the same resamples and
 the same jackknife rows. Reading a scored cell into K groups is the store's (:mod:`anyjev.run.records`); writing
@@ -28,20 +29,21 @@ from anyjev.numbers.bootstrap import (
     KGroup,
     calib_rows,
     cell_order,
-    identity_index,
-    jackknife_index,
+    identity_rows,
+    jackknife_rows,
     metric_replicates,
     replicates,
-    resample_index,
+    resample_rows,
 )
-from anyjev.numbers.levels import ALL_LEVELS, levels_resampled
+from anyjev.numbers.levels import ALL_LEVELS, resampled_calibration, resampled_test_levels
 from anyjev.numbers.metrics import METRICS, TIE_TOL, interval, jackknife_acceleration, metrics_batch
 from anyjev.numbers.options import EvaluationOptions
+from anyjev.numbers.priors import take_groups
 from anyjev.numbers.temperature import at_bound
 
 log = logging.getLogger(__name__)
 
-RESAMPLED = ("test and calibration items (each split resampled within itself, per option count K); "
+RESAMPLED = ("test and calibration items (each split resampled from all of its items, whatever their option count K); "
              "test prior, calibration prior and L1 temperature refit in every resample")
 BASELINE = "raw"  # the level every other level is compared with (level_minus_raw)
 
@@ -125,14 +127,14 @@ def cell_replicates(groups: list[KGroup], options: EvaluationOptions, calib: lis
     them); a comparison of two cells passes the same marks for both, so both are resampled on the same rows."""
     with_l1 = with_calibration(groups)
     calib = calib_rows(groups, with_l1) if calib is None else calib
-    levels, gold, log_t = replicates(groups, identity_index(groups, calib), with_l1, options)
+    levels, gold, log_t = replicates(groups, identity_rows(groups, calib), with_l1, options)
     order = cell_order(groups)
     levels = {name: {g: v[:, order] for g, v in lv.items()} for name, lv in levels.items()}
     gold = gold[:, order]
     point = {name: {m: float(v[0]) for m, v in metrics_batch(lv["fwd"], gold, lv.get("rev")).items()}
              for name, lv in levels.items()}
-    boot, boot_t = metric_replicates(groups, resample_index(groups, calib, options), with_l1, options)
-    jack = [metric_replicates(groups, idx, with_l1, options)[0] for idx in jackknife_index(groups, calib)]
+    boot, boot_t = metric_replicates(groups, resample_rows(groups, calib, options), with_l1, options)
+    jack = [metric_replicates(groups, rows, with_l1, options)[0] for rows in jackknife_rows(groups, calib)]
     return CellReplicates(point=point, boot=boot, jack=jack, calib=tuple(calib), levels=levels, gold=gold, log_t=log_t,
                           boot_t=boot_t)
 
@@ -251,21 +253,26 @@ def item_levels(groups: list[KGroup], options: EvaluationOptions, ids: Sequence[
     """Every level of every test item at the point (no bootstrap), by the code :func:`evaluate` uses for its point
     values, with the per-item priors and L1's temperature."""
     with_l1 = with_calibration(groups)
-    idx = identity_index(groups, calib_rows(groups, with_l1))
-    levels, gold, log_t = replicates(groups, idx, with_l1, options)
+    marks = calib_rows(groups, with_l1)
+    levels, gold, log_t = replicates(groups, identity_rows(groups, marks), with_l1, options)
     order = cell_order(groups)
     n = len(ids)
     test_prior: dict[str, list] = {}
     l1_prior: dict[str, list] = {}
-    for grp, (it, ic) in zip(groups, idx, strict=True):
-        res = levels_resampled(grp.inputs, it, ic, options, fit=False, prior_source=grp.prior_source)
+    for grp, mark in zip(groups, marks, strict=True):
+        cal = (resampled_calibration(grp.inputs, np.arange(grp.inputs.n_calib)[None], options,
+                                     prior_source=grp.prior_source) if mark and grp.inputs.n_calib else None)
+        res = resampled_test_levels(grp.inputs, np.arange(grp.inputs.n_test)[None], options,
+                                    prior_source=grp.prior_source, calibration=None if cal is None else cal.frozen)
         for g, prior in res.test_prior.items():
             test_prior.setdefault(g, [None] * n)
             frozen = None
             if with_l1 and grp.prior_source == "content_free":
                 frozen = prior[0]
+            elif with_l1 and cal is None:  # no calibration items of this K: the uniform prior
+                frozen = np.full(prior[0].shape, 1.0 / grp.k)
             elif with_l1:
-                frozen = res.calib_prior[g][0][0][grp.inputs.test_gid]
+                frozen = take_groups(cal.frozen[g], grp.inputs.test_gid[None])[0]
             for j, pos in enumerate(grp.test_pos):
                 test_prior[g][pos] = prior[0, j]
                 if frozen is not None:
