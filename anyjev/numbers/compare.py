@@ -62,7 +62,7 @@ def models_minus_models(cells: Sequence[list[KGroup]], options: EvaluationOption
     out = {}
     for i, j in itertools.combinations(range(len(cells)), 2):
         a, b = cells[i], cells[j]
-        with_l1 = with_calibration(a)
+        with_l1 = with_calibration(a, options)
         calib = [x or y for x, y in zip(calib_rows(a, with_l1), calib_rows(b, with_l1), strict=True)]
         ra, rb = replicates(i, calib), replicates(j, calib)
         out[(i, j)] = {name: {m: paired_difference(ra, name, rb, name, m, level) for m in METRICS}

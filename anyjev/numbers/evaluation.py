@@ -72,6 +72,7 @@ class Evaluation:
     n_calib: int
     k: int | str
     k_groups: list[dict[str, Any]]
+    notes: list[dict[str, str | None]]  # what a reader must know: {"level": the level it is about (None: the cell), "text"}
     levels: list[str]
     metrics: dict[str, dict[str, dict[str, Any]]]
     level_minus_raw: dict[str, dict[str, dict[str, Any]]]
@@ -116,16 +117,42 @@ class CellReplicates(MetricReplicates):
     boot_t: dict[str, np.ndarray]
 
 
-def with_calibration(groups: list[KGroup]) -> bool:
-    """Whether the cell has L1: calibration items in every K group."""
-    return all(g.inputs.n_calib > 0 for g in groups)
+def with_calibration(groups: list[KGroup], options: EvaluationOptions) -> bool:
+    """Whether the cell has L1: at least OPTIONS' ``min_calib_items`` calibration items, of any K (one temperature per
+    layout group is fitted on all of them; a K without calibration items of its own takes it)."""
+    return sum(g.inputs.n_calib for g in groups) >= options.min_calib_items
+
+
+def l1_notes(groups: list[KGroup], options: EvaluationOptions, n_calib_items: int) -> list[str]:
+    """What a reader of the cell's L1 must know, in words: why the cell has none, or which K take the temperature
+    fitted on the other K's calibration items. N_CALIB_ITEMS: the calibration items the cell holds (some may have a K
+    no test item has, and are not used)."""
+    n_calib = sum(g.inputs.n_calib for g in groups)
+    if not with_calibration(groups, options):
+        if not n_calib:
+            stray = f" ({n_calib_items} of another K than every test item's)" if n_calib_items else ""
+            return [f"no L1: no calibration items{stray} to fit its temperature on"]
+        return [l1_refused(n_calib, options.min_calib_items)]
+    pooled = [g for g in groups if not g.inputs.n_calib]
+    if not pooled:
+        return []
+    ks = ", ".join(str(g.k) for g in pooled)
+    n_test = sum(g.inputs.n_test for g in pooled)
+    return [f"L1 of K={ks} ({n_test} test item{'s' * (n_test != 1)}) takes the temperature fitted on the {n_calib} "
+            f"calibration items of the other K (none has K={ks}; their frozen prior is the uniform one)"]
+
+
+def l1_refused(n_calib: int, min_calib_items: int) -> str:
+    """Why a cell of N_CALIB calibration items has no L1 (fewer than MIN_CALIB_ITEMS)."""
+    return (f"no L1: {n_calib} calibration item{'s' * (n_calib != 1)}, fewer than evaluation.min_calib_items = "
+            f"{min_calib_items}")
 
 
 def cell_replicates(groups: list[KGroup], options: EvaluationOptions, calib: list[bool] | None = None) -> CellReplicates:
     """Every level and metric of the cell held in GROUPS at the point, on OPTIONS' bootstrap resamples and on the
     jackknife rows. CALIB marks the K groups whose calibration items are resampled (default: those whose levels use
     them); a comparison of two cells passes the same marks for both, so both are resampled on the same rows."""
-    with_l1 = with_calibration(groups)
+    with_l1 = with_calibration(groups, options)
     calib = calib_rows(groups, with_l1) if calib is None else calib
     levels, gold, log_t = replicates(groups, identity_rows(groups, calib), with_l1, options)
     order = cell_order(groups)
@@ -164,10 +191,10 @@ def evaluate(groups: list[KGroup], options: EvaluationOptions, *, ids: Sequence[
     if not groups:
         raise ValueError("no K group to evaluate")
     prior_source = "/".join(sorted({g.prior_source for g in groups}))
-    with_l1 = with_calibration(groups)
-    if n_calib_items and not with_l1:
-        missing = [g.k for g in groups if g.inputs.n_calib == 0]
-        log.warning("%s: no calibration items with K=%s, so no L1 for this cell", source, missing)
+    with_l1 = with_calibration(groups, options)
+    notes = l1_notes(groups, options, n_calib_items)
+    for note in notes:  # a cell without calibration items is one whose config asks for none
+        log.log(logging.WARNING if n_calib_items else logging.INFO, "%s: %s", source, note)
 
     cell = cell_replicates(groups, options)
     names = [name for name in ALL_LEVELS if name in cell.point]
@@ -194,6 +221,7 @@ def evaluate(groups: list[KGroup], options: EvaluationOptions, *, ids: Sequence[
         k=ks[0] if len(ks) == 1 else f"mixed ({ks[0]}-{ks[-1]})",
         k_groups=[{"k": g.k, "n": g.inputs.n_test, "n_calib": g.inputs.n_calib, "prior_source": g.prior_source}
                   for g in groups],
+        notes=[{"level": "L1", "text": note} for note in notes],
         levels=names,
         metrics=metrics,
         level_minus_raw=minus_raw,
@@ -252,7 +280,7 @@ class ItemLevels:
 def item_levels(groups: list[KGroup], options: EvaluationOptions, ids: Sequence[str]) -> ItemLevels:
     """Every level of every test item at the point (no bootstrap), by the code :func:`evaluate` uses for its point
     values, with the per-item priors and L1's temperature."""
-    with_l1 = with_calibration(groups)
+    with_l1 = with_calibration(groups, options)
     marks = calib_rows(groups, with_l1)
     levels, gold, log_t = replicates(groups, identity_rows(groups, marks), with_l1, options)
     order = cell_order(groups)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -446,13 +447,43 @@ def test_equal_k_rows_are_those_of_a_bootstrap_within_the_split() -> None:
     assert calib_loo.calib.shape == (20, 19) and (calib_loo.test == np.arange(30)).all()
 
 
-def test_mixed_k_without_calibration_for_one_k_drops_l1_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+def test_mixed_k_without_calibration_for_one_k_takes_the_temperature_of_the_others(caplog) -> None:
+    """A K with no calibration items keeps L1: its test items take the temperature fitted on the other K's calibration
+    items (their own frozen prior cannot be estimated: the uniform one), and metrics.json says which K."""
+    from anyjev.numbers.levels import marginalise
+    from anyjev.numbers.temperature import apply_temperature
+
     rng = np.random.default_rng(6)
-    recs = make_records(rng, 20, 10, 3) + make_records(rng, 10, 0, 2, id_prefix="b")
+    r3 = make_records(rng, 20, 10, 3)
+    r2 = make_records(rng, 10, 0, 2, id_prefix="b")
     with caplog.at_level(logging.WARNING, logger="anyjev.numbers.evaluation"):
-        ev = evaluate_records(recs)
-    assert "L1" not in ev.metrics and ev.k == "mixed (2-3)"
-    assert any("K=[2]" in r.getMessage() for r in caplog.records)
+        ev = evaluate_records(r3[:20] + r2 + r3[20:])
+    assert "L1" in ev.metrics and ev.k == "mixed (2-3)" and ev.n_calib == 10
+    assert ev.notes == [{"level": "L1", "text": "L1 of K=2 (10 test items) takes the temperature fitted on the 10 "
+                         "calibration items of the other K (none has K=2; their frozen prior is the uniform one)"}]
+    assert any("K=2" in r.getMessage() for r in caplog.records)
+    alone = evaluate_records(r3)  # the same calibration items: the same temperature
+    assert ev.temperature["fwd"]["T"] == pytest.approx(alone.temperature["fwd"]["T"], rel=1e-12)
+    fwd, _ = arrays(r2, "fwd")
+    opt = np.take_along_axis(fwd, np.argsort(cyclic(2), axis=-1)[None], axis=-1)  # position to option space
+    np.testing.assert_allclose(ev.point["L1"]["fwd"][20:, :2],
+                               apply_temperature(marginalise(opt), ev.temperature["fwd"]["T"]), atol=1e-7)
+    np.testing.assert_allclose(ev.point["L1"]["fwd"][:20], alone.point["L1"]["fwd"], atol=1e-12)
+    v = ev.metrics["L1"]["nll"]
+    assert v["lo"] <= v["value"] <= v["hi"]
+
+
+def test_l1_is_refused_below_the_minimum_of_calibration_items_and_says_why() -> None:
+    """One calibration item (a 30-item file task split 29 + 1 under allow_fewer) fits no L1 worth reporting: the cell
+    has none, and its notes say why, naming the setting; at the minimum it has L1 again."""
+    recs = make_records(np.random.default_rng(8), 29, 1, 4)
+    ev = evaluate_records(recs)
+    assert "L1" not in ev.metrics and not ev.temperature
+    assert ev.notes == [{"level": "L1", "text": "no L1: 1 calibration item, fewer than evaluation.min_calib_items = 8"}]
+    assert default("evaluation", "min_calib_items") == 8
+    assert "L1" in evaluate_records(recs, EvaluationOptions(min_calib_items=1)).metrics
+    none = evaluate_records(make_records(np.random.default_rng(8), 20, 0, 4))
+    assert none.notes == [{"level": "L1", "text": "no L1: no calibration items to fit its temperature on"}]
 
 
 # ------------------------------------------------------------------------------------ committed cell
@@ -475,6 +506,75 @@ def test_reference_cell_evaluates(tmp_path: Path) -> None:
     assert out["settings"]["resampled"].startswith("test and calibration items")
     header = (tmp_path / "pred.csv").read_text().splitlines()[0]
     assert header.endswith("n_top")
+
+
+def scored_cell(folder: Path, n_test: int, n_calib: int, *, asked: tuple[int, int] | None = None) -> tuple[Path, Path]:
+    """A cell as the workflow holds it: its task file (split as the prepare step writes it, with the counts the config
+    asked) and its scores, in a cell folder ``<results>/cells/m/t/``."""
+    from anyjev.data.taskfile import write_task_file
+    from anyjev.data.tasks import Item, Task
+    from anyjev.decision.questions import choice
+
+    recs = make_records(np.random.default_rng(4), n_test, n_calib, 3, id_prefix="q")
+    question = choice("Which?", ["a", "b", "c"])
+    items = [Item(id=r["id"], state="", question=question, gold=r["gold"], split=r["split"]) for r in recs]
+    n_asked, c_asked = asked or (n_test, n_calib)
+    task_file = folder / "tasks" / "t.jsonl"
+    write_task_file(Task(name="t", items=items, prior_group="task",
+                         source={"split": {"n_test": n_asked, "n_calib": c_asked, "seed": 0}}), task_file)
+    scores = folder / "results" / "cells" / "m" / "t" / "scores.jsonl"
+    scores.parent.mkdir(parents=True)
+    write_scores(scores, {"model": "m", "task": "t"}, recs)
+    return task_file, scores
+
+
+def test_a_cut_scores_file_is_refused_by_name_with_the_way_back(tmp_path: Path) -> None:
+    """scores.jsonl cut at a line boundary (`head -n 51`: the header and 50 of 120 items) is not evaluated on what is
+    left: one line names the file, the counts and the first missing item, and the way back; a whole staged copy is
+    named as that way."""
+    import subprocess
+    import sys
+
+    task_file, scores = scored_cell(tmp_path, 100, 20)
+    whole = scores.read_text()
+    scores.write_text("".join(whole.splitlines(keepends=True)[:51]))  # head -n 51
+    job = EvaluateJob().to_file(tmp_path / "jobs")
+    argv = [sys.executable, "-m", "anyjev", "evaluate", "--job", str(job), "--scores", str(scores), "--task-file",
+            str(task_file), "--out", str(tmp_path / "metrics.json")]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith(f"anyjev evaluate: TaskDataError: {scores}:items: 50 items where {task_file} has 120 (100 test + 20 "
+                               "calibration); the first missing is 'q50' (test)"), lines[0]
+    assert f"rescore the cell: delete {scores} and run again" in lines[0]
+    assert not (tmp_path / "metrics.json").exists()
+    staged = scores.parent / "staged" / "scores.jsonl"
+    staged.parent.mkdir()
+    staged.write_text(whole)
+    with pytest.raises(TaskDataError, match=f"its staged copy holds them all: cp {staged} {scores}"):
+        evaluate_cell(EvaluateJob(), str(scores), str(tmp_path / "metrics.json"), task_file=str(task_file))
+    staged.write_text(whole.replace('"id":"q7"', '"id":"x7"'))  # an item not in the task
+    with pytest.raises(TaskDataError, match="rescore the cell"):
+        evaluate_cell(EvaluateJob(), str(scores), str(tmp_path / "metrics.json"), task_file=str(task_file))
+    scores.write_text(whole.replace('"id":"q7"', '"id":"x7"'))
+    with pytest.raises(TaskDataError, match=f"item 'x7' is not in {task_file}"):
+        evaluate_cell(EvaluateJob(), str(scores), str(tmp_path / "metrics.json"), task_file=str(task_file))
+    scores.write_text(whole)
+    out = evaluate_cell(EvaluateJob(), str(scores), str(tmp_path / "metrics.json"), task_file=str(task_file))
+    assert (out["n"], out["n_calib"], out["notes"]) == (100, 20, [])
+
+
+def test_a_cell_with_fewer_items_than_its_config_asked_says_so(tmp_path: Path) -> None:
+    """A 30-item file task under `n_test: 500, n_calib: 10` (allow_fewer: 29 + 1): metrics.json notes the counts
+    and the keys that asked for more, and that L1 on one calibration item is refused."""
+    task_file, scores = scored_cell(tmp_path, 29, 1, asked=(500, 10))
+    out = evaluate_cell(EvaluateJob(), str(scores), str(tmp_path / "metrics.json"), task_file=str(task_file))
+    assert out["notes"] == [
+        {"level": None, "text": "29 test and 1 calibration items, fewer than the 500 and 10 the config asks "
+                                "(tasks.t.n_test and n_calib; tasks.t.allow_fewer kept what there is)"},
+        {"level": "L1", "text": "no L1: 1 calibration item, fewer than evaluation.min_calib_items = 8"}]
+    assert json.loads((tmp_path / "metrics.json").read_text())["notes"] == out["notes"]
 
 
 def test_answer_mass_is_summarised_per_cell_with_an_interval() -> None:

@@ -121,7 +121,8 @@ def test_a_string_label_dataset_from_two_splits(offline, tmp_path: Path) -> None
     assert (lock["revision"], lock["commit"], lock["config"]) == ("v1", OFFLINE_COMMIT, "en")
     # asking for more calibration items than the validation split has is refused (allow_fewer: false)
     more = Settings.from_config(config({"spam": copy.deepcopy(SPAM_TASK) | {"n_calib": 5}}))
-    with pytest.raises(TaskDataError, match="only 4 items are marked 'calib' but 5 were requested"):
+    with pytest.raises(TaskDataError, match=r"someone/spam:split: only 4 items are marked 'calib', fewer than tasks\.spam\.n_calib = 5 "
+                       r"\(tasks\.spam\.allow_fewer: true keeps them\)"):
         prepare_task(more.prepare_job("spam", hub_cache="resources/hub"), "x.jsonl")
 
 
