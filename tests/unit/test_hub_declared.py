@@ -221,6 +221,20 @@ def test_label_names_and_readable_options(tmp_path: Path) -> None:
         build(tmp_path / "many", declared(), {"test": many}, {"label": [f"l{i}" for i in range(30)]})
 
 
+def test_a_float_label_column_reads_whole_numbers_and_names_the_row_that_is_not_one(tmp_path: Path) -> None:
+    """pandas stores an integer column with a missing value as floats: 0.0 and 1.0 are the label ids 0 and 1, and a
+    NaN (or a fraction) is named at its own row, not at the first row of the column."""
+    names = ["neg", "pos"]
+    rows = [{"text": "a", "label": 1.0}, {"text": "b", "label": 0.0}, {"text": "c", "label": 1}]
+    assert [it.gold for it in build(tmp_path / "whole", declared(label_names=names), {"test": rows}).items] == [1, 0, 1]
+    for name, value, why in (("nan", float("nan"), "a missing value (NaN)"), ("half", 0.5, "not a whole number")):
+        bad = [*rows, {"text": "d", "label": value}]
+        with pytest.raises(TaskDataError) as info:
+            build(tmp_path / name, declared(label_names=names), {"test": bad})
+        assert str(info.value) == (f"{tmp_path / name / 't' / 'test.jsonl'}:line 4: label {value!r} (column 'label') is "
+                                   f"{why}, not a label id or name")
+
+
 def test_yes_and_no_labels(tmp_path: Path) -> None:
     rows = [{"text": t, "label": lab} for t, lab in (("a", "pos"), ("b", "neg"), ("c", "neutral"))]
     yes = build(tmp_path / "y", declared(kind="noul", yes_labels=["pos"]), {"test": rows})
