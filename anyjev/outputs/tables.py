@@ -291,7 +291,7 @@ def summary_latex(df: pd.DataFrame, cell: Mapping | None = None, failed: Failure
         vals = [tex_escape(r[k]) for k in keys] + [_tex_value(r[m], r[f"{m}_lo"], r[f"{m}_hi"]) for m in TABLE_METRICS]
         lines.append(" & ".join(vals) + " \\\\")
     lines += ["\\hline", "\\end{tabular}"]
-    lines += [f"% {tex_escape(m)}/{tex_escape(t)}: {tex_escape(note)}" for m, t, note in notes]
+    lines += [f"% {tex_escape(m)}/{tex_escape(t)}: {note}" for m, t, note in notes]  # a comment: the note as it is
     if failed:
         cells = ", ".join(f"{tex_escape(m)}/{tex_escape(t)}" for m, t in failed)
         lines.append(f"% {len(failed)} cell(s) failed and are not in this table: {cells}")

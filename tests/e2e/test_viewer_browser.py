@@ -447,6 +447,33 @@ def test_a_large_run_page_is_compact_and_builds_its_summary_table_when_opened(vi
     view.clean()
 
 
+def test_a_cells_notes_are_on_its_card_above_the_summary_and_on_its_page(view, tmp_path) -> None:
+    """What a cell's evaluation noted for its reader (here: L1 refused) is shown on its card, in the run page's notes
+    above the summary table and on the cell's page; the cells without notes show none."""
+    import shutil
+
+    from anyjev.outputs.viewer.encoding import safe_json
+
+    note = "no L1: 5 calibration items, fewer than evaluation.min_calib_items = 8"
+    key = f"{MODEL}/rotten_tomatoes"
+    run = run_data(REFERENCE)
+    run["cells"] = [dict(c, notes=[note] if c["key"] == key else []) for c in run["cells"]]
+    folder = tmp_path / "viewer"
+    shutil.copytree(REFERENCE.parent, folder)
+    page_html = REFERENCE.read_text(encoding="utf-8")
+    marker = '<script type="application/json" id="anyjev-run">'
+    start = page_html.index(marker) + len(marker)
+    index = folder / "index.html"
+    index.write_text(page_html[:start] + safe_json(run) + page_html[page_html.index("</script>", start):], encoding="utf-8")
+
+    view.open(index, want="run")
+    assert view.all(".card .note", "els => els.map(e => [e.closest('.card').dataset.cell, e.textContent])") == [[key, note]]
+    assert " ".join(view.page.inner_text(f"#notes [data-cell='{key}']").split()) == f"{key}: {note}"
+    view.open(index, f"#/cell/{key}", want="cell")
+    assert view.all("#app .note", "els => els.map(e => e.textContent)") == [note]
+    view.clean()
+
+
 def test_a_test_can_fail_on_a_wrong_number(view) -> None:
     """The comparison above is not vacuous: a page whose number differs from metrics.json is caught."""
     view.open(REFERENCE, want="run")

@@ -411,7 +411,7 @@ def test_mixed_k_resamples_are_the_levels_of_the_items_drawn() -> None:
     recs = mixed_k_records()
     cell = cell_groups(recs, None, options.prior_mode, "<mixed>")
     ev = evaluate_records(recs, options)
-    rows = resample_rows(cell.groups, calib_rows(cell.groups, with_calibration(cell.groups)), options)
+    rows = resample_rows(cell.groups, calib_rows(cell.groups, with_calibration(cell.groups, options)), options)
     per_k = [[r for r in recs if r["split"] == "test" and r["k"] == g.k] for g in cell.groups]
     flat = [r for recs_k in per_k for r in recs_k]  # the engine's order of the test items: K group after K group
     counts = np.array([[sum(1 for i in row if flat[i]["k"] == g.k) for g in cell.groups] for row in rows.test])

@@ -161,7 +161,7 @@
     }).join("")).join("");
     const noted = doneCells.filter((c) => (c.notes || []).length);
     const notes = noted.length ? `<div class="notes" id="notes"><b>Read with these notes</b> (each cell's metrics.json):` +
-      noted.map((c) => `<div data-cell="${esc(c.key)}">${esc(c.key)}: ${notesHtml(c)}</div>`).join("") + "</div>" : "";
+      noted.map((c) => `<div data-cell="${esc(c.key)}">${esc(c.key)}: ${c.notes.map(esc).join("; ")}</div>`).join("") + "</div>" : "";
     const table = () => `<table class="summary" id="summary"><thead>${head}</thead><tbody>${body()}</tbody></table>`;
     const rows = doneCells.reduce((n, c) => n + c.levels.length, 0);
     const note = doneCells.length ? doneCells[0].interval : "";
