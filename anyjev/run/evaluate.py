@@ -87,10 +87,10 @@ def write_predictions(path: str | os.PathLike, evaluation: Evaluation) -> None:
     write_text_atomic(path, buf.getvalue())
 
 
-def scored_items_problem(records: list[dict], task_file: str) -> str | None:
-    """How the item records of a cell's scores differ from the items of its task file TASK_FILE (every item of the
-    task's test and calibration splits once, with its split, nothing else); None when they do not."""
-    _, splits = item_splits(task_file)
+def scored_items_problem(records: list[dict], task_file: str, splits: dict[str, str | None]) -> str | None:
+    """How the item records of a cell's scores differ from the items of its task file TASK_FILE, each item's split by
+    id (SPLITS: every item of the task's test and calibration splits once, with its split, nothing else); None when
+    they do not."""
     seen: dict[str, str | None] = {}
     for rec in records:
         rid = str(rec["id"])
@@ -109,18 +109,18 @@ def scored_items_problem(records: list[dict], task_file: str) -> str | None:
             f"calibration); the first missing is {missing[0]!r} ({splits[missing[0]] or 'test'})")
 
 
-def check_scored_items(scores: str, records: list[dict], task_file: str) -> None:
-    """Refuse a cell's scores SCORES (its item RECORDS) that do not hold every item of its task file TASK_FILE once
-    (:func:`scored_items_problem`), naming the way back: the staged copy a model's job (``score_jobs: model``) keeps
-    when it holds them all, else a rescore."""
-    problem = scored_items_problem(records, task_file)
+def check_scored_items(scores: str, records: list[dict], task_file: str, splits: dict[str, str | None]) -> None:
+    """Refuse a cell's scores SCORES (its item RECORDS) that do not hold every item of its task file TASK_FILE (each
+    item's split by id: SPLITS) once (:func:`scored_items_problem`), naming the way back: the staged copy a model's job
+    (``score_jobs: model``) keeps when it holds them all, else a rescore."""
+    problem = scored_items_problem(records, task_file, splits)
     if problem is None:
         return
     staged = os.path.join(os.path.dirname(scores), STAGED, SCORES)
     whole = False
     if os.path.isfile(staged):
         try:
-            whole = scored_items_problem(read_cell(staged)[1], task_file) is None
+            whole = scored_items_problem(read_cell(staged)[1], task_file, splits) is None
         except (TaskDataError, ValueError, KeyError):
             whole = False
     way = (f"its staged copy holds them all: cp {staged} {scores}, then run again" if whole else
@@ -138,8 +138,8 @@ def evaluate_cell(job: EvaluateJob, scores: str, metrics_out: str, predictions_o
     identity, records, extras = read_cell(scores)
     header: dict = {}
     if task_file:
-        check_scored_items(scores, records, task_file)
-        header, _ = item_splits(task_file)
+        header, splits = item_splits(task_file)
+        check_scored_items(scores, records, task_file, splits)
     asked = (header.get("origin") or {}).get("split") or {}
     evaluation = evaluate_records(records, job.evaluation, source=scores, extras=extras)
     if "n_test" in asked and "n_calib" in asked:
