@@ -78,7 +78,8 @@ def cmd_publish_cell(args: argparse.Namespace) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from anyjev.run.evaluate import EvaluateJob, evaluate_cell
 
-    evaluate_cell(EvaluateJob.from_json(args.job), args.scores, args.out, args.predictions, args.replicates)
+    evaluate_cell(EvaluateJob.from_json(args.job), args.scores, args.out, args.predictions, args.replicates,
+                  task_file=args.task_file)
 
 
 def cmd_summary_table(args: argparse.Namespace) -> None:
@@ -299,6 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = _command(sub, "evaluate", cmd_evaluate, "levels and metrics (bootstrap intervals) of a scored cell; no server needed",
                  job="EvaluateJob")
     s.add_argument("--scores", required=True, type=_existing_file, help="the scores file from `anyjev score`")
+    s.add_argument("--task-file", type=_existing_file, help="the cell's task file: the scores must hold each of its items "
+                   "once (the workflow gives it)")
     s.add_argument("--out", required=True, help="the metrics JSON")
     s.add_argument("--predictions", help="also write the per-item predictions CSV (for reliability diagrams) here")
     s.add_argument("--replicates", help="also write the bootstrap replicates (for the differences table) here")

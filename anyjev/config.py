@@ -10,6 +10,7 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -102,6 +103,7 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
             except ArgumentError as exc:
                 raise ConfigError(f"models.{name}.tokenizer", f"{model['tokenizer']!r}: {exc.why}") from None
         check_extra_flags(model["server_flags"], f"models.{name}.server_flags")
+    _check_distinct_servers(models)
     if config["evaluation"]["prior_batch_size"] is not None and config["evaluation"]["prior_mode"] != "streaming":
         raise ConfigError("evaluation.prior_batch_size", "applies to prior_mode streaming only (batch uses the whole "
                           "split): set evaluation.prior_mode: streaming, or remove prior_batch_size")
@@ -149,6 +151,37 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
             if len(set(row["tasks"])) != len(row["tasks"]):
                 raise ConfigError(f"grid[{i}].tasks", "names a task twice")
     return config
+
+
+LOOPBACK = ("localhost", "127.0.0.1", "::1")  # one machine's names for itself
+
+
+def server_address(url: str, served_name: str) -> tuple[str, str, int | None, str, str]:
+    """What a ``url`` model's requests reach: scheme, host (the loopback names as one), port (the scheme's default when
+    none is given), path (no trailing slash) and the served model name."""
+    parts = urlsplit(url.strip())
+    scheme, host = parts.scheme.lower(), (parts.hostname or "").lower()
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    except ValueError:  # a port that is not a number: the request fails on its own, naming it
+        port = None
+    return scheme, "localhost" if host in LOOPBACK else host, port, parts.path.rstrip("/"), served_name
+
+
+def _check_distinct_servers(models: dict) -> None:
+    """Refuse two ``url`` models that reach one server and served model: their cells would be one model scored twice,
+    and the differences table would report +0.000 [+0.000, +0.000] between them as a finding."""
+    seen: dict[tuple, str] = {}
+    for name, model in models.items():
+        if model["source"] != "url":
+            continue
+        address = server_address(model["url"], model.get("served_name") or name)
+        if address in seen:
+            first = seen[address]
+            raise ConfigError(f"models.{name}.url", f"{model['url']!r} (served model {address[-1]!r}) is the server of "
+                              f"models.{first} too ({models[first]['url']!r}): two models read from one server are one "
+                              f"model scored twice; keep one, or point each at its own server or served model")
+        seen[address] = name
 
 
 def check_hub_source(dataset: str, workdir: str | os.PathLike, key: str) -> None:

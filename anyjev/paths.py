@@ -19,6 +19,7 @@ CONFIG = "config/config.yaml"  # the experiment, when no --configfile names anot
 SCORES, PROVENANCE, METRICS, PREDICTIONS = "scores.jsonl", "provenance.json", "metrics.json", "predictions.csv"
 REPLICATES = "replicates.npz"  # the evaluation's bootstrap replicates, which the differences table pairs
 CELL_FILES = (METRICS, PREDICTIONS, SCORES, PROVENANCE, REPLICATES)
+STAGED = "staged"  # the folder in a cell's folder where a model's job (score_jobs: model) scores it before publishing
 # A cell's folder in the results folder, and the logs (in the logs folder) of the steps that make its files.
 CELL_DIR = "cells/{model}/{task}"
 SCORE_LOG = "score/{model}/{task}.log"
@@ -88,7 +89,7 @@ class RunPaths:
     @property
     def staged_dir(self) -> str:
         """Where one model's job (score_jobs: model) scores a cell before its score_cell job publishes it."""
-        return f"{self.cell_dir}/staged"
+        return f"{self.cell_dir}/{STAGED}"
 
     @property
     def allocation(self) -> str:

@@ -23,14 +23,15 @@ from typing import Any
 
 from anyjev.data.declared import HubTaskDeclaration
 from anyjev.data.hub import META_FILE
-from anyjev.data.prepare import build_task
-from anyjev.data.split import split_items
+from anyjev.data.prepare import build_task, split_task
+from anyjev.data.split import fewer_than_asked
 from anyjev.data.tasks import Item
 from anyjev.decision.labels import label_strings
 from anyjev.decision.options import PromptOptions
 from anyjev.decision.questions import choice, noul
 from anyjev.decision.tokenizer import Tokenizers
 from anyjev.errors import BackendError, ConfigError, LabelTokenError, TaskDataError
+from anyjev.numbers.evaluation import l1_refused
 from anyjev.run.allocation import score_jobs_mode
 from anyjev.run.cell import check_max_model_len, context_length
 from anyjev.run.prepared import PreparedItem, prepare_items
@@ -54,6 +55,7 @@ class TaskCounts:
     estimate: str | None = None
     # An estimate whose K is unknown: ``items`` is empty, ``n_items`` counts them, layouts and prompts are unknown.
     n_items: int | None = None
+    fewer: str | None = None  # the split holds fewer items than the config asks (allow_fewer): what and which keys
 
 
 def _estimated_items(declared: HubTaskDeclaration, k: int, n: int) -> list[Item]:
@@ -86,9 +88,10 @@ def task_counts(settings: Settings, task: str, hub_cache: str) -> TaskCounts:
             return TaskCounts([], job.n_test, job.n_calib, why, n_items=n)
         why = f"{reason}: n_test + n_calib from the config, K = {k} ({job.hub.kind}) from the declaration ({why_k}){fewer}"
         return TaskCounts(_estimated_items(job.hub, k, n), job.n_test, job.n_calib, why)
-    items = split_items(built.items, job.n_test, job.n_calib, seed=job.split_seed, allow_fewer=job.allow_fewer, label=task)
+    items = split_task(job, built).items
     n_test = sum(it.split == "test" for it in items)
-    return TaskCounts(items, n_test, len(items) - n_test)
+    n_calib = len(items) - n_test
+    return TaskCounts(items, n_test, n_calib, fewer=fewer_than_asked(task, n_test, n_calib, job.n_test, job.n_calib))
 
 
 def tokenizer_dir(settings: Settings, model: str, models_dir: str) -> str | None:
@@ -146,6 +149,11 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
         tc = tasks[task]
         cell: dict[str, Any] = {"model": model, "task": task, "items": len(tc.items) if tc.n_items is None else tc.n_items,
                                 "n_test": tc.n_test, "n_calib": tc.n_calib, "estimate": tc.estimate}
+        notes = [tc.fewer] if tc.fewer else []
+        if tc.estimate is None and "L1" in settings.levels and tc.n_calib < settings.evaluation.min_calib_items:
+            notes.append(l1_refused(tc.n_calib, settings.evaluation.min_calib_items))
+        if notes:
+            cell["notes"] = notes
         tok_dir = tokenizer_dir(settings, model, models_dir)
         tokenizer = checker = key = None
         missing = (["task data not fetched"] if tc.estimate is not None else []) + (["tokenizer not prepared"] if tok_dir is None else [])
@@ -304,6 +312,10 @@ def plan_text(plan: dict[str, Any]) -> str:
     at_most = next((c["at_most"] for c in plan["cells"] if c.get("at_most")), None)
     if at_most:
         lines += ["", f"<= at most: {at_most}"]
+    noted = {c["task"]: c["notes"] for c in plan["cells"] if c.get("notes")}
+    if noted:
+        lines += ["", "! fewer items than the config asks, or too few for L1 (the tables say so too):"] + [
+            f"  {task}: {note}" for task, notes in noted.items() for note in notes]
     estimates = {c["task"]: c["estimate"] for c in plan["cells"] if c["estimate"]}
     if estimates:
         lines += ["", "~ estimate:"] + [f"  {task}: {why}" for task, why in estimates.items()]

@@ -16,7 +16,7 @@ from typing import Any
 from anyjev.backends.vllm import ClientOptions
 from anyjev.config import cells, check_config_file, task_dataset
 from anyjev.data.declared import HubDataset, HubTaskDeclaration
-from anyjev.data.hub import FetchJob, configured, fetch_inputs
+from anyjev.data.hub import FetchJob, configured, fetch_content, fetch_inputs
 from anyjev.data.prepare import PrepareJob
 from anyjev.decision.options import PromptOptions
 from anyjev.errors import ConfigError
@@ -220,6 +220,11 @@ class Settings:
         """The files the fetch step of the data cached as DATASET reads here: a local folder's data files (Snakemake
         reruns the fetch when one is newer than the cache), none for a hub id."""
         return fetch_inputs(self.hub_datasets()[dataset])
+
+    def fetch_content(self, dataset: str) -> str:
+        """The content hash of the local folder cached as DATASET (the fetch rule's param: Snakemake fetches again when
+        it changes, whatever the files' times), empty for a hub id."""
+        return fetch_content(self.hub_datasets()[dataset])
 
     def viewer_job(self, *, models_dir: str, task_file: str, layout: CellLayout) -> ViewerJob:
         """What the viewer needs: the cells and levels, each model's tokenizer, each task's file (TASK_FILE: the rule's

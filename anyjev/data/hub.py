@@ -97,6 +97,13 @@ def fetch_inputs(ds: HubDataset) -> list[str]:
     return [str(p) for p in local_files(ds.dataset)] if ds.local else []
 
 
+def fetch_content(ds: HubDataset) -> str:
+    """What decides whether the fetch of DS must run again, beside its declaration: a local folder's content hash
+    (its file times do not: a folder restored with its older times, by ``cp -p``, ``tar`` or ``rsync -t``, is other
+    content all the same), empty for a hub id (pinned by its revision)."""
+    return local_content(ds.dataset)[0] if ds.local else ""
+
+
 def _prefetch_hint(name: str, cache_dir: Path) -> str:
     return (
         f"pre-fetch it on a machine with network (`snakemake --until fetch_hub_task` with the same config, or "

@@ -7,6 +7,7 @@ fetch step (:mod:`anyjev.data.hub`) writes the cache this builder reads.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,17 @@ def _field(row: dict, col: str, types: type | tuple[type, ...], path: Path, line
     return val
 
 
+def whole_number(value: Any) -> Any:
+    """VALUE with a float that is a whole number (0.0, 1.0: pandas' type for an integer column that has a missing value)
+    as the int it is; anything else as it is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def not_whole(value: float) -> str:
+    """Why a float label is no label id or option index: a missing value (NaN) or a fraction."""
+    return "a missing value (NaN)" if math.isnan(value) else "not a whole number"
+
+
 @dataclass(frozen=True)
 class _Row:
     """One hub row read for its label: the item id it would get, where it is, its label and the label's name."""
@@ -93,7 +105,10 @@ class _Labels:
 
     def read(self, split: str, index: int, path: Path, line: int, row: dict) -> _Row:
         d, names = self.d, self.names
-        value = _field(row, d.label_field, (int, str), path, line)
+        value = whole_number(_field(row, d.label_field, (int, str, float), path, line))
+        if isinstance(value, float):
+            raise TaskDataError(str(path), f"line {line}", f"label {value!r} (column {d.label_field!r}) is {not_whole(value)}, "
+                                "not a label id or name")
         if self.type is not None and type(value) is not self.type:
             kinds = {int: "label ids (integers)", str: "label names (strings)"}
             raise TaskDataError(str(path), f"line {line}", f"label {value!r} (column {d.label_field!r}): the rows before "

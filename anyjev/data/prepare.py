@@ -57,9 +57,18 @@ def build_task(job: PrepareJob) -> Task:
     return hub.build(job.dataset, Path(job.hub_cache) / job.dataset, revision=job.hub.revision, declared=job.hub)
 
 
+def items_source(job: PrepareJob) -> str:
+    """Where JOB's items come from, as a message names it: the task file, the hub dataset (or local folder), or the
+    built-in task."""
+    if job.source == "file":
+        return str(job.path)
+    return job.hub.dataset if job.hub is not None else f"<built-in task {job.dataset}>"
+
+
 def split_task(job: PrepareJob, task: Task) -> Task:
     """TASK split as JOB says (seeded), with the split recorded in its source."""
-    items = split_items(task.items, job.n_test, job.n_calib, seed=job.split_seed, allow_fewer=job.allow_fewer, label=job.name)
+    items = split_items(task.items, job.n_test, job.n_calib, seed=job.split_seed, allow_fewer=job.allow_fewer,
+                        label=items_source(job), task=job.name)
     source = dict(task.source) | {"split": {"n_test": job.n_test, "n_calib": job.n_calib, "seed": job.split_seed}}
     return Task(name=job.name, items=items, prior_group=task.prior_group, source=source)
 

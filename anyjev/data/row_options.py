@@ -19,7 +19,17 @@ from __future__ import annotations
 from typing import Any
 
 from anyjev.data.declared import HubTaskDeclaration, template_fields
-from anyjev.data.hub_items import CachedSplit, column_value, item_split, option_shown, row_question, row_state, row_who
+from anyjev.data.hub_items import (
+    CachedSplit,
+    column_value,
+    item_split,
+    not_whole,
+    option_shown,
+    row_question,
+    row_state,
+    row_who,
+    whole_number,
+)
 from anyjev.data.tasks import Item, option_line_break
 from anyjev.decision.questions import MAX_CHOICE_OPTIONS, choice
 from anyjev.errors import QuestionError, TaskDataError
@@ -51,6 +61,9 @@ def _gold(d: HubTaskDeclaration, row: dict, options: list[str]) -> int:
     k, how = len(options), d.gold_format
     value = _value(row, d, "label_field")
     if how == "index":
+        value = whole_number(value)
+        if isinstance(value, float):
+            raise _RowError("label_field", f"{value!r} is {not_whole(value)}, not an option index")
         digits = isinstance(value, str) and value.strip().isdigit()
         if isinstance(value, bool) or not (isinstance(value, int) or digits):
             raise _RowError("label_field", f"{value!r:.80} is not an option index (an integer, or a string of digits)")

@@ -19,6 +19,7 @@ def split_items(
     seed: int,
     allow_fewer: bool,
     label: str = "<items>",
+    task: str | None = None,
 ) -> list[Item]:
     """Deterministic test / calibration split, so every model is scored on the same items.
 
@@ -36,8 +37,9 @@ def split_items(
     * Some items carry a split and others do not: TaskDataError (ambiguous; naming the first such item).
 
     Returns the test items first, then the calibration items, each in visiting order. ``label`` names the
-    item source in error messages.
+    item source in error messages (a file, a dataset), TASK the configured task whose keys asked for the counts.
     """
+    keys = f"tasks.{task}." if task else ""
     if n_test < 0 or n_calib < 0:
         raise ValueError(f"n_test and n_calib must be >= 0, got {n_test}, {n_calib}")
     items = list(items)
@@ -56,7 +58,9 @@ def split_items(
             group = [it for it in visited if it.split == split]
             if len(group) < want and not allow_fewer:
                 raise TaskDataError(
-                    label, "split", f"only {len(group)} items are marked {split!r} but {want} were requested"
+                    label, "split", f"only {len(group)} items are marked {split!r}, fewer than "
+                    f"{keys}{'n_test' if split == 'test' else 'n_calib'} = {want}"
+                    + (f" (tasks.{task}.allow_fewer: true keeps them)" if task else "")
                 )
             out += group[:want]
         return out
@@ -64,7 +68,8 @@ def split_items(
     if n < want:
         if not allow_fewer:
             raise TaskDataError(
-                label, "split", f"{n} items, fewer than n_test + n_calib = {n_test} + {n_calib} (allow_fewer keeps the proportion)"
+                label, "split", f"{n} items, fewer than {keys}n_test + n_calib = {n_test} + {n_calib} "
+                f"({keys}allow_fewer: true keeps them all, in that proportion)"
             )
         t = n * n_test // want
         c = n - t
@@ -85,3 +90,12 @@ def missing_split(splits: Sequence[str | None], *, fits_temperature: bool) -> st
     if "test" not in splits:
         return "test"
     return "calib" if fits_temperature and "calib" not in splits else None
+
+
+def fewer_than_asked(task: str, n_test: int, n_calib: int, asked_test: int, asked_calib: int) -> str | None:
+    """What a reader of a cell must know when its split holds fewer items than the config asks (``allow_fewer``): the
+    counts, and the keys that asked for more. None when it holds what was asked."""
+    if n_test >= asked_test and n_calib >= asked_calib:
+        return None
+    return (f"{n_test} test and {n_calib} calibration items, fewer than the {asked_test} and {asked_calib} the config "
+            f"asks (tasks.{task}.n_test and n_calib; tasks.{task}.allow_fewer kept what there is)")

@@ -224,6 +224,17 @@ def jsonl_rows(path: Path) -> list[tuple[int, dict]]:
     return rows
 
 
+def item_splits(path: str | os.PathLike) -> tuple[dict, dict[str, str | None]]:
+    """A task file's header (empty without one) and each item's split by id, in file order, read without building
+    the items' questions: what a cell's scores are checked against before they are evaluated."""
+    p = Path(path)
+    if not p.is_file():
+        raise TaskDataError(str(p), "file", "task file not found")
+    rows = jsonl_rows(p)
+    header = rows[0][1] if rows and _is_header(rows[0][1]) else {}
+    return header, {str(obj.get("id")): obj.get("split") for _, obj in rows[1 if header else 0:]}
+
+
 def find_item_line(path: str | os.PathLike, item_id: str) -> int | None:
     """The line of ``path`` that holds item ``item_id`` (None when there is none or the file cannot be
     read): for messages about an item found wrong after loading."""

@@ -2,7 +2,7 @@
 two cells' values with the BCa interval of the paired difference.
 
 Both cells are resampled jointly: each bootstrap resample draws the same test and calibration items for both
-(:func:`anyjev.numbers.bootstrap.resample_index`; the rows each cell's own evaluation draws when both resample the same
+(:func:`anyjev.numbers.bootstrap.resample_rows`; the rows each cell's own evaluation draws when both resample the same
 splits, i.e. unless one was read with adaptive rotations and the other not), refits each cell's priors and L1's
 temperature on them (:func:`anyjev.numbers.evaluation.cell_replicates`), and the difference of the two metric values is
 one replicate; the jackknife leaves the same item out of both. The point of a difference is the difference of the two
@@ -62,7 +62,7 @@ def models_minus_models(cells: Sequence[list[KGroup]], options: EvaluationOption
     out = {}
     for i, j in itertools.combinations(range(len(cells)), 2):
         a, b = cells[i], cells[j]
-        with_l1 = with_calibration(a)
+        with_l1 = with_calibration(a, options)
         calib = [x or y for x, y in zip(calib_rows(a, with_l1), calib_rows(b, with_l1), strict=True)]
         ra, rb = replicates(i, calib), replicates(j, calib)
         out[(i, j)] = {name: {m: paired_difference(ra, name, rb, name, m, level) for m in METRICS}

@@ -3,9 +3,10 @@ raw with the interval of the difference, L1's temperatures and the answer mass, 
 count K (:class:`~anyjev.numbers.bootstrap.KGroup`).
 
 The interval carries the fit: every bootstrap resample redraws the test items and the calibration items (each split
-resampled within itself, and within each K), recomputes the test prior, the frozen calibration prior and L1's
-temperature from the redrawn items, and then every metric (:mod:`anyjev.numbers.bootstrap`). The interval is BCa
-(bias-corrected, with a stratified jackknife acceleration); where the point still falls outside its interval the
+from all of its items, whatever their K: a split's size is fixed by the design, its count of each K is not),
+recomputes the test prior, the frozen calibration prior and L1's temperature from the redrawn items, and then every
+metric (:mod:`anyjev.numbers.bootstrap`). The interval is BCa (bias-corrected, with the acceleration of a jackknife
+that leaves each item of each split out once); where the point still falls outside its interval the
 interval is widened to include it, and that is recorded. A difference (a level minus raw; one model minus another,
 :mod:`anyjev.numbers.compare`) is paired: its replicates are the differences of the two sides on the same resamples and
 the same jackknife rows. Reading a scored cell into K groups is the store's (:mod:`anyjev.run.records`); writing
@@ -28,20 +29,21 @@ from anyjev.numbers.bootstrap import (
     KGroup,
     calib_rows,
     cell_order,
-    identity_index,
-    jackknife_index,
+    identity_rows,
+    jackknife_rows,
     metric_replicates,
     replicates,
-    resample_index,
+    resample_rows,
 )
-from anyjev.numbers.levels import ALL_LEVELS, levels_resampled
+from anyjev.numbers.levels import ALL_LEVELS, resampled_calibration, resampled_test_levels
 from anyjev.numbers.metrics import METRICS, TIE_TOL, interval, jackknife_acceleration, metrics_batch
 from anyjev.numbers.options import EvaluationOptions
+from anyjev.numbers.priors import take_groups
 from anyjev.numbers.temperature import at_bound
 
 log = logging.getLogger(__name__)
 
-RESAMPLED = ("test and calibration items (each split resampled within itself, per option count K); "
+RESAMPLED = ("test and calibration items (each split resampled from all of its items, whatever their option count K); "
              "test prior, calibration prior and L1 temperature refit in every resample")
 BASELINE = "raw"  # the level every other level is compared with (level_minus_raw)
 
@@ -70,6 +72,7 @@ class Evaluation:
     n_calib: int
     k: int | str
     k_groups: list[dict[str, Any]]
+    notes: list[dict[str, str | None]]  # what a reader must know: {"level": the level it is about (None: the cell), "text"}
     levels: list[str]
     metrics: dict[str, dict[str, dict[str, Any]]]
     level_minus_raw: dict[str, dict[str, dict[str, Any]]]
@@ -114,25 +117,51 @@ class CellReplicates(MetricReplicates):
     boot_t: dict[str, np.ndarray]
 
 
-def with_calibration(groups: list[KGroup]) -> bool:
-    """Whether the cell has L1: calibration items in every K group."""
-    return all(g.inputs.n_calib > 0 for g in groups)
+def with_calibration(groups: list[KGroup], options: EvaluationOptions) -> bool:
+    """Whether the cell has L1: at least OPTIONS' ``min_calib_items`` calibration items, of any K (one temperature per
+    layout group is fitted on all of them; a K without calibration items of its own takes it)."""
+    return sum(g.inputs.n_calib for g in groups) >= options.min_calib_items
+
+
+def l1_notes(groups: list[KGroup], options: EvaluationOptions, n_calib_items: int) -> list[str]:
+    """What a reader of the cell's L1 must know, in words: why the cell has none, or which K take the temperature
+    fitted on the other K's calibration items. N_CALIB_ITEMS: the calibration items the cell holds (some may have a K
+    no test item has, and are not used)."""
+    n_calib = sum(g.inputs.n_calib for g in groups)
+    if not with_calibration(groups, options):
+        if not n_calib:
+            stray = f" ({n_calib_items} of another K than every test item's)" if n_calib_items else ""
+            return [f"no L1: no calibration items{stray} to fit its temperature on"]
+        return [l1_refused(n_calib, options.min_calib_items)]
+    pooled = [g for g in groups if not g.inputs.n_calib]
+    if not pooled:
+        return []
+    ks = ", ".join(str(g.k) for g in pooled)
+    n_test = sum(g.inputs.n_test for g in pooled)
+    return [f"L1 of K={ks} ({n_test} test item{'s' * (n_test != 1)}) takes the temperature fitted on the {n_calib} "
+            f"calibration items of the other K (none has K={ks}; their frozen prior is the uniform one)"]
+
+
+def l1_refused(n_calib: int, min_calib_items: int) -> str:
+    """Why a cell of N_CALIB calibration items has no L1 (fewer than MIN_CALIB_ITEMS)."""
+    return (f"no L1: {n_calib} calibration item{'s' * (n_calib != 1)}, fewer than evaluation.min_calib_items = "
+            f"{min_calib_items}")
 
 
 def cell_replicates(groups: list[KGroup], options: EvaluationOptions, calib: list[bool] | None = None) -> CellReplicates:
     """Every level and metric of the cell held in GROUPS at the point, on OPTIONS' bootstrap resamples and on the
     jackknife rows. CALIB marks the K groups whose calibration items are resampled (default: those whose levels use
     them); a comparison of two cells passes the same marks for both, so both are resampled on the same rows."""
-    with_l1 = with_calibration(groups)
+    with_l1 = with_calibration(groups, options)
     calib = calib_rows(groups, with_l1) if calib is None else calib
-    levels, gold, log_t = replicates(groups, identity_index(groups, calib), with_l1, options)
+    levels, gold, log_t = replicates(groups, identity_rows(groups, calib), with_l1, options)
     order = cell_order(groups)
     levels = {name: {g: v[:, order] for g, v in lv.items()} for name, lv in levels.items()}
     gold = gold[:, order]
     point = {name: {m: float(v[0]) for m, v in metrics_batch(lv["fwd"], gold, lv.get("rev")).items()}
              for name, lv in levels.items()}
-    boot, boot_t = metric_replicates(groups, resample_index(groups, calib, options), with_l1, options)
-    jack = [metric_replicates(groups, idx, with_l1, options)[0] for idx in jackknife_index(groups, calib)]
+    boot, boot_t = metric_replicates(groups, resample_rows(groups, calib, options), with_l1, options)
+    jack = [metric_replicates(groups, rows, with_l1, options)[0] for rows in jackknife_rows(groups, calib)]
     return CellReplicates(point=point, boot=boot, jack=jack, calib=tuple(calib), levels=levels, gold=gold, log_t=log_t,
                           boot_t=boot_t)
 
@@ -162,10 +191,10 @@ def evaluate(groups: list[KGroup], options: EvaluationOptions, *, ids: Sequence[
     if not groups:
         raise ValueError("no K group to evaluate")
     prior_source = "/".join(sorted({g.prior_source for g in groups}))
-    with_l1 = with_calibration(groups)
-    if n_calib_items and not with_l1:
-        missing = [g.k for g in groups if g.inputs.n_calib == 0]
-        log.warning("%s: no calibration items with K=%s, so no L1 for this cell", source, missing)
+    with_l1 = with_calibration(groups, options)
+    notes = l1_notes(groups, options, n_calib_items)
+    for note in notes:  # a cell without calibration items is one whose config asks for none
+        log.log(logging.WARNING if n_calib_items else logging.INFO, "%s: %s", source, note)
 
     cell = cell_replicates(groups, options)
     names = [name for name in ALL_LEVELS if name in cell.point]
@@ -192,6 +221,7 @@ def evaluate(groups: list[KGroup], options: EvaluationOptions, *, ids: Sequence[
         k=ks[0] if len(ks) == 1 else f"mixed ({ks[0]}-{ks[-1]})",
         k_groups=[{"k": g.k, "n": g.inputs.n_test, "n_calib": g.inputs.n_calib, "prior_source": g.prior_source}
                   for g in groups],
+        notes=[{"level": "L1", "text": note} for note in notes],
         levels=names,
         metrics=metrics,
         level_minus_raw=minus_raw,
@@ -250,22 +280,27 @@ class ItemLevels:
 def item_levels(groups: list[KGroup], options: EvaluationOptions, ids: Sequence[str]) -> ItemLevels:
     """Every level of every test item at the point (no bootstrap), by the code :func:`evaluate` uses for its point
     values, with the per-item priors and L1's temperature."""
-    with_l1 = with_calibration(groups)
-    idx = identity_index(groups, calib_rows(groups, with_l1))
-    levels, gold, log_t = replicates(groups, idx, with_l1, options)
+    with_l1 = with_calibration(groups, options)
+    marks = calib_rows(groups, with_l1)
+    levels, gold, log_t = replicates(groups, identity_rows(groups, marks), with_l1, options)
     order = cell_order(groups)
     n = len(ids)
     test_prior: dict[str, list] = {}
     l1_prior: dict[str, list] = {}
-    for grp, (it, ic) in zip(groups, idx, strict=True):
-        res = levels_resampled(grp.inputs, it, ic, options, fit=False, prior_source=grp.prior_source)
+    for grp, mark in zip(groups, marks, strict=True):
+        cal = (resampled_calibration(grp.inputs, np.arange(grp.inputs.n_calib)[None], options,
+                                     prior_source=grp.prior_source) if mark and grp.inputs.n_calib else None)
+        res = resampled_test_levels(grp.inputs, np.arange(grp.inputs.n_test)[None], options,
+                                    prior_source=grp.prior_source, calibration=None if cal is None else cal.frozen)
         for g, prior in res.test_prior.items():
             test_prior.setdefault(g, [None] * n)
             frozen = None
             if with_l1 and grp.prior_source == "content_free":
                 frozen = prior[0]
+            elif with_l1 and cal is None:  # no calibration items of this K: the uniform prior
+                frozen = np.full(prior[0].shape, 1.0 / grp.k)
             elif with_l1:
-                frozen = res.calib_prior[g][0][0][grp.inputs.test_gid]
+                frozen = take_groups(cal.frozen[g], grp.inputs.test_gid[None])[0]
             for j, pos in enumerate(grp.test_pos):
                 test_prior[g][pos] = prior[0, j]
                 if frozen is not None:

@@ -161,44 +161,61 @@ def _per_item(arr: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return arr if arr.ndim == 2 else arr[idx]
 
 
-def levels_resampled(inputs: LevelInputs, idx_test: np.ndarray, idx_calib: np.ndarray | None,
-                     options: EvaluationOptions, *, fit: bool = True, prior_source: str = "items") -> ResampledLevels:
-    """Every level for ``B`` resamples at once: rows of ``idx_test`` ``(B, n)`` / ``idx_calib`` ``(B, nc)``, under
-    OPTIONS' prior settings (``prior_strength``, ``prior_min_items``, and the running prior's batch size).
+@dataclass
+class CalibrationResampled:
+    """What the calibration items of ``B`` resamples give each layout group ``g``: ``prior[g]`` = (frozen prior, counts):
+    per prior group ``(B, G, S, K)`` with the counts ``(B, G)`` it was averaged over, or, under the content-free prior,
+    each calibration item's own ``(B, nc, S, K)`` (no counts); ``l0[g]`` the calibration items' L0 under it ``(B, nc, K)``;
+    ``frozen[g]``: the prior per prior group that the test items are corrected with for L1 (None under the content-free
+    prior: the test items' own probes)."""
 
-    Each resample refits everything that is fitted: the test prior (from the resampled test items, in their
-    original order), the frozen calibration prior and L1's temperature (from the resampled calibration
-    items). :func:`compute_levels` is the case ``B = 1`` with every index once, so point values and
-    bootstrap replicates come from one piece of code. Rows of ``idx_test`` should be sorted so that the
-    streaming prior sees items in their scored order. ``fit=False`` stops before the temperature (no L1;
-    ``calib_l0`` and ``frozen_l0`` are filled), for a caller that fits one T over several cells (mixed K);
-    without calibration items ``frozen_l0`` is L0 under the uniform prior (a group unseen in calibration).
-    ``prior_source="content_free"`` takes every prior (test, and L1's frozen one) from the content-free probes;
-    ``prior_source="calibration"`` corrects the test items with the calibration items' frozen prior (what an
-    adaptive cell's stopping rule used, :mod:`anyjev.run.adaptive`), so L0 equals ``frozen_l0``.
-    Where content-free priors are given, ``L0-cf`` is L0 under them.
-    """
-    if prior_source not in PRIOR_SOURCES:
-        raise ValueError(f"prior_source: must be one of {PRIOR_SOURCES}, got {prior_source!r}")
-    if prior_source == "content_free" and not inputs.cf:
-        raise ValueError("prior_source 'content_free': the cell has no content-free probes (score it with them)")
-    use_calib = bool(inputs.calib) and idx_calib is not None
-    if prior_source == "calibration" and not use_calib:
-        raise ValueError("prior_source 'calibration': needs calibration items (the frozen prior is theirs)")
+    prior: dict[str, tuple[np.ndarray, np.ndarray]]
+    l0: dict[str, np.ndarray]
+    frozen: dict[str, np.ndarray | None]
+
+
+def resampled_calibration(inputs: LevelInputs, idx_calib: np.ndarray, options: EvaluationOptions, *,
+                          prior_source: str = "items") -> CalibrationResampled:
+    """The frozen calibration prior and the calibration items' L0 of each resample, rows of ``idx_calib`` ``(B, nc)``
+    (``nc`` may be 0: every prior group then has fewer than ``prior_min_items`` items, so its prior is uniform)."""
+    out = CalibrationResampled(prior={}, l0={}, frozen={})
     n_groups = len(inputs.group_names)
+    cal_gid = inputs.calib_gid[idx_calib]
+    for g, cal in inputs.calib.items():
+        cal_orders = _per_item(inputs.calib_orders.get(g, inputs.orders[g]), idx_calib)
+        if prior_source == "content_free":
+            frozen, counts = inputs.calib_cf[g][idx_calib], np.zeros((0,))
+            cal_prior, out.frozen[g] = frozen, None
+        else:
+            frozen, counts = frozen_priors(np.exp(cal), inputs.calib_gid, idx_calib, n_groups, options.prior_min_items)
+            cal_prior, out.frozen[g] = take_groups(frozen, cal_gid), frozen
+        out.prior[g] = (frozen, counts)
+        out.l0[g] = marginalise_read(_option_space(correct(cal[idx_calib], cal_prior, options.prior_strength),
+                                                   cal_orders))
+    return out
+
+
+def resampled_test_levels(inputs: LevelInputs, idx_test: np.ndarray, options: EvaluationOptions, *,
+                          prior_source: str = "items", calibration: dict[str, np.ndarray | None] | None = None
+                          ) -> ResampledLevels:
+    """Every level but L1 of the test items of ``B`` resamples, rows of ``idx_test`` ``(B, n)``, and ``frozen_l0``: their
+    L0 under the frozen calibration prior CALIBRATION (:attr:`CalibrationResampled.frozen`, one row per resample; None:
+    no calibration items, so the uniform prior, as for a prior group with fewer than ``prior_min_items`` of them)."""
+    if prior_source == "calibration" and calibration is None:
+        raise ValueError("prior_source 'calibration': needs calibration items (the frozen prior is theirs)")
     levels: dict[str, dict[str, np.ndarray]] = {name: {} for name in ALL_LEVELS}
     out = ResampledLevels(levels=levels, log_t={}, test_prior={}, calib_prior={})
+    n_groups = len(inputs.group_names)
     gid_test = inputs.test_gid[idx_test]
     for g, lp in inputs.test.items():
         orders = _per_item(inputs.orders[g], idx_test)
         read = inputs.read.get(g)
         read_b = None if read is None else read[idx_test]
         cf = inputs.cf[g][idx_test] if g in inputs.cf else None
+        frozen = None if calibration is None else calibration[g]
         if prior_source == "content_free":
             prior = cf
         elif prior_source == "calibration":
-            frozen, _ = frozen_priors(np.exp(inputs.calib[g]), inputs.calib_gid, idx_calib, n_groups,
-                                      options.prior_min_items)
             prior = take_groups(frozen, gid_test)
         else:
             prior = running_prior(np.exp(lp), inputs.test_gid, idx_test, n_groups=n_groups,
@@ -215,34 +232,53 @@ def levels_resampled(inputs: LevelInputs, idx_test: np.ndarray, idx_calib: np.nd
         if cf is not None:
             levels[CF_LEVEL][g] = marginalise_read(_option_space(correct(lp_b, cf, options.prior_strength), orders),
                                                    read_b)
-        if use_calib:
-            cal = inputs.calib[g]
-            cal_orders = _per_item(inputs.calib_orders.get(g, inputs.orders[g]), idx_calib)
-            cal_gid = inputs.calib_gid[idx_calib]
-            if prior_source == "content_free":
-                frozen, counts = inputs.calib_cf[g][idx_calib], np.zeros((0,))
-                cal_prior, test_frozen = frozen, cf
-            else:
-                frozen, counts = frozen_priors(np.exp(cal), inputs.calib_gid, idx_calib, n_groups,
-                                               options.prior_min_items)
-                cal_prior, test_frozen = take_groups(frozen, cal_gid), take_groups(frozen, gid_test)
-            cal_l0 = marginalise_read(_option_space(correct(cal[idx_calib], cal_prior, options.prior_strength),
-                                                    cal_orders))
-            test_l0 = marginalise_read(_option_space(correct(lp_b, test_frozen, options.prior_strength), orders), read_b)
-            out.calib_prior[g] = (frozen, counts)
-            out.calib_l0[g] = cal_l0
-            if fit:
-                log_t = fit_log_temperature(cal_l0, inputs.calib_gold[idx_calib])
-                levels["L1"][g] = log_softmax(test_l0 / np.exp(log_t)[:, None, None])
-                out.log_t[g] = log_t
+        if calibration is None:
+            test_frozen = np.full(lp_b.shape, 1.0 / lp_b.shape[-1])
         else:
-            uniform = np.full(lp_b.shape, 1.0 / lp_b.shape[-1])
-            test_l0 = marginalise_read(_option_space(correct(lp_b, uniform, options.prior_strength), orders), read_b)
-        out.frozen_l0[g] = test_l0
-    if not (use_calib and fit):
-        del levels["L1"]
+            test_frozen = cf if prior_source == "content_free" else take_groups(frozen, gid_test)
+        out.frozen_l0[g] = marginalise_read(_option_space(correct(lp_b, test_frozen, options.prior_strength), orders),
+                                            read_b)
+    del levels["L1"]
     if not levels[CF_LEVEL]:
         del levels[CF_LEVEL]
+    return out
+
+
+def levels_resampled(inputs: LevelInputs, idx_test: np.ndarray, idx_calib: np.ndarray | None,
+                     options: EvaluationOptions, *, fit: bool = True, prior_source: str = "items") -> ResampledLevels:
+    """Every level for ``B`` resamples at once: rows of ``idx_test`` ``(B, n)`` / ``idx_calib`` ``(B, nc)``, under
+    OPTIONS' prior settings (``prior_strength``, ``prior_min_items``, and the running prior's batch size).
+
+    Each resample refits everything that is fitted: the test prior (from the resampled test items, in their
+    original order), the frozen calibration prior and L1's temperature (from the resampled calibration
+    items). :func:`compute_levels` is the case ``B = 1`` with every index once, so point values and
+    bootstrap replicates come from one piece of code. Rows of ``idx_test`` should be sorted so that the
+    streaming prior sees items in their scored order. ``fit=False`` stops before the temperature (no L1;
+    ``calib_l0`` and ``frozen_l0`` are filled), for a caller that fits one T over several cells (mixed K);
+    without calibration items ``frozen_l0`` is L0 under the uniform prior (a group unseen in calibration).
+    ``prior_source="content_free"`` takes every prior (test, and L1's frozen one) from the content-free probes;
+    ``prior_source="calibration"`` corrects the test items with the calibration items' frozen prior (what an
+    adaptive cell's stopping rule used, :mod:`anyjev.run.adaptive`), so L0 equals ``frozen_l0``.
+    Where content-free priors are given, ``L0-cf`` is L0 under them. The calibration half is
+    :func:`resampled_calibration`, the test half :func:`resampled_test_levels`.
+    """
+    if prior_source not in PRIOR_SOURCES:
+        raise ValueError(f"prior_source: must be one of {PRIOR_SOURCES}, got {prior_source!r}")
+    if prior_source == "content_free" and not inputs.cf:
+        raise ValueError("prior_source 'content_free': the cell has no content-free probes (score it with them)")
+    use_calib = bool(inputs.calib) and idx_calib is not None
+    cal = resampled_calibration(inputs, idx_calib, options, prior_source=prior_source) if use_calib else None
+    out = resampled_test_levels(inputs, idx_test, options, prior_source=prior_source,
+                                calibration=None if cal is None else cal.frozen)
+    if cal is not None:
+        out.calib_prior, out.calib_l0 = cal.prior, cal.l0
+        if fit:
+            out.levels["L1"] = {}
+            for g in inputs.test:
+                log_t = fit_log_temperature(cal.l0[g], inputs.calib_gold[idx_calib])
+                out.levels["L1"][g] = log_softmax(out.frozen_l0[g] / np.exp(log_t)[:, None, None])
+                out.log_t[g] = log_t
+            out.levels = {name: out.levels[name] for name in ALL_LEVELS if name in out.levels}
     return out
 
 

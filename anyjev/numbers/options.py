@@ -20,6 +20,7 @@ class EvaluationOptions:
     prior_batch_size: int | None = setting("evaluation", "prior_batch_size")
     n_boot: int = setting("evaluation", "n_boot")
     bootstrap_seed: int = setting("evaluation", "bootstrap_seed")
+    min_calib_items: int = setting("evaluation", "min_calib_items")
 
     def __post_init__(self) -> None:
         check_settings(self)

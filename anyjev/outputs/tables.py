@@ -86,6 +86,25 @@ def k_range(k: object) -> tuple[int, int] | None:
     return (min(nums), max(nums)) if nums else None
 
 
+def cell_notes(cell: Mapping, levels: Sequence[str]) -> list[str]:
+    """What a reader of a finished cell (its row of the run's cells frame) must know for a table of LEVELS: each note
+    of its evaluation about the cell, or about a level the table shows (metrics.json's ``notes``)."""
+    return [n["text"] for n in cell.get("notes") or () if n["level"] is None or n["level"] in levels]
+
+
+def run_notes(run: Run, levels: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(model, task, note) for each note of RUN's finished cells for a table of LEVELS (:func:`cell_notes`)."""
+    return [(c["model"], c["task"], note) for c in finished_cells(run) for note in cell_notes(c, levels)]
+
+
+def notes_markdown(rows: Sequence[tuple[str, str, str]]) -> str:
+    """ROWS of :func:`run_notes` as a Markdown table; empty without any."""
+    if not rows:
+        return ""
+    return ("\n**Read with these notes** (each cell's metrics.json):\n\n| model | task | note |\n|---|---|---|\n"
+            + "".join(f"| {m} | {t} | {_md_escape(note)} |\n" for m, t, note in rows))
+
+
 def finished_cells(run: Run) -> list[dict]:
     """The run's finished cells as rows of its cells frame, in the run's order."""
     return run.cells[run.cells["status"] == "done"].to_dict("records")
@@ -160,10 +179,13 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def summary_markdown(df: pd.DataFrame, cell: Mapping | None = None, failed: Failures | None = None) -> str:
-    """summary.md: the table, how its intervals were made (CELL: a row of the run's cells frame), the tie rates,
-    temperatures and answer masses, and the FAILED cells."""
+def summary_markdown(df: pd.DataFrame, cell: Mapping | None = None, failed: Failures | None = None, notes: str = "") -> str:
+    """summary.md: the table, the NOTES its cells' evaluations made for a reader (:func:`notes_markdown`), how its
+    intervals were made (CELL: a row of the run's cells frame), the tie rates, temperatures and answer masses, and the
+    FAILED cells."""
     lines = _markdown(df, ["model", "task", "level", "n", "K"], TABLE_METRICS)
+    if notes:
+        lines.append(notes.rstrip("\n"))
     note = (f"\nValues with their {interval_note(cell)}. ↑: higher is better, ↓: lower is better. "
             "flip: share of items whose answer changes when the option order is reversed (Yes/No: the phrasing "
             "swapped). cov@5%: share of items answerable at <= 5% error, most confident first.\n")
@@ -250,9 +272,11 @@ def _tex_value(v: float, lo: float, hi: float) -> str:
     return f"{v:.3f} {{\\scriptsize [{lo:.3f}, {hi:.3f}]}}"
 
 
-def summary_latex(df: pd.DataFrame, cell: Mapping | None = None, failed: Failures | None = None) -> str:
+def summary_latex(df: pd.DataFrame, cell: Mapping | None = None, failed: Failures | None = None,
+                  notes: Sequence[tuple[str, str, str]] = ()) -> str:
     """A plain ``tabular`` (no packages beyond LaTeX itself) with the same rows as summary.md, for
-    ``\\input`` in a paper; wrap it in ``\\resizebox`` or a ``table*`` where it is too wide."""
+    ``\\input`` in a paper; wrap it in ``\\resizebox`` or a ``table*`` where it is too wide. NOTES: (model, task,
+    note) that a reader must know, as comments after the table."""
     keys = ["model", "task", "level", "n", "K"]
     tex_arrow = {True: r"$\uparrow$", False: r"$\downarrow$"}
     heads = [tex_escape(k) for k in keys] + [f"{tex_escape(METRIC_TITLES[m])} {tex_arrow[HIGHER_IS_BETTER[m]]}" for m in TABLE_METRICS]
@@ -267,6 +291,7 @@ def summary_latex(df: pd.DataFrame, cell: Mapping | None = None, failed: Failure
         vals = [tex_escape(r[k]) for k in keys] + [_tex_value(r[m], r[f"{m}_lo"], r[f"{m}_hi"]) for m in TABLE_METRICS]
         lines.append(" & ".join(vals) + " \\\\")
     lines += ["\\hline", "\\end{tabular}"]
+    lines += [f"% {tex_escape(m)}/{tex_escape(t)}: {note}" for m, t, note in notes]  # a comment: the note as it is
     if failed:
         cells = ", ".join(f"{tex_escape(m)}/{tex_escape(t)}" for m, t in failed)
         lines.append(f"% {len(failed)} cell(s) failed and are not in this table: {cells}")
@@ -284,10 +309,11 @@ def write_summary(run: Run, levels: Sequence[str], csv_out: str, md_out: str, te
     df = summary_frame(run, levels)
     cells = finished_cells(run)
     first = cells[0] if cells else None
+    notes = run_notes(run, levels)
     write_text_atomic(csv_out, df.to_csv(index=False, float_format="%.6f"))
-    write_text_atomic(md_out, summary_markdown(df, first, run.failures))
+    write_text_atomic(md_out, summary_markdown(df, first, run.failures, notes_markdown(notes)))
     if tex_out:
-        write_text_atomic(tex_out, summary_latex(df, first, run.failures))
+        write_text_atomic(tex_out, summary_latex(df, first, run.failures, notes))
     return df
 
 

@@ -24,7 +24,7 @@ from anyjev.run.store import read_cell
 
 # What metrics.json holds (anyjev.run.evaluate.evaluate_cell) that a reader relies on, and its JSON type.
 METRICS_KEYS = {"n": int, "n_calib": int, "k": (int, str), "levels": list, "metrics": dict, "settings": dict,
-                "identity": dict}
+                "identity": dict, "notes": list}
 # Beside the EvaluationOptions it was made with, what metrics.json's settings record of how it was made.
 SETTINGS_KEYS = ("prior_source", "interval", "resampled")
 ITEM_KEYS = {"id": str, "gold": int, "group": str, "k": int, "labels": list, "question": str, "layouts": dict}
@@ -90,6 +90,9 @@ def load_metrics(path: str | os.PathLike) -> dict[str, Any]:
     for key in ("temperature", "answer_mass"):
         if key in data:
             _check_type(path, key, data[key], dict)
+    for i, note in enumerate(data["notes"]):
+        if not (isinstance(note, dict) and isinstance(note.get("text"), str) and isinstance(note.get("level"), str | None)):
+            raise FileFormatError(str(path), f"notes[{i}]", f"is {json.dumps(note)[:80]}, not a level and a text")
     return data
 
 

@@ -1,7 +1,7 @@
 """The tidy frames of a run's cells: one row per observation, the cell's ``model`` and ``task`` on every row.
 
-* :func:`cells_frame`: one row per cell, finished or failed (counts, K, settings, answer mass, L1's temperatures,
-  provenance essentials; the error line and log of a failed one);
+* :func:`cells_frame`: one row per cell, finished or failed (counts, K, settings, the notes its evaluation made for a
+  reader, answer mass, L1's temperatures, provenance essentials; the error line and log of a failed one);
 * :func:`metrics_frame`: one row per (cell, level, metric), with every field ``metrics.json`` holds for it;
 * :func:`level_differences_frame`: one row per (cell, level, metric): the level minus raw, with its paired interval;
 * :func:`predictions_frame`: ``predictions.csv``, one row per (cell, test item, level, layout group);
@@ -60,7 +60,7 @@ def cell_row(cell: Cell) -> dict[str, Any]:
                            "prompt_profile": (identity.get("prompt_profile") or {}).get("name"),
                            "prior_mode": settings["prior_mode"], "prior_source": settings["prior_source"],
                            "interval": settings["interval"], "n_boot": settings["n_boot"],
-                           "resampled": settings["resampled"]}
+                           "resampled": settings["resampled"], "notes": m["notes"]}
     if "answer_mass" in m:
         row |= flatten(m["answer_mass"], "answer_mass")
     for group, fit in (m.get("temperature") or {}).items():

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from anyjev.data.split import fewer_than_asked
+from anyjev.data.taskfile import item_splits
 from anyjev.decision.layouts import GROUPS
 from anyjev.errors import TaskDataError
 from anyjev.files import file_sha256, write_json_atomic, write_text_atomic
@@ -24,6 +26,7 @@ from anyjev.numbers.evaluation import RESAMPLED, Evaluation, ItemLevels, evaluat
 from anyjev.numbers.evaluation import item_levels as point_item_levels
 from anyjev.numbers.metrics import METRICS, TIE_TOL
 from anyjev.numbers.options import EvaluationOptions
+from anyjev.paths import SCORES, STAGED
 from anyjev.run.records import cell_groups
 from anyjev.run.replicates import replicates_for, write_replicates
 from anyjev.run.store import read_cell
@@ -84,13 +87,67 @@ def write_predictions(path: str | os.PathLike, evaluation: Evaluation) -> None:
     write_text_atomic(path, buf.getvalue())
 
 
+def scored_items_problem(records: list[dict], task_file: str, splits: dict[str, str | None]) -> str | None:
+    """How the item records of a cell's scores differ from the items of its task file TASK_FILE, each item's split by
+    id (SPLITS: every item of the task's test and calibration splits once, with its split, nothing else); None when
+    they do not."""
+    seen: dict[str, str | None] = {}
+    for rec in records:
+        rid = str(rec["id"])
+        if rid not in splits:
+            return f"item {rid!r} is not in {task_file}"
+        if rid in seen:
+            return f"item {rid!r} is scored twice"
+        if (rec.get("split") or "test") != (splits[rid] or "test"):
+            return f"item {rid!r} is scored as {rec.get('split')!r} where {task_file} has it as {splits[rid]!r}"
+        seen[rid] = rec.get("split")
+    missing = [rid for rid in splits if rid not in seen]
+    if not missing:
+        return None
+    n_calib = sum(split == "calib" for split in splits.values())
+    return (f"{len(records)} items where {task_file} has {len(splits)} ({len(splits) - n_calib} test + {n_calib} "
+            f"calibration); the first missing is {missing[0]!r} ({splits[missing[0]] or 'test'})")
+
+
+def check_scored_items(scores: str, records: list[dict], task_file: str, splits: dict[str, str | None]) -> None:
+    """Refuse a cell's scores SCORES (its item RECORDS) that do not hold every item of its task file TASK_FILE (each
+    item's split by id: SPLITS) once (:func:`scored_items_problem`), naming the way back: the staged copy a model's job
+    (``score_jobs: model``) keeps when it holds them all, else a rescore."""
+    problem = scored_items_problem(records, task_file, splits)
+    if problem is None:
+        return
+    staged = os.path.join(os.path.dirname(scores), STAGED, SCORES)
+    whole = False
+    if os.path.isfile(staged):
+        try:
+            whole = scored_items_problem(read_cell(staged)[1], task_file, splits) is None
+        except (TaskDataError, ValueError, KeyError):
+            whole = False
+    way = (f"its staged copy holds them all: cp {staged} {scores}, then run again" if whole else
+           f"rescore the cell: delete {scores} and run again (under score_jobs: model, delete {staged} and the "
+           f"model's record in allocations/ beside cells/ too)")
+    raise TaskDataError(scores, "items", f"{problem}: the scores were cut or made from another task file; {way}")
+
+
 def evaluate_cell(job: EvaluateJob, scores: str, metrics_out: str, predictions_out: str | None = None,
-                  replicates_out: str | None = None) -> dict:
+                  replicates_out: str | None = None, *, task_file: str | None = None) -> dict:
     """Evaluate the scores file SCORES; write ``metrics.json`` (and the predictions CSV, and the bootstrap replicates
     for the differences table: :mod:`anyjev.run.replicates`) atomically, ``metrics.json`` last: it marks the cell
-    finished."""
+    finished. With the cell's TASK_FILE (the workflow gives it), the scores are first checked to hold every item of the
+    task once (:func:`check_scored_items`), and a split holding fewer items than the config asked is noted."""
     identity, records, extras = read_cell(scores)
+    header: dict = {}
+    if task_file:
+        header, splits = item_splits(task_file)
+        check_scored_items(scores, records, task_file, splits)
+    asked = (header.get("origin") or {}).get("split") or {}
     evaluation = evaluate_records(records, job.evaluation, source=scores, extras=extras)
+    if "n_test" in asked and "n_calib" in asked:
+        n_calib = sum(r.get("split") == "calib" for r in records)
+        fewer = fewer_than_asked(header["task"], len(records) - n_calib, n_calib, asked["n_test"], asked["n_calib"])
+        if fewer:
+            log.warning("%s: %s", scores, fewer)
+            evaluation.notes.insert(0, {"level": None, "text": fewer})
     out = evaluation.to_json() | {"identity": identity, "metric_names": list(METRICS)}
     if replicates_out:
         write_replicates(replicates_out, evaluation.replicates, file_sha256(scores), job.evaluation)

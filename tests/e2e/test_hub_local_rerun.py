@@ -1,12 +1,14 @@
 """A declared dataset in a local folder, through the workflow's fetch and prepare rules (no server: `--until
 prepare_task`): fetched with no revision and pinned by content in the lock file; after an edit of one of its files,
-`snakemake -n` shows the fetch and the prepare step rerun because of that file, and the run reads the new content; a
-file touched without a change leaves the workflow up to date after one run."""
+`snakemake -n` shows the fetch and the prepare step rerun because of that file, and the run reads the new content; the
+folder restored as it was, its files' older times kept (`cp -p`), reruns them again because its content changed, and
+the run reads the restored content; a file touched without a change leaves the workflow up to date after one run."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -48,6 +50,9 @@ def test_a_local_folder_is_fetched_again_when_a_file_changes(tmp_path: Path) -> 
     assert meta["revision"] is None and lock["content_sha256"] == meta["local"]["content_sha256"]
     assert not {"fetch_hub_task", "prepare_task"} & set(planned(work)), "nothing to do once fetched and prepared"
 
+    kept = tmp_path / "kept"
+    shutil.copytree(folder, kept)  # copy2: the files' times are kept, as cp -p, tar and rsync -t keep them
+    states_before = (work / "resources/tasks/hs.jsonl").read_text()
     changed = [*HELLASWAG[:5], ("Raking leaves", "A man gathers leaves by the fence.", "he", *HELLASWAG[5][3:]), *HELLASWAG[6:]]
     hellaswag_repo(folder, changed)
     jobs = planned(work)
@@ -61,6 +66,17 @@ def test_a_local_folder_is_fetched_again_when_a_file_changes(tmp_path: Path) -> 
     after = json.loads((work / "resources/hub/hs/meta.json").read_text())["local"]["content_sha256"]
     assert after != meta["local"]["content_sha256"]
     assert yaml.safe_load((work / "resources/lock.yaml").read_text())["datasets"][task["hub"]["dataset"]]["content_sha256"] == after
+
+    # restored with its older times (older than the cache): no input is newer, but the content hash is a param
+    shutil.rmtree(folder)
+    shutil.copytree(kept, folder)
+    jobs = planned(work)
+    assert {"fetch_hub_task", "prepare_task"} <= set(jobs), jobs
+    assert "Params have changed" in jobs["fetch_hub_task"]["reason"], jobs["fetch_hub_task"]
+    snakemake(work)
+    assert (work / "resources/tasks/hs.jsonl").read_text() == states_before
+    after = json.loads((work / "resources/hub/hs/meta.json").read_text())["local"]["content_sha256"]
+    assert after == meta["local"]["content_sha256"]
 
     # touched, not changed: Snakemake compares a small input by its checksum and reruns nothing; a larger one by its
     # time, and the fetch then keeps its cache and makes it newer (tests/unit/test_hub_local.py). Either way one run

@@ -414,21 +414,26 @@ def test_a_run_with_a_failed_cell_shows_it_and_the_cells_that_finished(view, fai
     view.clean()
 
 
+def reference_page_with(run: dict, out: Path) -> Path:
+    """The reference run's page with RUN as its run data, written to OUT."""
+    from anyjev.outputs.viewer.encoding import safe_json
+
+    page_html = REFERENCE.read_text(encoding="utf-8")
+    marker = '<script type="application/json" id="anyjev-run">'
+    start = page_html.index(marker) + len(marker)
+    out.write_text(page_html[:start] + safe_json(run) + page_html[page_html.index("</script>", start):], encoding="utf-8")
+    return out
+
+
 def test_a_large_run_page_is_compact_and_builds_its_summary_table_when_opened(view, tmp_path) -> None:
     """Beyond 30 cells the run page is compact: one legend for the cards instead of a header in each, and the summary
     table built when the reader opens it (its rows are most of the page's elements, and memory); opened, it holds every
     cell's rows, each with the cell's own numbers."""
-    from anyjev.outputs.viewer.encoding import safe_json
-
     run = run_data(REFERENCE)
     models = [f"m{i:02d}" for i in range(11)]  # 11 models x 3 tasks = 33 cells, each a copy of a reference cell
     run["cells"] = [dict(c, model=m, key=f"{m}/{c['task']}") for m in models for c in run["cells"]]
     run["models"] = models
-    page_html = REFERENCE.read_text(encoding="utf-8")
-    marker = '<script type="application/json" id="anyjev-run">'
-    start = page_html.index(marker) + len(marker)
-    big = tmp_path / "index.html"
-    big.write_text(page_html[:start] + safe_json(run) + page_html[page_html.index("</script>", start):], encoding="utf-8")
+    big = reference_page_with(run, tmp_path / "index.html")
 
     view.open(REFERENCE, want="run")
     reference = {(r["cell"].split("/")[1], r["level"]): r["m"] for r in view.all("#summary tbody tr", SUMMARY_JS)}
@@ -444,6 +449,27 @@ def test_a_large_run_page_is_compact_and_builds_its_summary_table_when_opened(vi
     rows = view.all("#summary tbody tr", SUMMARY_JS)
     assert {(r["cell"], r["level"]): r["m"] for r in rows} == {
         (f"{m}/{task}", level): numbers for m in models for (task, level), numbers in reference.items()}
+    view.clean()
+
+
+def test_a_cells_notes_are_on_its_card_above_the_summary_and_on_its_page(view, tmp_path) -> None:
+    """What a cell's evaluation noted for its reader (here: L1 refused) is shown on its card, in the run page's notes
+    above the summary table and on the cell's page; the cells without notes show none."""
+    import shutil
+
+    note = "no L1: 5 calibration items, fewer than evaluation.min_calib_items = 8"
+    key = f"{MODEL}/rotten_tomatoes"
+    run = run_data(REFERENCE)
+    run["cells"] = [dict(c, notes=[note] if c["key"] == key else []) for c in run["cells"]]
+    folder = tmp_path / "viewer"
+    shutil.copytree(REFERENCE.parent, folder)
+    index = reference_page_with(run, folder / "index.html")
+
+    view.open(index, want="run")
+    assert view.all(".card .note", "els => els.map(e => [e.closest('.card').dataset.cell, e.textContent])") == [[key, note]]
+    assert " ".join(view.page.inner_text(f"#notes [data-cell='{key}']").split()) == f"{key}: {note}"
+    view.open(index, f"#/cell/{key}", want="cell")
+    assert view.all("#app .note", "els => els.map(e => e.textContent)") == [note]
     view.clean()
 
 

@@ -14,6 +14,7 @@ from anyjev.config import check_config_file, validate_config
 from anyjev.data.prepare import PrepareJob, prepare_task
 from anyjev.data.taskfile import load_task_file
 from anyjev.errors import ConfigError, TaskDataError
+from tests.conftest import QWEN3_TOKENIZER_DIR
 
 ITEMS = [{"id": f"q{i}", "state": f"State {i}.", "question": "Which colour?", "options": ["red", "green", "blue"],
           "gold": i % 3} for i in range(6)]
@@ -81,6 +82,23 @@ def test_a_url_models_tokenizer_folder_that_does_not_exist_is_named(tmp_path) ->
            "tasks": {"t": {"source": "builtin", "builtin": "mmlu"}}, "published": None}
     with pytest.raises(ConfigError, match=r"models.m.tokenizer: 'tokenizers/nope': no such folder"):
         validate_config(cfg, workdir=tmp_path)
+
+
+@pytest.mark.parametrize("second", ["http://127.0.0.1:8000", "http://localhost:8000/", "http://LocalHost:8000"])
+def test_two_url_models_on_one_server_are_refused_naming_both(second) -> None:
+    """Two url models that reach one server and served model would differ by +0.000 on every metric: refused at the
+    config check, naming both keys; the same server under another served name, or another port, is two models."""
+    tok = str(QWEN3_TOKENIZER_DIR)
+    first = {"source": "url", "url": "http://localhost:8000", "served_name": "qwen", "tokenizer": tok}
+    cfg = {"models": {"a": first, "b": first | {"url": second}},
+           "tasks": {"t": {"source": "builtin", "builtin": "mmlu"}}, "published": None}
+    with pytest.raises(ConfigError) as info:
+        validate_config(cfg)
+    assert info.value.key_path == "models.b.url" and "models.a" in str(info.value) and "'qwen'" in str(info.value)
+    validate_config(cfg | {"models": {"a": first, "b": first | {"url": second, "served_name": "other"}}})
+    validate_config(cfg | {"models": {"a": first, "b": first | {"url": "http://localhost:8001"}}})
+    unnamed = {"source": "url", "url": "http://localhost:8000", "tokenizer": tok}  # served names: the models' names
+    validate_config(cfg | {"models": {"a": unnamed, "b": unnamed}})
 
 
 def test_an_error_names_the_config_file_the_value_came_from(tmp_path, fault_seen) -> None:

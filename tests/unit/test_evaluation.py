@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -327,13 +328,162 @@ def test_mixed_k_uses_per_k_priors_and_pads() -> None:
         ev.metrics["L1"]["nll"]["value"])
 
 
-def test_mixed_k_without_calibration_for_one_k_drops_l1_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+# A TruthfulQA-mc1-like cell: K from 2 to 8, four of its seven K groups of one or two test items; the small groups'
+# position bias is strong, so the items that make or break "L0-perm minus raw" sit in strata a within-K bootstrap never
+# varies. (test items, calibration items) per K:
+MIXED_K = {2: (12, 6), 3: (2, 1), 4: (10, 5), 5: (1, 1), 6: (2, 1), 7: (1, 0), 8: (12, 6)}
+
+
+def mixed_k_records(seed: int = 11) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    test, calib = [], []
+    for k, (n_test, n_calib) in MIXED_K.items():
+        small = n_test <= 2
+        recs = make_records(rng, n_test, n_calib, k, id_prefix=f"k{k}-", bias=4.0 if small else 0.5,
+                            signal=0.5 if small else 2.0)
+        test += recs[:n_test]
+        calib += recs[n_test:]
+    order = np.random.default_rng(seed).permutation(len(test))  # K mixed through the file, as a seeded split leaves it
+    return [test[i] for i in order] + calib
+
+
+def test_mixed_k_intervals_match_a_direct_paired_bootstrap_over_items() -> None:
+    """The design fixes how many test items a cell has, not how many of each K: the engine's replicates of a
+    per-item statistic (raw NLL; L0-perm minus raw in NLL and accuracy, which refit nothing) must have the spread of a
+    direct paired bootstrap over all items, drawn here with another generator.
+
+    Tolerance, from Monte Carlo error alone (nothing tuned to this fixture): the log of a standard deviation estimated
+    from B draws has standard error sqrt((kappa - 1) / (4 B)) (kappa: the replicates' kurtosis), so two independent
+    estimates agree within 4 standard errors of their difference; an interval's bound is a quantile, whose standard
+    error is read off the draws' own order statistics (the distribution-free binomial window at +-1 sd), and two
+    widths agree within 4 standard errors of their difference. A bootstrap within K misses the spread of the small
+    groups and between the groups: here it is more than 10 standard errors narrower."""
+    from anyjev.numbers.metrics import interval, jackknife_acceleration, metric_values
+
+    n_boot = 4000
+    recs = mixed_k_records()
+    ev = evaluate_records(recs, EvaluationOptions(n_boot=n_boot))
+    assert ev.k == "mixed (2-8)" and ev.n == 40
+    test = [r for r in recs if r["split"] == "test"]
+    # per test item, what it adds to each statistic: levels that refit nothing are the item's own
+    gold = np.array([r["gold"] for r in test])
+    per_item = {}
+    for name in ("raw", "L0-perm"):
+        lp = ev.point[name]
+        per_item[name] = {"nll": -np.take_along_axis(lp["fwd"], gold[:, None], axis=1)[:, 0],
+                          "acc": np.array([metric_values(lp["fwd"][i:i + 1], gold[i:i + 1], lp["rev"][i:i + 1])["acc"]
+                                           for i in range(len(gold))])}
+    stats = {("metric", "raw", "nll"): per_item["raw"]["nll"],
+             ("minus_raw", "L0-perm", "nll"): per_item["L0-perm"]["nll"] - per_item["raw"]["nll"],
+             ("minus_raw", "L0-perm", "acc"): per_item["L0-perm"]["acc"] - per_item["raw"]["acc"]}
+    draws = np.random.default_rng(12345).integers(0, len(gold), size=(n_boot, len(gold)))
+    loo = np.array([np.delete(np.arange(len(gold)), i) for i in range(len(gold))])
+
+    def quantile_se(v: np.ndarray, q: float) -> float:
+        s = np.sort(v)
+        half = math.sqrt(len(v) * q * (1 - q))
+        return float(s[min(len(v) - 1, math.ceil(len(v) * q + half))] - s[max(0, math.floor(len(v) * q - half))]) / 2
+
+    for (kind, name, m), values in stats.items():
+        engine = ev.replicates.boot[name][m] - (ev.replicates.boot["raw"][m] if kind == "minus_raw" else 0.0)
+        direct = values[draws].mean(axis=1)
+        kurt = float(np.mean((direct - direct.mean()) ** 4) / direct.var() ** 2)
+        se = math.sqrt((kurt - 1) / 4 * (2 / n_boot))
+        assert abs(math.log(engine.std() / direct.std())) <= 4 * se, (name, m, engine.std(), direct.std(), se)
+        if m != "nll":
+            continue  # accuracy moves in steps of 1/40: its bounds jump, its spread is the comparison
+        got = ev.metrics[name][m] if kind == "metric" else ev.level_minus_raw[name][m]
+        lo, hi, _ = interval(float(values.mean()), direct, accel=jackknife_acceleration([values[loo].mean(axis=1)]))
+        q_lo, q_hi = float((direct < lo).mean()), float((direct < hi).mean())
+        se_width = math.sqrt(sum(quantile_se(v, q) ** 2 for v in (direct, engine) for q in (q_lo, q_hi)))
+        assert abs((got["hi"] - got["lo"]) - (hi - lo)) <= 4 * se_width, (name, m, got, (lo, hi), se_width)
+
+
+def test_mixed_k_resamples_are_the_levels_of_the_items_drawn() -> None:
+    """Each bootstrap row draws 40 test and 20 calibration items from all of them: the engine's levels for a row are
+    those of the drawn items, split by K and computed for each K alone (its own batch prior from the K's drawn test
+    items), a K drawn 0 times adding nothing."""
+    from anyjev.numbers.bootstrap import calib_rows, resample_rows
+    from anyjev.numbers.evaluation import with_calibration
+    from anyjev.run.records import cell_groups
+
+    options = EvaluationOptions()
+    recs = mixed_k_records()
+    cell = cell_groups(recs, None, options.prior_mode, "<mixed>")
+    ev = evaluate_records(recs, options)
+    rows = resample_rows(cell.groups, calib_rows(cell.groups, with_calibration(cell.groups, options)), options)
+    per_k = [[r for r in recs if r["split"] == "test" and r["k"] == g.k] for g in cell.groups]
+    flat = [r for recs_k in per_k for r in recs_k]  # the engine's order of the test items: K group after K group
+    counts = np.array([[sum(1 for i in row if flat[i]["k"] == g.k) for g in cell.groups] for row in rows.test])
+    assert (counts.sum(axis=1) == 40).all() and (counts == 0).any() and len({tuple(c) for c in counts}) > 1
+    for b in range(5):
+        drawn = [flat[i] for i in rows.test[b]]
+        nll = []
+        for g in cell.groups:
+            mine = [r for r in drawn if r["k"] == g.k]
+            if not mine:
+                continue
+            (fwd, of), (rev, orv) = arrays(mine, "fwd"), arrays(mine, "rev")
+            lv = compute_levels(fwd, rev, of, orv, [r["group"] for r in mine], options=options)
+            gold = np.array([r["gold"] for r in mine])
+            nll += list(-np.take_along_axis(lv["L0"]["fwd"], gold[:, None], axis=1)[:, 0])
+        assert ev.replicates.boot["L0"]["nll"][b] == pytest.approx(np.mean(nll), rel=1e-12)
+
+
+def test_equal_k_rows_are_those_of_a_bootstrap_within_the_split() -> None:
+    """With one K the rows are what they are for any split: the test draws, then the calibration draws, sorted (the
+    committed reference cells keep their numbers to the last bit)."""
+    from anyjev.numbers.bootstrap import calib_rows, jackknife_rows, resample_rows
+    from anyjev.run.records import cell_groups
+
+    options = EvaluationOptions()
+    groups = cell_groups(make_records(np.random.default_rng(3), 30, 20, 4), None, "batch", "<k4>").groups
+    rows = resample_rows(groups, calib_rows(groups, True), options)
+    draw = np.random.default_rng(options.bootstrap_seed)
+    np.testing.assert_array_equal(rows.test, np.sort(draw.integers(0, 30, size=(options.n_boot, 30)), axis=1))
+    np.testing.assert_array_equal(rows.calib, np.sort(draw.integers(0, 20, size=(options.n_boot, 20)), axis=1))
+    test_loo, calib_loo = jackknife_rows(groups, [True])
+    assert test_loo.test.shape == (30, 29) and (test_loo.calib == np.arange(20)).all()
+    assert calib_loo.calib.shape == (20, 19) and (calib_loo.test == np.arange(30)).all()
+
+
+def test_mixed_k_without_calibration_for_one_k_takes_the_temperature_of_the_others(caplog) -> None:
+    """A K with no calibration items keeps L1: its test items take the temperature fitted on the other K's calibration
+    items (their own frozen prior cannot be estimated: the uniform one), and metrics.json says which K."""
+    from anyjev.numbers.levels import marginalise
+    from anyjev.numbers.temperature import apply_temperature
+
     rng = np.random.default_rng(6)
-    recs = make_records(rng, 20, 10, 3) + make_records(rng, 10, 0, 2, id_prefix="b")
+    r3 = make_records(rng, 20, 10, 3)
+    r2 = make_records(rng, 10, 0, 2, id_prefix="b")
     with caplog.at_level(logging.WARNING, logger="anyjev.numbers.evaluation"):
-        ev = evaluate_records(recs)
-    assert "L1" not in ev.metrics and ev.k == "mixed (2-3)"
-    assert any("K=[2]" in r.getMessage() for r in caplog.records)
+        ev = evaluate_records(r3[:20] + r2 + r3[20:])
+    assert "L1" in ev.metrics and ev.k == "mixed (2-3)" and ev.n_calib == 10
+    assert ev.notes == [{"level": "L1", "text": "L1 of K=2 (10 test items) takes the temperature fitted on the 10 "
+                         "calibration items of the other K (none has K=2; their frozen prior is the uniform one)"}]
+    assert any("K=2" in r.getMessage() for r in caplog.records)
+    alone = evaluate_records(r3)  # the same calibration items: the same temperature
+    assert ev.temperature["fwd"]["T"] == pytest.approx(alone.temperature["fwd"]["T"], rel=1e-12)
+    fwd, _ = arrays(r2, "fwd")
+    opt = np.take_along_axis(fwd, np.argsort(cyclic(2), axis=-1)[None], axis=-1)  # position to option space
+    np.testing.assert_allclose(ev.point["L1"]["fwd"][20:, :2],
+                               apply_temperature(marginalise(opt), ev.temperature["fwd"]["T"]), atol=1e-7)
+    np.testing.assert_allclose(ev.point["L1"]["fwd"][:20], alone.point["L1"]["fwd"], atol=1e-12)
+    v = ev.metrics["L1"]["nll"]
+    assert v["lo"] <= v["value"] <= v["hi"]
+
+
+def test_l1_is_refused_below_the_minimum_of_calibration_items_and_says_why() -> None:
+    """One calibration item (a 30-item file task split 29 + 1 under allow_fewer) fits no L1 worth reporting: the cell
+    has none, and its notes say why, naming the setting; at the minimum it has L1 again."""
+    recs = make_records(np.random.default_rng(8), 29, 1, 4)
+    ev = evaluate_records(recs)
+    assert "L1" not in ev.metrics and not ev.temperature
+    assert ev.notes == [{"level": "L1", "text": "no L1: 1 calibration item, fewer than evaluation.min_calib_items = 8"}]
+    assert default("evaluation", "min_calib_items") == 8
+    assert "L1" in evaluate_records(recs, EvaluationOptions(min_calib_items=1)).metrics
+    none = evaluate_records(make_records(np.random.default_rng(8), 20, 0, 4))
+    assert none.notes == [{"level": "L1", "text": "no L1: no calibration items to fit its temperature on"}]
 
 
 # ------------------------------------------------------------------------------------ committed cell
@@ -356,6 +506,75 @@ def test_reference_cell_evaluates(tmp_path: Path) -> None:
     assert out["settings"]["resampled"].startswith("test and calibration items")
     header = (tmp_path / "pred.csv").read_text().splitlines()[0]
     assert header.endswith("n_top")
+
+
+def scored_cell(folder: Path, n_test: int, n_calib: int, *, asked: tuple[int, int] | None = None) -> tuple[Path, Path]:
+    """A cell as the workflow holds it: its task file (split as the prepare step writes it, with the counts the config
+    asked) and its scores, in a cell folder ``<results>/cells/m/t/``."""
+    from anyjev.data.taskfile import write_task_file
+    from anyjev.data.tasks import Item, Task
+    from anyjev.decision.questions import choice
+
+    recs = make_records(np.random.default_rng(4), n_test, n_calib, 3, id_prefix="q")
+    question = choice("Which?", ["a", "b", "c"])
+    items = [Item(id=r["id"], state="", question=question, gold=r["gold"], split=r["split"]) for r in recs]
+    n_asked, c_asked = asked or (n_test, n_calib)
+    task_file = folder / "tasks" / "t.jsonl"
+    write_task_file(Task(name="t", items=items, prior_group="task",
+                         source={"split": {"n_test": n_asked, "n_calib": c_asked, "seed": 0}}), task_file)
+    scores = folder / "results" / "cells" / "m" / "t" / "scores.jsonl"
+    scores.parent.mkdir(parents=True)
+    write_scores(scores, {"model": "m", "task": "t"}, recs)
+    return task_file, scores
+
+
+def test_a_cut_scores_file_is_refused_by_name_with_the_way_back(tmp_path: Path) -> None:
+    """scores.jsonl cut at a line boundary (`head -n 51`: the header and 50 of 120 items) is not evaluated on what is
+    left: one line names the file, the counts and the first missing item, and the way back; a whole staged copy is
+    named as that way."""
+    import subprocess
+    import sys
+
+    task_file, scores = scored_cell(tmp_path, 100, 20)
+    whole = scores.read_text()
+    scores.write_text("".join(whole.splitlines(keepends=True)[:51]))  # head -n 51
+    job = EvaluateJob().to_file(tmp_path / "jobs")
+    argv = [sys.executable, "-m", "anyjev", "evaluate", "--job", str(job), "--scores", str(scores), "--task-file",
+            str(task_file), "--out", str(tmp_path / "metrics.json")]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith(f"anyjev evaluate: TaskDataError: {scores}:items: 50 items where {task_file} has 120 (100 test + 20 "
+                               "calibration); the first missing is 'q50' (test)"), lines[0]
+    assert f"rescore the cell: delete {scores} and run again" in lines[0]
+    assert not (tmp_path / "metrics.json").exists()
+    staged = scores.parent / "staged" / "scores.jsonl"
+    staged.parent.mkdir()
+    staged.write_text(whole)
+    with pytest.raises(TaskDataError, match=f"its staged copy holds them all: cp {staged} {scores}"):
+        evaluate_cell(EvaluateJob(), str(scores), str(tmp_path / "metrics.json"), task_file=str(task_file))
+    staged.write_text(whole.replace('"id":"q7"', '"id":"x7"'))  # an item not in the task
+    with pytest.raises(TaskDataError, match="rescore the cell"):
+        evaluate_cell(EvaluateJob(), str(scores), str(tmp_path / "metrics.json"), task_file=str(task_file))
+    scores.write_text(whole.replace('"id":"q7"', '"id":"x7"'))
+    with pytest.raises(TaskDataError, match=f"item 'x7' is not in {task_file}"):
+        evaluate_cell(EvaluateJob(), str(scores), str(tmp_path / "metrics.json"), task_file=str(task_file))
+    scores.write_text(whole)
+    out = evaluate_cell(EvaluateJob(), str(scores), str(tmp_path / "metrics.json"), task_file=str(task_file))
+    assert (out["n"], out["n_calib"], out["notes"]) == (100, 20, [])
+
+
+def test_a_cell_with_fewer_items_than_its_config_asked_says_so(tmp_path: Path) -> None:
+    """A 30-item file task under `n_test: 500, n_calib: 10` (allow_fewer: 29 + 1): metrics.json notes the counts
+    and the keys that asked for more, and that L1 on one calibration item is refused."""
+    task_file, scores = scored_cell(tmp_path, 29, 1, asked=(500, 10))
+    out = evaluate_cell(EvaluateJob(), str(scores), str(tmp_path / "metrics.json"), task_file=str(task_file))
+    assert out["notes"] == [
+        {"level": None, "text": "29 test and 1 calibration items, fewer than the 500 and 10 the config asks "
+                                "(tasks.t.n_test and n_calib; tasks.t.allow_fewer kept what there is)"},
+        {"level": "L1", "text": "no L1: 1 calibration item, fewer than evaluation.min_calib_items = 8"}]
+    assert json.loads((tmp_path / "metrics.json").read_text())["notes"] == out["notes"]
 
 
 def test_answer_mass_is_summarised_per_cell_with_an_interval() -> None:

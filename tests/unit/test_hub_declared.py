@@ -121,7 +121,8 @@ def test_a_string_label_dataset_from_two_splits(offline, tmp_path: Path) -> None
     assert (lock["revision"], lock["commit"], lock["config"]) == ("v1", OFFLINE_COMMIT, "en")
     # asking for more calibration items than the validation split has is refused (allow_fewer: false)
     more = Settings.from_config(config({"spam": copy.deepcopy(SPAM_TASK) | {"n_calib": 5}}))
-    with pytest.raises(TaskDataError, match="only 4 items are marked 'calib' but 5 were requested"):
+    with pytest.raises(TaskDataError, match=r"someone/spam:split: only 4 items are marked 'calib', fewer than tasks\.spam\.n_calib = 5 "
+                       r"\(tasks\.spam\.allow_fewer: true keeps them\)"):
         prepare_task(more.prepare_job("spam", hub_cache="resources/hub"), "x.jsonl")
 
 
@@ -218,6 +219,20 @@ def test_label_names_and_readable_options(tmp_path: Path) -> None:
     many = [{"text": "x", "label": i} for i in range(30)]
     with pytest.raises(TaskDataError, match="30 labels, but a choice question has 2 to 26 options: set keep_most_frequent"):
         build(tmp_path / "many", declared(), {"test": many}, {"label": [f"l{i}" for i in range(30)]})
+
+
+def test_a_float_label_column_reads_whole_numbers_and_names_the_row_that_is_not_one(tmp_path: Path) -> None:
+    """pandas stores an integer column with a missing value as floats: 0.0 and 1.0 are the label ids 0 and 1, and a
+    NaN (or a fraction) is named at its own row, not at the first row of the column."""
+    names = ["neg", "pos"]
+    rows = [{"text": "a", "label": 1.0}, {"text": "b", "label": 0.0}, {"text": "c", "label": 1}]
+    assert [it.gold for it in build(tmp_path / "whole", declared(label_names=names), {"test": rows}).items] == [1, 0, 1]
+    for name, value, why in (("nan", float("nan"), "a missing value (NaN)"), ("half", 0.5, "not a whole number")):
+        bad = [*rows, {"text": "d", "label": value}]
+        with pytest.raises(TaskDataError) as info:
+            build(tmp_path / name, declared(label_names=names), {"test": bad})
+        assert str(info.value) == (f"{tmp_path / name / 't' / 'test.jsonl'}:line 4: label {value!r} (column 'label') is "
+                                   f"{why}, not a label id or name")
 
 
 def test_yes_and_no_labels(tmp_path: Path) -> None:

@@ -177,6 +177,15 @@ def test_a_wrong_path_or_gold_names_the_task_the_key_and_the_row(tmp_path: Path)
     one_line_error(tmp_path / "k", declared(), [{"q": "Which?", "opts": ["a", "b"], "gold": True}], "hub.label_field", "True")
 
 
+def test_a_float_gold_column_reads_whole_numbers_as_indices_and_names_the_row_that_is_not_one(tmp_path: Path) -> None:
+    rows = [{"q": "Which?", "opts": ["a", "b", "c"], "gold": 2.0}, {"q": "Or?", "opts": ["a", "b"], "gold": 0.0}]
+    assert golds(build(tmp_path / "whole", declared(), rows)) == ["c", "a"]
+    one_line_error(tmp_path / "nan", declared(), [*rows, {"q": "W?", "opts": ["a", "b"], "gold": float("nan")}],
+                   "test.jsonl:line 3", "row test-2", "hub.label_field", "nan is a missing value (NaN), not an option index")
+    one_line_error(tmp_path / "half", declared(), [*rows, {"q": "W?", "opts": ["a", "b"], "gold": 1.5}],
+                   "test.jsonl:line 3", "row test-2", "1.5 is not a whole number, not an option index")
+
+
 def test_rows_whose_options_cannot_be_a_question(tmp_path: Path) -> None:
     rows = [{"q": "Fine?", "opts": ["a", "b"], "gold": 0}, {"q": "Twice?", "opts": ["a", "a"], "gold": 0},
             {"q": "Broken?", "opts": ["a", "b\nc"], "gold": 0}, {"q": "One?", "opts": ["a"], "gold": 0},

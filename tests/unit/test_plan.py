@@ -143,6 +143,43 @@ def test_plan_says_when_the_tokenizer_is_not_prepared(tmp_path: Path, monkeypatc
     assert cell["tokens_note"] == "tokenizer not prepared"
 
 
+def test_plan_says_when_a_cell_holds_fewer_items_than_asked_and_l1_would_be_refused(tmp_path: Path, monkeypatch) -> None:
+    """A 30-item file task under `n_test: 500, n_calib: 10`: allow_fewer splits it 29 + 1, which the plan says (the
+    counts and the keys), with L1 refused on one calibration item; under allow_fewer: false the prepare step's one
+    line names the file and the keys."""
+    from anyjev.data.prepare import prepare_task
+    from anyjev.errors import TaskDataError
+    from anyjev.plan import plan_text
+
+    monkeypatch.chdir(tmp_path)
+    rows = [{"id": f"q{i}", "state": f"case {i}", "question": "Which colour?", "kind": "choice",
+             "options": ["red", "green", "blue"], "gold": i % 3} for i in range(30)]
+    Path("t_bigs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = {"source": "file", "path": "t_bigs.jsonl", "n_test": 500, "n_calib": 10}
+    config = write_config(tmp_path / "c.yaml", {"h": {"source": "hub", "repo": "org/m", "revision": "main"}},
+                          {"t_bigs": task})
+    plan = plan_of(config)
+    [cell] = plan["cells"]
+    assert (cell["n_test"], cell["n_calib"]) == (29, 1)
+    assert cell["notes"] == ["29 test and 1 calibration items, fewer than the 500 and 10 the config asks "
+                             "(tasks.t_bigs.n_test and n_calib; tasks.t_bigs.allow_fewer kept what there is)",
+                             "no L1: 1 calibration item, fewer than evaluation.min_calib_items = 8"]
+    text = plan_text(plan)
+    assert "! fewer items than the config asks, or too few for L1" in text and "  t_bigs: no L1: 1 calibration" in text
+    strict = Settings.load(write_config(tmp_path / "strict.yaml", {"h": {"source": "hub", "repo": "org/m", "revision": "main"}},
+                                        {"t_bigs": task | {"allow_fewer": False}}))
+    try:
+        prepare_task(strict.prepare_job("t_bigs", hub_cache="resources/hub"), "out.jsonl")
+    except TaskDataError as exc:
+        assert str(exc) == ("t_bigs.jsonl:split: 30 items, fewer than tasks.t_bigs.n_test + n_calib = 500 + 10 "
+                            "(tasks.t_bigs.allow_fewer: true keeps them all, in that proportion)")
+    else:
+        raise AssertionError("allow_fewer: false took 30 items for 510")
+    full = write_config(tmp_path / "full.yaml", {"h": {"source": "hub", "repo": "org/m", "revision": "main"}},
+                        {"t_bigs": task | {"n_test": 20, "n_calib": 10}})
+    assert "notes" not in plan_of(full)["cells"][0]
+
+
 def _mixed_task_plan(tmp_path: Path, monkeypatch) -> tuple[dict, dict, dict]:
     """A url model on the Qwen3 tokenizer and the mixed task file in TMP_PATH, and the plan of its plain cell."""
     monkeypatch.chdir(tmp_path)

@@ -55,7 +55,7 @@ def test_the_cells_frame_is_each_cells_metrics_and_provenance(run) -> None:
         want = {"status": "done", "n": m["n"], "n_calib": m["n_calib"], "K": m["k"], "levels": ",".join(m["levels"]),
                 "prompt_profile": m["identity"]["prompt_profile"]["name"], "prior_mode": m["settings"]["prior_mode"],
                 "prior_source": m["settings"]["prior_source"], "interval": m["settings"]["interval"],
-                "n_boot": m["settings"]["n_boot"], "resampled": m["settings"]["resampled"],
+                "n_boot": m["settings"]["n_boot"], "resampled": m["settings"]["resampled"], "notes": m["notes"],
                 "task_sha256": m["identity"]["task_sha256"], "served_model": m["identity"]["model"]["served_name"],
                 "vllm_version": prov["vllm_version"], "git_commit": prov["git"]["commit"], "git_dirty": prov["git"]["dirty"],
                 "started": prov["started"], "finished": prov["finished"], "seconds": prov["seconds"],

@@ -186,6 +186,31 @@ def test_a_prompt_that_is_not_the_scored_one_is_refused(tmp_path, tasks, smollm2
         write_viewer(job, tmp_path / "viewer", tokenizers={MODEL: smollm2_tokenizer})
 
 
+def test_a_cells_notes_are_shown_by_the_viewer_and_the_tables(tmp_path, tasks, smollm2_tokenizer) -> None:
+    """A cell whose evaluation refused L1 (here: fewer calibration items than evaluation.min_calib_items asks) says why
+    on its card and cell page, in the run page's notes, in summary.md and as a comment of summary.tex; a table that
+    does not show L1 leaves that note out."""
+    from anyjev.outputs.tables import write_summary
+    from anyjev.results import read_cells
+    from anyjev.run.evaluate import EvaluateJob, evaluate_cell
+
+    job = one_cell(tmp_path, tasks)
+    cell = tmp_path / "results" / "cells" / MODEL / "rotten_tomatoes"
+    evaluate_cell(EvaluateJob(EvaluationOptions(min_calib_items=100)), str(cell / "scores.jsonl"), str(cell / "metrics.json"),
+                  str(cell / "predictions.csv"), task_file=tasks["rotten_tomatoes"])
+    note = "no L1: 60 calibration items, fewer than evaluation.min_calib_items = 100"
+    index = write_viewer(job, tmp_path / "viewer", tokenizers={MODEL: smollm2_tokenizer})
+    [data] = run_data(index)["cells"]
+    assert data["notes"] == [note] and "L1" not in data["levels"]
+    out = {ext: tmp_path / f"summary.{ext}" for ext in ("csv", "md", "tex")}
+    write_summary(read_cells([cell]), job.levels, out["csv"], out["md"], out["tex"])
+    assert f"**Read with these notes** (each cell's metrics.json):\n\n| model | task | note |\n|---|---|---|\n| {MODEL} | " \
+           f"rotten_tomatoes | {note} |" in out["md"].read_text()
+    assert f"% {MODEL}/rotten\\_tomatoes: {note}" in out["tex"].read_text()
+    write_summary(read_cells([cell]), ["raw", "L0"], out["csv"], out["md"], out["tex"])
+    assert "notes" not in out["md"].read_text() and note not in out["tex"].read_text()
+
+
 # ------------------------------------------------------------------------------------------- failed cells
 def test_a_failed_cell_is_shown_with_its_error_line_and_log(tmp_path, tasks, smollm2_tokenizer) -> None:
     job = failed_run(tmp_path, tasks)

@@ -209,6 +209,12 @@ def local_dataset_files(wildcards):
     return SETTINGS.fetch_inputs(wildcards.dataset)
 
 
+def local_dataset_content(wildcards):
+    """A local dataset folder's content hash (empty for a hub id): a param of the fetch, so that a folder restored with
+    its files' older times (cp -p, tar, rsync -t) is fetched again all the same."""
+    return SETTINGS.fetch_content(wildcards.dataset)
+
+
 def task_inputs(wildcards):
     """What a task is built from: the user's task file, a hub task's fetched data, or nothing (a built-in task)."""
     task = SETTINGS.tasks[wildcards.task]

@@ -84,6 +84,7 @@ else:
 rule evaluate_cell:
     input:
         scores=rules.score_cell.output.scores,
+        task=rules.prepare_task.output.task_file,
     output:
         metrics=PATHS.cell_file(METRICS),
         predictions=PATHS.cell_file(PREDICTIONS),
@@ -107,7 +108,7 @@ rule evaluate_cell:
         reliability_job=lambda wc: job_file(reliability_job(wc.model, wc.task)),
     shell:
         "python -m anyjev.run.forkserver --owner-pid $PPID -- evaluate --job {params.job:q} --scores {input.scores:q} "
-        "--out {output.metrics:q} --predictions {output.predictions:q} --replicates {output.replicates:q} "
+        "--task-file {input.task:q} --out {output.metrics:q} --predictions {output.predictions:q} --replicates {output.replicates:q} "
         "> {log.evaluate:q} 2>&1 && "
         "python -m anyjev.run.forkserver --owner-pid $PPID -- reliability-plot --job {params.reliability_job:q} "
         "--png {output.png:q} --pdf {output.pdf:q} > {log.reliability:q} 2>&1"

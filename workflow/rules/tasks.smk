@@ -1,5 +1,5 @@
 # Task data: built-in offline tasks, hub tasks (published or declared in the config: fetched once, at the declared
-# revision; a declared local folder again whenever one of its files changes), or the user's JSONL files, each split
+# revision; a declared local folder again whenever its content changes), or the user's JSONL files, each split
 # (seeded) into test and calibration items and written as a JSONL task file.
 
 
@@ -18,6 +18,8 @@ rule fetch_hub_task:
         # The declared dataset, splits and revision, and the run's lock (the lock record, or the config's `lock:`, which pins).
         job=lambda wc: job_file(SETTINGS.fetch_job(wc.dataset, lock_record=PATHS.lock_record)),
         out=lambda wc, output: os.path.dirname(output.meta),
+        # a local folder's content hash: what its files hold decides a rerun, not their times
+        content=local_dataset_content,
     shell:
         "python -m anyjev fetch-task --job {params.job:q} --out {params.out:q} > {log:q} 2>&1"
 

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from anyjev.decision.layouts import GROUPS
-from anyjev.outputs.tables import METRIC_TITLES, TABLE_METRICS, arrow, interval_note
+from anyjev.outputs.tables import METRIC_TITLES, TABLE_METRICS, arrow, cell_notes, interval_note
 from anyjev.outputs.viewer.encoding import num
 from anyjev.results import Run
 
@@ -21,8 +21,9 @@ def _text(v: object) -> str | None:
     return None if v is None or pd.isna(v) else str(v)
 
 
-def cell_summary(row: dict[str, Any], table: pd.DataFrame) -> dict:
-    """A finished cell's card and summary rows: ROW is its row of the cells frame, TABLE its summary-table rows."""
+def cell_summary(row: dict[str, Any], table: pd.DataFrame, levels: Sequence[str]) -> dict:
+    """A finished cell's card and summary rows: ROW is its row of the cells frame, TABLE its summary-table rows, LEVELS
+    those the viewer shows (its notes about other levels are left out)."""
     metrics = {}
     for r in table.to_dict("records"):
         metrics[r["level"]] = {m: [num(r[m]), num(r[f"{m}_lo"]), num(r[f"{m}_hi"])] for m in TABLE_METRICS}
@@ -33,7 +34,7 @@ def cell_summary(row: dict[str, Any], table: pd.DataFrame) -> dict:
     model, task = row["model"], row["task"]
     return {"model": model, "task": task, "key": f"{model}/{task}", "status": "done", "n": int(row["n"]),
             "n_calib": int(row["n_calib"]), "k": row["K"], "levels": list(metrics), "metrics": metrics,
-            "temperature": temperature,
+            "temperature": temperature, "notes": cell_notes(row, levels),
             "answer_mass": None if mass is None else [mass, num(row["answer_mass_lo"]), num(row["answer_mass_hi"])],
             "prior": f"{row['prior_mode']} ({row['prior_source']})", "interval": interval_note(row),
             "finished": _text(row.get("finished")), "prompt_profile": _text(row.get("prompt_profile")),
@@ -46,7 +47,7 @@ def run_page(run: Run, levels: Sequence[str], summary: pd.DataFrame) -> dict:
     for row in run.cells.to_dict("records"):
         model, task = row["model"], row["task"]
         if row["status"] == "done":
-            cells.append(cell_summary(row, summary[(summary["model"] == model) & (summary["task"] == task)]))
+            cells.append(cell_summary(row, summary[(summary["model"] == model) & (summary["task"] == task)], levels))
         else:
             cells.append({"model": model, "task": task, "key": f"{model}/{task}", "status": "failed", "error": row["error"],
                           "log": row["log"]})

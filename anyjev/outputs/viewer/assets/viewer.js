@@ -103,6 +103,11 @@
     return Object.keys(t).map((g) => `${g} ${fmtT(t[g].T)}${t[g].at_bound ? " (at bound)" : ""}`).join(", ") || "–";
   }
 
+  // What a reader of a cell must know (its evaluation's notes: fewer items than asked, L1 refused or pooled over K).
+  function notesHtml(c) {
+    return (c.notes || []).map((n) => `<div class="note">${esc(n)}</div>`).join("");
+  }
+
   const CARD_HEAD = '<thead><tr><th>level</th><th class="num">acc ↑</th><th class="num">NLL ↓</th><th class="num">ECE ↓</th>' +
     '<th class="num">flip ↓</th></tr></thead>';
 
@@ -121,7 +126,7 @@
     }).join("");
     return `<td><div class="card" data-cell="${esc(c.key)}"><h3><a href="${cellHash(c.key)}">${esc(c.model)} / ${esc(c.task)}</a></h3>` +
       `<div class="small muted">n = ${c.n} test items, K = ${esc(c.k)}; T (L1) ${esc(tText(c))}; answer mass ${c.answer_mass ? fmt(c.answer_mass[0]) : "–"}</div>` +
-      `<table>${compact ? "" : CARD_HEAD}<tbody>${rows}</tbody></table></div></td>`;
+      notesHtml(c) + `<table>${compact ? "" : CARD_HEAD}<tbody>${rows}</tbody></table></div></td>`;
   }
 
   // A run of more cells gets a compact run page: one legend for its cards instead of a header in each, and its summary
@@ -154,6 +159,9 @@
         (i === 0 && c.answer_mass ? metricCell(c.answer_mass).replace("<td", '<td data-metric="answer_mass"') : '<td data-metric="answer_mass"></td>') +
         "</tr>";
     }).join("")).join("");
+    const noted = doneCells.filter((c) => (c.notes || []).length);
+    const notes = noted.length ? `<div class="notes" id="notes"><b>Read with these notes</b> (each cell's metrics.json):` +
+      noted.map((c) => `<div data-cell="${esc(c.key)}">${esc(c.key)}: ${c.notes.map(esc).join("; ")}</div>`).join("") + "</div>" : "";
     const table = () => `<table class="summary" id="summary"><thead>${head}</thead><tbody>${body()}</tbody></table>`;
     const rows = doneCells.reduce((n, c) => n + c.levels.length, 0);
     const note = doneCells.length ? doneCells[0].interval : "";
@@ -165,7 +173,7 @@
       (large ? `<p class="muted small">Each card lists, per level: acc ↑, NLL ↓, ECE ↓, flip ↓.</p>` : "") +
       `<div class="scroll">${grid}</div>` +
       `<h2>Summary table</h2><p class="muted small">The numbers of results/tables/summary.csv, from each cell's metrics.json: ` +
-      `values with their ${esc(note)}. ↑ higher is better, ↓ lower is better; ties: share of test items with a tied top label.</p>` +
+      `values with their ${esc(note)}. ↑ higher is better, ↓ lower is better; ties: share of test items with a tied top label.</p>` + notes +
       (large ? `<details id="summary-details"><summary>Show the table: ${rows} rows</summary><div class="scroll"></div></details>`
         : `<div class="scroll">${table()}</div>`);
     if (large) {
@@ -323,7 +331,7 @@
         `<div class="facts"><span><b>${summary.n}</b> test items</span><span>K = <b>${esc(summary.k)}</b></span>` +
         `<span>label prior: <b>${esc(summary.prior)}</b></span><span>T (L1): <b>${esc(tText(summary))}</b></span>` +
         `<span>answer mass: <b>${summary.answer_mass ? fmt(summary.answer_mass[0]) : "–"}</b></span>` +
-        `<span>prompt: <b>${esc(summary.prompt_profile || "–")}</b></span><span class="muted">scored ${esc(summary.finished || "–")}</span></div>` +
+        `<span>prompt: <b>${esc(summary.prompt_profile || "–")}</b></span><span class="muted">scored ${esc(summary.finished || "–")}</span></div>` + notesHtml(summary) +
         `<h2>Reliability (forward listing)</h2><div class="rel">${cell.levels.map((lv) => reliabilitySvg(cell, summary, lv)).join("")}</div>` +
         `<p class="muted small">Test items sorted by confidence in equal-mass bins; each point is a bin's accuracy with its Wilson 95% ` +
         `interval; ticks: the items' confidences; dashed: perfect calibration. The ECE is the table's (15 equal-mass bins).</p>` +
