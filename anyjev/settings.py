@@ -65,6 +65,7 @@ class ModelSettings:
     dtype: str = setting("models", "*", "dtype")
     max_model_len: int | None = setting("models", "*", "max_model_len")
     tensor_parallel_size: int = setting("models", "*", "tensor_parallel_size")
+    data_parallel_size: int = setting("models", "*", "data_parallel_size")
     gpus: int = setting("models", "*", "gpus")
     mem_mb: int | None = setting("models", "*", "mem_mb")
     runtime: int | None = setting("models", "*", "runtime")
@@ -167,7 +168,8 @@ class Settings:
         m = self.models[model]
         return ServerSpec(name=model, model=self.model_dir(model, models_dir), served_name=model, python=self.server.python,
                           dtype=m.dtype, max_model_len=m.max_model_len, max_logprobs=self.server.max_logprobs,
-                          tensor_parallel_size=m.tensor_parallel_size, seed=self.server.seed,
+                          tensor_parallel_size=m.tensor_parallel_size, data_parallel_size=m.data_parallel_size,
+                          seed=self.server.seed,
                           prefix_caching=m.prefix_caching, fp32_head=m.fp32_head,
                           server_flags=tuple(m.server_flags), server_env=tuple(sorted(m.server_env.items())),
                           start_timeout=m.start_timeout, port=m.port)
