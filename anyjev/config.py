@@ -19,6 +19,7 @@ from anyjev.data.local import is_local
 from anyjev.data.split import missing_split
 from anyjev.data.taskfile import jsonl_rows
 from anyjev.decision.labels import check_label_capacity
+from anyjev.decision.prompts import ChatTemplate
 from anyjev.decision.tokenizer import load_tokenizer
 from anyjev.errors import ArgumentError, ConfigError, ConfigSyntaxError, TaskDataError
 from anyjev.jobs import from_data
@@ -103,6 +104,7 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
             except ArgumentError as exc:
                 raise ConfigError(f"models.{name}.tokenizer", f"{model['tokenizer']!r}: {exc.why}") from None
         check_extra_flags(model["server_flags"], f"models.{name}.server_flags")
+        ChatTemplate.read(model["chat_template"], key=f"models.{name}.chat_template", workdir=workdir)
     if config["evaluation"]["prior_batch_size"] is not None and config["evaluation"]["prior_mode"] != "streaming":
         raise ConfigError("evaluation.prior_batch_size", "applies to prior_mode streaming only (batch uses the whole "
                           "split): set evaluation.prior_mode: streaming, or remove prior_batch_size")

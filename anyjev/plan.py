@@ -7,7 +7,7 @@ task is built and split as the prepare step does, and each item's prompts are re
 :func:`anyjev.run.prepared.prepare_items` with the model's tokenizer under the cell's prompt options, the function
 scoring uses, so ``prompts`` is what ``score_cell`` counts (distinct token-id prompts per item). Models whose
 tokenizers render alike (the same tokenizer and template files: models of one family) share one tokenizer, and each
-task is rendered and counted once for all of them. A hub task not
+task is rendered and counted once for all of them that set the same ``chat_template``. A hub task not
 fetched yet (published or declared in the config) is an estimate: the configured ``n_test + n_calib`` items and the
 K its declaration implies (Yes/No, its label_names, keep_most_frequent); its prompt tokens are unknown until the data
 is fetched, and so are its layouts and prompts when the declaration leaves K to the data (the label names of a
@@ -137,9 +137,10 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
     settings = Settings.load(config_path, workdir=workdir)
     tasks = {t: task_counts(settings, t, hub_cache) for t in dict.fromkeys(t for _, t in settings.cells)}
     tokenizers = Tokenizers()
-    # A task's counts under one tokenizer (None: without one) are the same for every model that has it.
-    rendered: dict[tuple[str | None, str], tuple[list, str | None]] = {}
-    content_free: dict[tuple[str | None, str], tuple[int, int | None]] = {}
+    # A task's counts under one tokenizer (None: without one) and prompt options (the model's chat template) are the
+    # same for every model that has both.
+    rendered: dict[tuple[str | None, PromptOptions, str], tuple[list, str | None]] = {}
+    content_free: dict[tuple[str | None, PromptOptions, str], tuple[int, int | None]] = {}
     url_contexts: dict[str, tuple[int | None, str]] = {}
     cells = []
     for model, task in settings.cells:
@@ -155,14 +156,15 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
             assert tok_dir is not None
             key = tokenizers.key(tok_dir)
             tokenizer, checker = tokenizers.get(tok_dir)
-        options, answer_mass = settings.scoring.prompt, settings.scoring.answer_mass
-        if (key, task) not in rendered:
+        options, answer_mass = settings.prompt_options(model), settings.scoring.answer_mass
+        if (key, options, task) not in rendered:
             try:
-                rendered[key, task] = (*item_counts(tc.items, options, tokenizer, checker, answer_mass=answer_mass), None)
+                rendered[key, options, task] = (*item_counts(tc.items, options, tokenizer, checker, answer_mass=answer_mass),
+                                                None)
             except LabelTokenError as exc:
-                rendered[key, task] = (*item_counts(tc.items, options, answer_mass=answer_mass),
-                                       f"labels fail with this tokenizer: {exc}")
-        counts, prepared, labels_fail = rendered[key, task]
+                rendered[key, options, task] = (*item_counts(tc.items, options, answer_mass=answer_mass),
+                                                f"labels fail with this tokenizer: {exc}")
+        counts, prepared, labels_fail = rendered[key, options, task]
         if labels_fail:
             cell["tokens_note"] = labels_fail
         per_item = sorted({c[0] for c in counts})
@@ -195,10 +197,10 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
             cell |= {"layouts_per_item": None, "layouts": None, "prompts": None}
         elif settings.scoring.content_free:  # the probes for the content-free prior (prior_mode content_free or level L0-cf)
             cf_key = key if "tokens_note" not in cell else None
-            if (cf_key, task) not in content_free:
+            if (cf_key, options, task) not in content_free:
                 cf_tok = tokenizer if cf_key is not None else None
-                content_free[cf_key, task] = content_free_counts(tc.items, options, cf_tok, prepared)
-            cf_prompts, cf_tokens = content_free[cf_key, task]
+                content_free[cf_key, options, task] = content_free_counts(tc.items, options, cf_tok, prepared)
+            cf_prompts, cf_tokens = content_free[cf_key, options, task]
             cell["content_free_prompts"] = cf_prompts
             cell["prompts"] += cf_prompts
             if cell["prompt_tokens"] is not None and cf_tokens is not None:
