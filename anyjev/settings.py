@@ -126,8 +126,9 @@ class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     client: ClientOptions = field(default_factory=ClientOptions)
     scoring: ScoringOptions = field(default_factory=ScoringOptions)
-    # Each model's chat template (models.<name>.chat_template), a file's read once (relative to the working directory).
-    chat_templates: dict[str, ChatTemplate] = field(default_factory=dict)
+    # What each model's cells read: ``scoring`` under the model's chat template (models.<name>.chat_template, a file's
+    # read once, relative to the working directory), made once here rather than once a job.
+    model_scoring: dict[str, ScoringOptions] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config: dict[str, Any], *, workdir: str | Path = ".") -> Settings:
@@ -137,8 +138,12 @@ class Settings:
         scoring = dict(config["scoring"])
         prompt = PromptOptions(prompt_profile=scoring.pop("prompt_profile"), option_order=scoring.pop("option_order"))
         content_free = evaluation.prior_mode == "content_free" or "L0-cf" in config["levels"]
+        options = ScoringOptions(prompt=prompt, content_free=content_free, **scoring)
+        templates = {n: ChatTemplate.read(m["chat_template"], key=f"models.{n}.chat_template", workdir=workdir)
+                     for n, m in config["models"].items()}
+        by_template = {t: replace(options, prompt=replace(prompt, chat_template=t)) for t in set(templates.values())}
         top = {f.name for f in fields(cls)} - {"models", "tasks", "cells", "evaluation", "server", "client", "scoring",
-                                               "chat_templates"}
+                                               "model_scoring"}
         return cls(
             models={n: from_data(ModelSettings, m, f"models.{n}") for n, m in config["models"].items()},
             tasks={n: from_data(TaskSettings, t, f"tasks.{n}") for n, t in config["tasks"].items()},
@@ -146,9 +151,8 @@ class Settings:
             evaluation=evaluation,
             server=from_data(ServerSettings, config["server"], "server"),
             client=from_data(ClientOptions, config["client"], "client"),
-            scoring=ScoringOptions(prompt=prompt, content_free=content_free, **scoring),
-            chat_templates={n: ChatTemplate.read(m["chat_template"], key=f"models.{n}.chat_template", workdir=workdir)
-                            for n, m in config["models"].items()},
+            scoring=options,
+            model_scoring={n: by_template[t] for n, t in templates.items()},
             **{k: config[k] for k in top if k in config},
         )
 
@@ -184,7 +188,7 @@ class Settings:
 
     def prompt_options(self, model: str) -> PromptOptions:
         """How MODEL's cells make their prompts: the scoring's options under the model's chat template."""
-        return replace(self.scoring.prompt, chat_template=self.chat_templates[model])
+        return self.model_scoring[model].prompt
 
     def score_job(self, model: str, task: str, *, models_dir: str, server_log: str, state_dir: str) -> ScoreJob:
         """Everything one cell's score job needs besides its files; the paths are the rule's."""
@@ -192,8 +196,7 @@ class Settings:
         managed = ManagedServer(self.server_spec(model, models_dir), server_log, state_dir) if m.managed else None
         external = None if m.managed else ExternalServer(str(m.url), m.served_name or model, state_dir)
         return ScoreJob(model=model, task=task, tokenizer=self.model_dir(model, models_dir), client=self.client,
-                        scoring=replace(self.scoring, prompt=self.prompt_options(model)), managed=managed,
-                        external=external)
+                        scoring=self.model_scoring[model], managed=managed, external=external)
 
     def score_model_job(self, model: str, *, models_dir: str, server_log: str, state_dir: str, task_file: str,
                         staged: str) -> ScoreModelJob:
