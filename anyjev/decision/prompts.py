@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from anyjev.decision import published
 from anyjev.decision.layouts import Layout
 from anyjev.decision.questions import Question
@@ -137,6 +135,8 @@ class _Templated:
         self.chat_template = template.text
 
     def apply_chat_template(self, conversation, **kwargs):
+        import jinja2  # transformers' template engine, there whenever transformers renders
+
         if self.chat_template is None:
             raise TypeError("no chat template: the plain prompt is rendered without one")
         try:
