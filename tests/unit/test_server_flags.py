@@ -52,6 +52,7 @@ def test_argv_shape_and_pinned_defaults() -> None:
         "--max-logprobs": "26",
         "--dtype": "bfloat16",
         "--tensor-parallel-size": "1",
+        "--data-parallel-size": "1",
     }
     for flag, value in expected.items():
         assert flags.get(flag) == [value], (flag, flags.get(flag))
@@ -61,13 +62,14 @@ def test_argv_shape_and_pinned_defaults() -> None:
 
 
 def test_argv_follows_spec_values() -> None:
-    spec = make_spec(dtype="bfloat16", max_model_len=2048, max_logprobs=40, tensor_parallel_size=2, seed=7,
-                     prefix_caching=True, host="127.0.0.1")
+    spec = make_spec(dtype="bfloat16", max_model_len=2048, max_logprobs=40, tensor_parallel_size=2, data_parallel_size=3,
+                     seed=7, prefix_caching=True, host="127.0.0.1")
     flags = flag_values(build_argv(spec, 9000)[3:])
     assert flags["--dtype"] == ["bfloat16"]
     assert flags["--max-model-len"] == ["2048"]
     assert flags["--max-logprobs"] == ["40"]
     assert flags["--tensor-parallel-size"] == ["2"]
+    assert flags["--data-parallel-size"] == ["3"]
     assert flags["--seed"] == ["7"]
     assert flags["--enable-prefix-caching"] == [None]
     assert "--no-enable-prefix-caching" not in flags
@@ -125,6 +127,9 @@ def test_override_of_pinned_flag_is_refused(extra: tuple[str, ...]) -> None:
         (("--no-enable-prefix",), "--enable-prefix-caching"),
         (("-tp", "2"), "--tensor-parallel-size"),
         (("-tp=2",), "--tensor-parallel-size"),
+        (("-dp", "2"), "--data-parallel-size"),
+        (("-dp4",), "--data-parallel-size"),
+        (("--data-parallel", "2"), "--data-parallel-size"),
     ],
 )
 def test_abbreviations_and_aliases_of_pinned_flags_are_refused(extra: tuple[str, ...], pinned: str) -> None:
