@@ -72,7 +72,7 @@ def cmd_score_model(args: argparse.Namespace) -> None:
 def cmd_publish_cell(args: argparse.Namespace) -> None:
     from anyjev.run.allocation import PublishJob, publish_cell
 
-    publish_cell(PublishJob.from_json(args.job), args.allocation, args.out, args.provenance)
+    publish_cell(PublishJob.from_json(args.job), args.allocation, args.out, args.provenance, args.task_file)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -294,6 +294,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = _command(sub, "publish-cell", cmd_publish_cell, "publish a cell scored by score-model, or fail with the cell's "
                  "own error (e.g. the missing label ids)", job="PublishJob")
     s.add_argument("--allocation", required=True, type=_existing_file, help="the outcome record score-model wrote")
+    s.add_argument("--task-file", type=_existing_file, help="the cell's JSONL task file as it is now: the staged scores "
+                   "must have been scored from it")
     s.add_argument("--out", required=True, help="the cell's scores file")
     s.add_argument("--provenance", required=True, help="the cell's provenance record")
     s = _command(sub, "evaluate", cmd_evaluate, "levels and metrics (bootstrap intervals) of a scored cell; no server needed",

@@ -1,7 +1,7 @@
 """The validated config as typed settings, and every job built from it once.
 
 A rule never hands its job a piece of the config: it asks :class:`Settings` for the job's typed object
-(``prepare_job``, ``fetch_job``, ``model_job``, ``score_job``, ``score_model_job``, ``evaluate_job``,
+(``prepare_job``, ``fetch_job``, ``model_job``, ``score_job``, ``model_cells``, ``evaluate_job``,
 ``summary_job``, ...), passing the paths the rule owns (:mod:`anyjev.paths`), and passes that object as one job file;
 the CLI parses it back into the same type (:mod:`anyjev.jobs`). Each setting keeps its schema key's name and its
 schema default (:mod:`anyjev.schema`).
@@ -9,6 +9,8 @@ schema default (:mod:`anyjev.schema`).
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from anyjev.data.hub import FetchJob, configured, fetch_inputs
 from anyjev.data.prepare import PrepareJob
 from anyjev.decision.options import PromptOptions
 from anyjev.errors import ConfigError
-from anyjev.jobs import from_data
+from anyjev.jobs import from_data, to_data
 from anyjev.lock import Lock
 from anyjev.numbers.options import EvaluationOptions
 from anyjev.outputs.differences import DifferencesJob
@@ -30,7 +32,7 @@ from anyjev.outputs.tables import SummaryJob, VsPublishedJob
 from anyjev.outputs.viewer import ViewerJob
 from anyjev.paths import PROVENANCE, SCORES
 from anyjev.results import CellLayout
-from anyjev.run.allocation import ModelCell, ScoreModelJob
+from anyjev.run.allocation import ModelCell
 from anyjev.run.cell import ExternalServer, ManagedServer, ScoreJob
 from anyjev.run.evaluate import EvaluateJob
 from anyjev.run.identity import ScoringOptions
@@ -180,15 +182,21 @@ class Settings:
         return ScoreJob(model=model, task=task, tokenizer=self.model_dir(model, models_dir), client=self.client,
                         scoring=self.scoring, managed=managed, external=external)
 
-    def score_model_job(self, model: str, *, models_dir: str, server_log: str, state_dir: str, task_file: str,
-                        staged: str) -> ScoreModelJob:
-        """What one job scoring every cell of MODEL needs (``score_jobs: model``). TASK_FILE and STAGED are the rule's
-        path patterns of a cell's task file and staging folder (with ``{task}``)."""
-        return ScoreModelJob(model, {t: ModelCell(self.score_job(model, t, models_dir=models_dir, server_log=server_log,
-                                                                 state_dir=state_dir),
-                                                  task_file.format(task=t), f"{staged.format(task=t)}/{SCORES}",
-                                                  f"{staged.format(task=t)}/{PROVENANCE}")
-                                     for t in self.model_tasks(model)})
+    def model_cells(self, model: str, *, models_dir: str, server_log: str, state_dir: str, task_file: str,
+                    staged: str, hub_cache: str, lock_record: str) -> dict[str, ModelCell]:
+        """Every cell of MODEL as a model's scoring job holds it (``score_jobs: model``), in config order. TASK_FILE and
+        STAGED are the rule's path patterns of a cell's task file and staging folder (with ``{task}``); HUB_CACHE and
+        LOCK_RECORD the paths the jobs that make its task file and model folder are given (part of its definition)."""
+        model_job = self.model_job(model, lock_record=lock_record) if self.models[model].prepared else None
+        cells = {}
+        for t in self.model_tasks(model):
+            job = self.score_job(model, t, models_dir=models_dir, server_log=server_log, state_dir=state_dir)
+            fetch = self.fetch_job(self.hub_task(t)[0], lock_record=lock_record) if self.tasks[t].source == "hub" else None
+            made_from = [job, self.prepare_job(t, hub_cache=hub_cache), model_job, fetch]
+            definition = hashlib.sha256(json.dumps(to_data(made_from), sort_keys=True).encode()).hexdigest()[:16]
+            cells[t] = ModelCell(job, task_file.format(task=t), f"{staged.format(task=t)}/{SCORES}",
+                                 f"{staged.format(task=t)}/{PROVENANCE}", definition)
+        return cells
 
     def prepare_job(self, task: str, *, hub_cache: str) -> PrepareJob:
         """Everything the prepare step needs to build and split TASK (HUB_CACHE: the rule's fetched-data folder)."""

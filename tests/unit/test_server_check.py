@@ -187,9 +187,10 @@ def test_a_refused_resume_fails_its_cell_alone_in_a_models_job(tmp_path, stub, q
     config["tasks"]["u"] = dict(config["tasks"]["t"])
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     settings = Settings.load(tmp_path / "config.yaml")
-    job = ScoreModelJob.from_json(settings.score_model_job(
-        MODEL, models_dir="unused", server_log=str(tmp_path / "s.log"), state_dir=str(tmp_path / "state"),
-        task_file=str(tmp_path / "t.jsonl"), staged=str(tmp_path / "staged" / "{task}")).to_json())
+    cells = settings.model_cells(MODEL, models_dir="unused", server_log=str(tmp_path / "s.log"),
+                                 state_dir=str(tmp_path / "state"), task_file=str(tmp_path / "t.jsonl"),
+                                 staged=str(tmp_path / "staged" / "{task}"), hub_cache="unused", lock_record="unused")
+    job = ScoreModelJob.from_json(ScoreModelJob(MODEL, cells).to_json())
     cell_t = job.cells["t"]
     fail_after(stub, requests_for_chunks(1))
     with pytest.raises(BackendError):

@@ -15,7 +15,7 @@ from anyjev.outputs.run import RunOutputs, kept_as_they_are, write_run_outputs
 from anyjev.outputs.viewer import CELLS as VIEWER_CELLS, INDEX as VIEWER_INDEX
 from anyjev.paths import METRICS, PREDICTIONS, PROVENANCE, REPLICATES, SCORES, run_paths
 from anyjev.results import CellLayout
-from anyjev.run.allocation import PublishJob, failed_cells, score_jobs_mode
+from anyjev.run.allocation import PublishJob, ScoreModelJob, finished_cells, retry_failed, score_jobs_mode
 from anyjev.serving.models import PROVENANCE_FILE as MODEL_RECORD
 from anyjev.settings import SCORE_RESOURCES, Settings
 
@@ -142,22 +142,82 @@ def score_job(wildcards):
     )
 
 
-def score_model_job(wildcards):
-    """One model's scoring job: every cell, its task file and its staging folder."""
-    m = wildcards.model
-    return SETTINGS.score_model_job(
-        m,
+def model_cells(model):
+    """Every cell of MODEL as a model's scoring job holds it: its score job, task file, staging folder, definition."""
+    return SETTINGS.model_cells(
+        model,
         models_dir=PATHS.models_dir,
         state_dir=PATHS.state_dir,
-        server_log=PATHS.server_log.format(model=m),
+        server_log=PATHS.server_log.format(model=model),
         task_file=str(rules.prepare_task.output.task_file),
-        staged=PATHS.staged_dir.replace("{model}", m),
+        staged=PATHS.staged_dir.replace("{model}", model),
+        hub_cache=PATHS.hub_cache,
+        lock_record=PATHS.lock_record,
     )
 
 
+class ModelJobs:
+    """One model's scoring (score_jobs: model): the cells an earlier job finished, each with the record it is published
+    from, and this run's job for the others (None when every cell is finished), named by its digest."""
+
+    def __init__(self, model):
+        cells = model_cells(model)
+        self.finished = finished_cells(PATHS.allocations_dir.format(model=model), cells, {t: task_sources(t) for t in cells})
+        todo = {t: c for t, c in cells.items() if t not in self.finished}
+        self.job = ScoreModelJob(model, todo) if todo else None
+        self.digest = self.job.digest() if self.job else None
+        record = PATHS.allocation.format(model=model, job=self.digest)
+        if self.job and os.path.exists(record) and not (workflow.dryrun or workflow.remote_exec):
+            # The record of this very job, which finished none of these cells (a run killed before its end kept it, or
+            # the cells were staged again since): the job is done again, as Snakemake would not for an existing output.
+            os.remove(record)
+            print(f"anyjev: {model}: removed {record}, which finished none of the cells its job scores now")
+
+    def job_named(self, digest):
+        """The model's scoring job named DIGEST: this run's, or, in a cluster job's own Snakemake, the one the main
+        process planned (its file: what is finished may have moved on since)."""
+        if digest == self.digest:
+            return self.job
+        return ScoreModelJob.from_json(str(ScoreModelJob.file_of(PATHS.jobs_dir, digest)))
+
+    def record(self, task):
+        """The record TASK's cell is published from: the earlier job's that finished it, or this run's job's."""
+        if task in self.finished:
+            return self.finished[task]
+        return expand(rules.score_model.output.allocation, model=self.job.model, job=self.digest)[0]
+
+
+def plan_model_jobs():
+    """Every model's scoring (ModelJobs), once per parse: what a model's job scores depends on the records there."""
+    return {m: ModelJobs(m) for m in MODELS}
+
+
+def model_job(wildcards):
+    """The model's scoring job that WILDCARDS name (ModelJobs.job_named)."""
+    job = MODEL_JOBS[wildcards.model].job_named(wildcards.job)
+    if job.model != wildcards.model:
+        raise WorkflowError(f"scoring job {wildcards.job} is model {job.model!r}'s, not {wildcards.model!r}'s")
+    return job
+
+
+def model_job_digests():
+    """The scoring jobs the score_model rule makes: this run's (the records of earlier jobs are not remade), or any in a
+    cluster job's own Snakemake, which makes the one it was sent."""
+    if workflow.remote_exec:
+        return "[0-9a-f]{16}"
+    return "|".join(p.digest for p in MODEL_JOBS.values() if p.digest) or "__none__"
+
+
+def cell_allocation(wildcards):
+    """The record a cell is published from (ModelJobs.record)."""
+    return MODEL_JOBS[wildcards.model].record(wildcards.task)
+
+
 def publish_job(wildcards):
-    """One cell's publishing job (score_jobs: model): its task, and its model job's log."""
-    return PublishJob(wildcards.task, PATHS.score_model_log.format(model=wildcards.model))
+    """One cell's publishing job (score_jobs: model): its task, and the log of the model's job that scored it."""
+    record = MODEL_JOBS[wildcards.model].record(wildcards.task)
+    job = os.path.splitext(os.path.basename(record))[0]
+    return PublishJob(wildcards.task, PATHS.score_model_log.format(model=wildcards.model, job=job))
 
 
 def summary_job():
@@ -209,13 +269,13 @@ def local_dataset_files(wildcards):
     return SETTINGS.fetch_inputs(wildcards.dataset)
 
 
-def task_inputs(wildcards):
-    """What a task is built from: the user's task file, a hub task's fetched data, or nothing (a built-in task)."""
-    task = SETTINGS.tasks[wildcards.task]
+def task_sources(name):
+    """What task NAME is built from: the user's task file, a hub task's fetched data, or nothing (a built-in task)."""
+    task = SETTINGS.tasks[name]
     if task.source == "file":
         return [task.path]
     if task.source == "hub":
-        return expand(rules.fetch_hub_task.output.meta, dataset=SETTINGS.hub_task(wildcards.task)[0])
+        return expand(rules.fetch_hub_task.output.meta, dataset=SETTINGS.hub_task(name)[0])
     return []
 
 
@@ -313,16 +373,15 @@ def write_partial_outputs():
 
 
 def retry_failed_allocations():
-    """After a run with failed cells (score_jobs: model): drop the outcome record of each model that has one, so
-    the next run schedules the model's job again; it rescores only the cells that are not staged yet."""
-    for model in MODELS:
-        path = PATHS.allocation.format(model=model)
-        failed = failed_cells(path)
+    """After a run with failed cells (score_jobs: model): the next run's job for each model scores its failed cells
+    again (anyjev.run.allocation.retry_failed: the record of this run's job goes when none of its cells finished)."""
+    if SCORE_JOBS != "model":
+        return
+    for model, plan in MODEL_JOBS.items():
+        path = PATHS.allocation.format(model=model, job=plan.digest)
+        failed = retry_failed(path) if plan.job and os.path.exists(path) else []
         if failed:
-            os.remove(path)
-            print(
-                f"anyjev: {model}: cell(s) {', '.join(failed)} failed; the next run retries them " f"(the model's finished cells are kept)"
-            )
+            print(f"anyjev: {model}: cell(s) {', '.join(failed)} failed; the next run retries them (the model's finished cells are kept)")
 
 
 def stop_run_servers(why):
