@@ -9,6 +9,7 @@ schema default (:mod:`anyjev.schema`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field, fields
@@ -253,8 +254,10 @@ class Settings:
         return ProvenanceJob(cells=list(self.cells), layout=layout, config=config)
 
     def reliability_job(self, model: str, task: str, *, layout: CellLayout) -> ReliabilityJob:
-        """What a cell's reliability diagram is made from."""
-        return ReliabilityJob(model=model, task=task, levels=list(self.levels), layout=layout)
+        """What a cell's reliability diagram is made from: the layout names the cell's own hub data only, so that the
+        job (and the cell's evaluation, which draws it) does not change with the run's other tasks."""
+        own = dataclasses.replace(layout, datasets={t: d for t, d in layout.datasets.items() if t == task})
+        return ReliabilityJob(model=model, task=task, levels=list(self.levels), layout=own)
 
     def vs_published_job(self, *, summary: str) -> VsPublishedJob:
         """What the comparison with published numbers is made from: SUMMARY (the rule's summary table) and the

@@ -7,6 +7,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from anyjev.claims import Claim, config_name, made_by, record_claims, refusals
 from anyjev.config import check_runnable, load_strict, validate_config, value_source, with_shipped_paths
 from anyjev.data.hub import META_FILE as HUB_META
 from anyjev.errors import ConfigError
@@ -87,6 +88,10 @@ if MISSING_FOR_A_RUN is not None:
 CELL_LAYOUT = CellLayout.of_paths(PATHS, SETTINGS.hub_folders())
 
 
+# The config this run is made from, as its files: what a finished file here records as the config that made it.
+RUN_CONFIG = config_name(workflow.configfiles)
+
+
 # One scoring job per model (the default: one server start, each cell published or failed alone) or per cell
 # (docs/servers.md). A cluster job's own Snakemake parses this file with the same config, so it defines the same rules.
 SCORE_JOBS = score_jobs_mode(SETTINGS.score_jobs)
@@ -107,6 +112,62 @@ def check_servers_can_start():
         # One line and the exit code: a WorkflowError raised in the hook would print its frames. Nothing has run.
         print(_invalid_config_line(MISSING_FOR_A_RUN), file=sys.stderr)
         sys.exit(1)
+
+
+def cell_definition(model, task):
+    """The job files a cell's scores are made from: its score job, and the jobs that make its task file (and the hub
+    data it is built from) and its model folder."""
+    files = [job_file(cell_score_job(model, task))]
+    files.append(job_file(SETTINGS.prepare_job(task, hub_cache=PATHS.hub_cache)))
+    if SETTINGS.tasks[task].source == "hub":
+        files.append(job_file(SETTINGS.fetch_job(SETTINGS.hub_task(task)[0], lock_record=PATHS.lock_record)))
+    if SETTINGS.models[model].prepared:
+        files.append(job_file(SETTINGS.model_job(model, lock_record=PATHS.lock_record)))
+    return files
+
+
+def job_claim(job):
+    """What a job that will run makes, as a claim (anyjev/claims.py): the files of one task, hub dataset, model or
+    cell, and the job files they are made from; None for a job whose files are the run's (its tables, figures,
+    viewer) or named by the job itself (a model's scoring job)."""
+    step, wc = job.rule.name, job.wildcards
+    if step == "prepare_task":
+        key, definition = f"tasks.{wc.task}", [job.params.job]
+    elif step == "fetch_hub_task":
+        tasks = [t for t, folder in SETTINGS.hub_folders().items() if folder == wc.dataset]
+        key, definition = " and ".join(f"tasks.{t}" for t in tasks) + " (its hub data)", [job.params.job]
+    elif step == "prepare_model":
+        key, definition = f"models.{wc.model}", [job.params.job]
+    elif step in ("score_cell", "evaluate_cell"):
+        key = f"the cell {wc.model}/{wc.task} (models.{wc.model}, tasks.{wc.task}, the scoring and evaluation settings)"
+        definition = cell_definition(wc.model, wc.task)
+        if step == "evaluate_cell":
+            definition += [job.params.job, job.params.reliability_job]
+    else:
+        return None
+    return Claim(key, tuple(str(f) for f in job.output), tuple(definition))
+
+
+def check_claims():
+    """At the start of a run, before any job: refused when a job that will run would replace files a run of another
+    config made under another definition (a task or model name reused); else this config claims the files its jobs
+    make (anyjev/claims.py)."""
+    claims = [c for c in map(job_claim, workflow.dag.needrun_jobs()) if c is not None]
+    refused = refusals(PATHS.claims, claims, RUN_CONFIG)
+    if refused:
+        # One line each and the exit code, as check_servers_can_start: nothing has run.
+        for line in refused:
+            print(f"anyjev: refused before any job: {line}", file=sys.stderr)
+        sys.exit(1)
+    record_claims(PATHS.claims, claims, RUN_CONFIG)
+
+
+def claim_run_outputs():
+    """After this run wrote (or kept) its cross-cell outputs: its config made them (what a later run of another config
+    that fails leaves as they are: write_partial_outputs)."""
+    if any(job.rule.name == "summary_table" for job in workflow.dag.jobs):
+        files = tuple(PATHS.summary.values())
+        record_claims(PATHS.claims, [Claim("the run's tables", files, (job_file(summary_job()),))], RUN_CONFIG)
 
 
 def score_resources():
@@ -136,9 +197,13 @@ def job_file(job):
 
 def score_job(wildcards):
     """One cell's score job."""
-    m = wildcards.model
+    return cell_score_job(wildcards.model, wildcards.task)
+
+
+def cell_score_job(model, task):
+    """The score job of the cell (MODEL, TASK)."""
     return SETTINGS.score_job(
-        m, wildcards.task, models_dir=PATHS.models_dir, state_dir=PATHS.state_dir, server_log=PATHS.server_log.format(model=m)
+        model, task, models_dir=PATHS.models_dir, state_dir=PATHS.state_dir, server_log=PATHS.server_log.format(model=model)
     )
 
 
@@ -357,11 +422,12 @@ def write_partial_outputs():
         return
     try:
         outputs = run_outputs()
-        kept = kept_as_they_are(outputs)
+        kept = kept_as_they_are(outputs, made_by(PATHS.claims, PATHS.summary["csv"]), RUN_CONFIG)
         if kept:
             print(f"anyjev: the outputs under {PATHS.results}/ are not rewritten: {kept}")
             return
         failed = write_run_outputs(outputs)
+        claim_run_outputs()
     except Exception as exc:  # noqa: BLE001 - a partial output that cannot be written must not hide the run's error
         print(f"anyjev: could not write the outputs of the cells that finished ({type(exc).__name__}: {exc})")
         return
