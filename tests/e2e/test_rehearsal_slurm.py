@@ -187,7 +187,7 @@ def test_the_url_cell_fails_alone_naming_the_ids(rehearsal):
     R.check_url_cell_fails_alone(rehearsal, out)
     assert "Error in rule score_model" not in out
     log = (rehearsal["work"] / f"logs/score/{R.URL_MODEL}/{R.URL_TASK}.log").read_text()
-    assert f"cell {R.URL_MODEL}/{R.URL_TASK} failed in model {R.URL_MODEL!r}'s scoring job (SLURM job" in log, log[-2000:]
+    assert f"cell {R.URL_MODEL}/{R.URL_TASK} failed in the scoring job of model {R.URL_MODEL!r} (SLURM job" in log, log[-2000:]
     R.check_cells_scored(rehearsal["work"])
 
 

@@ -12,7 +12,7 @@ import pytest
 from anyjev.results import CellLayout
 
 MISSING = [9454 + i for i in range(40)]
-LABEL_LINE = ("anyjev publish-cell: LabelTokenError: cell m/t failed in model 'm''s scoring job: prompt 0: the server's "
+LABEL_LINE = ("anyjev publish-cell: LabelTokenError: cell m/t failed in the scoring job of model 'm': prompt 0: the server's "
               f"top_logprobs do not hold exactly the label ids {MISSING}. Missing label ids: "
               + ", ".join(f"{i} ('x{i}')" for i in MISSING) + ". No value is filled in for a missing label.")
 NGINX = ("anyjev score: BackendError: POST http://gpu:8000/v1/completions answered HTTP 502: <html> <head><title>502 Bad "

@@ -232,9 +232,10 @@ class ModelJobs:
         self.job = ScoreModelJob(model, todo) if todo else None
         self.digest = self.job.digest() if self.job else None
         record = PATHS.allocation.format(model=model, job=self.digest)
-        if self.job and os.path.exists(record) and not (workflow.dryrun or workflow.remote_exec):
-            # The record of this very job, which finished none of these cells (a run killed before its end kept it, or
-            # the cells were staged again since): the job is done again, as Snakemake would not for an existing output.
+        if self.job and os.path.exists(record) and not workflow.remote_exec:
+            # The record of this very job, which finished none of these cells (the run that wrote it was killed before
+            # its end, or the cells were staged again since): nothing is published from it, and the job is done again,
+            # as Snakemake would not do it for an output that exists.
             os.remove(record)
             print(f"anyjev: {model}: removed {record}, which finished none of the cells its job scores now")
 
