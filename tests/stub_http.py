@@ -132,6 +132,7 @@ class StubCompletions:
         self.root = "stub-org/stub-model"
         self.max_model_len = 2048
         self.fingerprint: str | None = FINGERPRINT
+        self.dtype: str | None = None  # said by GET /server_info (vLLM's development mode) when set
         self.shift = 0.0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -197,6 +198,8 @@ class StubCompletions:
             self._send(h, 200, json.dumps({"object": "list", "data": cards}))
         elif h.path == "/health":
             self._send(h, 200, "")
+        elif h.path.startswith("/server_info") and self.dtype is not None:
+            self._send(h, 200, json.dumps({"vllm_config": {"model_config": {"dtype": f"torch.{self.dtype}"}}}))
         else:
             self._send(h, 404, json.dumps({"error": {"message": f"no {h.path} here"}}))
 
