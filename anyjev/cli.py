@@ -152,9 +152,11 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 # ----------------------------------------------------------------------------------------- people's commands
 def cmd_check_config(args: argparse.Namespace) -> None:
-    from anyjev.config import check_config_file, check_runnable
+    from anyjev.config import check_config_file, check_runnable, with_shipped_paths, workflow_home
 
-    check_runnable(check_config_file(args.config))
+    config = check_config_file(args.config)
+    home = workflow_home()  # what ships with the workflow, read from its folder as the workflow reads it
+    check_runnable(with_shipped_paths(config, home) if home is not None else config)
     print(f"{args.config}: ok")
 
 

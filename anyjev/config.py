@@ -221,6 +221,13 @@ def check_runnable(config: dict, workdir: str | os.PathLike = ".") -> None:
 SHIPPED = (("published",), ("server", "python"))
 
 
+def workflow_home() -> Path | None:
+    """The checkout this package is part of, when it holds the workflow (``workflow/Snakefile``): the folder what ships
+    with the workflow is read from (:func:`with_shipped_paths`), as the workflow reads it from its own folder."""
+    home = Path(__file__).resolve().parents[1]
+    return home if (home / "workflow" / "Snakefile").is_file() else None
+
+
 def with_shipped_paths(config: dict, home: str | os.PathLike, workdir: str | os.PathLike = ".") -> dict:
     """CONFIG (validated) with each SHIPPED path that is relative, and not in WORKDIR but in HOME (the workflow's own
     folder), made HOME's absolute path: a run in a folder of its own (``snakemake --directory``, the workflow as a

@@ -75,3 +75,16 @@ def test_a_scores_file_torn_mid_line_is_refused_with_the_way_back(cut, tmp_path,
     assert err[-1].endswith("delete it and run again: a cell scored by its model's job (score_jobs: model) is published "
                             "again from its staged copy, without a server; a cell scored alone is scored again"), err
     assert not any("Traceback" in line for line in err)
+
+
+def test_check_config_from_a_study_folder_finds_the_vllm_environment_as_the_workflow_does(tmp_path) -> None:
+    """From a study folder (docs/configuration.md, "A study in a folder of its own"), `check-config` reads
+    `server.python` (default .venv-server/bin/python) from the workflow's folder when the study's lacks it, as the
+    workflow does (anyjev.config.with_shipped_paths), instead of refusing it (issue 46, 6)."""
+    from tests.conftest import REPO, require_vllm
+
+    require_vllm()
+    (tmp_path / "my.yaml").write_text("models:\n  m: {source: smollm2}\ntasks:\n  mmlu: {source: builtin}\n")
+    proc = run_cli(["check-config", "--config", "my.yaml"], tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "my.yaml: ok", proc.stdout + proc.stderr
+    assert not (tmp_path / ".venv-server").exists() and (REPO / ".venv-server/bin/python").exists()
