@@ -36,6 +36,7 @@ from anyjev.errors import (
     ConfigError,
     InputError,
     LabelTokenError,
+    NotWritableError,
     ServerChangedError,
     ServerError,
     TaskDataError,
@@ -52,7 +53,7 @@ FORMAT = "anyjev.allocation/1"
 # A cell's own failures: recorded, and the job goes on with the model's next cell (a checkpoint made on another
 # server is the cell's own). Anything else (the server will not start or died: ServerError) ends the job, as it would
 # end every later cell of the model too.
-CELL_ERRORS = (LabelTokenError, BackendError, ConfigError, TaskDataError, ServerChangedError)
+CELL_ERRORS = (LabelTokenError, BackendError, ConfigError, TaskDataError, ServerChangedError, NotWritableError)
 # The recorded errors publish-cell raises again as themselves (the others as AnyjevError, their type in the message).
 ERROR_TYPES = {cls.__name__: cls for cls in (LabelTokenError, BackendError, ConfigError, TaskDataError,
                                              BatchCollisionError, ServerError)}

@@ -98,6 +98,11 @@ class PartialScores:
             self._keep(rec)
         log.info("resuming %s: %d items already scored", self.path, len(self.records))
 
+    @property
+    def recorded_server(self) -> dict | None:
+        """The server the checkpointed records were scored on, as recorded in the checkpoint's header."""
+        return self._recorded_server
+
     def bind_server(self, now: ServerIdentity, verify: Callable[[], None]) -> ServerIdentity:
         """Score the rest on the server read as NOW: refused (:class:`ServerChangedError`, the checkpoint untouched)
         when it is not the server the checkpointed records were scored on; VERIFY runs before each later write.
