@@ -4,6 +4,7 @@
 import os
 import re
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from anyjev.outputs.viewer import CELLS as VIEWER_CELLS, INDEX as VIEWER_INDEX
 from anyjev.paths import METRICS, PREDICTIONS, PROVENANCE, REPLICATES, SCORES, run_paths
 from anyjev.results import CellLayout
 from anyjev.run.allocation import PublishJob, ScoreModelJob, finished_cells, retry_failed, score_jobs_mode
+from anyjev.run.interrupt import interrupt_jobs, interrupted_line
 from anyjev.serving.models import PROVENANCE_FILE as MODEL_RECORD
 from anyjev.settings import SCORE_RESOURCES, Settings
 
@@ -449,6 +451,28 @@ def retry_failed_allocations():
         failed = retry_failed(path) if plan.job and os.path.exists(path) else []
         if failed:
             print(f"anyjev: {model}: cell(s) {', '.join(failed)} failed; the next run retries them (the model's finished cells are kept)")
+
+
+# What a SIGINT to this process stopped (forward_interrupt): the argv of the job processes it was passed on to.
+INTERRUPTED = []
+
+
+def forward_interrupt(signum, frame):
+    """SIGINT to Snakemake: passed on to the jobs it runs, which a SIGINT to its process alone does not reach (its
+    local executor waits for them), as a terminal's Ctrl-C would; then Snakemake stops as it does on Ctrl-C
+    (anyjev/run/interrupt.py)."""
+    INTERRUPTED.append(interrupt_jobs())
+    signal.default_int_handler(signum, frame)
+
+
+if not workflow.remote_exec:  # a cluster job's own Snakemake is signalled by its batch system
+    signal.signal(signal.SIGINT, forward_interrupt)
+
+
+def report_interrupt():
+    """The run's last words after a SIGINT: what it stopped."""
+    if INTERRUPTED:
+        print(f"anyjev: {interrupted_line([argv for sent in INTERRUPTED for argv in sent])}")
 
 
 def stop_run_servers(why):
