@@ -29,7 +29,7 @@ class ServerDescription:
     model_root: str | None  # what the server loaded (/v1/models "root": a hub id, or a folder: relative when under here)
     max_model_len: int | None
     cache: dict[str, str] = field(default_factory=dict)
-    dtype: str | None = None  # the model's dtype, where the server says it (/server_info)
+    model_dtype: str | None = None  # the model's dtype, where the server says it (/server_info)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -37,7 +37,7 @@ class ServerDescription:
     def compared(self) -> dict[str, Any]:
         """The fields a resumed cell must find unchanged."""
         return {"vllm_version": self.vllm_version, "model_root": self.model_root, "max_model_len": self.max_model_len,
-                "dtype": self.dtype, **{f"cache.{k}": self.cache.get(k) for k in CACHE_KEYS}}
+                "dtype": self.model_dtype, **{f"cache.{k}": self.cache.get(k) for k in CACHE_KEYS}}
 
 
 def describe_server(base_url: str, served_name: str, *, timeout: float = 10.0) -> ServerDescription:
@@ -57,11 +57,11 @@ def describe_server(base_url: str, served_name: str, *, timeout: float = 10.0) -
         model_root=portable_path(str(card["root"])) if card.get("root") is not None else None,
         max_model_len=int(card["max_model_len"]) if isinstance(card.get("max_model_len"), int) else None,
         cache=cache_settings(metrics or ""),
-        dtype=model_dtype(info),
+        model_dtype=server_info_dtype(info),
     )
 
 
-def model_dtype(server_info: Any) -> str | None:
+def server_info_dtype(server_info: Any) -> str | None:
     """The model's dtype in a ``/server_info`` answer (``torch.bfloat16`` -> ``bfloat16``); None without one."""
     try:
         dtype = server_info["vllm_config"]["model_config"]["dtype"]

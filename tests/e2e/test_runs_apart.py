@@ -117,7 +117,7 @@ def test_a_run_of_another_config_leaves_a_finished_run_as_it_was(tmp_path, qwen3
         # the other cell is left as it was.
         first["tasks"]["capitals"]["n_test"] = 5
         (work / "config/config.yaml").write_text(yaml.safe_dump(first, sort_keys=False))
-        edited = snakemake(work, "config/config.yaml")
+        edited = snakemake(work, "config/config.yaml", f"results/cells/{MODEL}/capitals/scores.jsonl")
         assert edited.returncode == 0, edited.stdout[-3000:] + edited.stderr[-3000:]
         assert len(stub.requests) > sent
         moved = changed(finished, work)

@@ -269,7 +269,7 @@ def model_job(wildcards):
 
 
 def model_job_digests():
-    """The scoring jobs the score_model rule makes: this run's (the records of earlier jobs are not remade), or any in a
+    """The scoring jobs score_model makes: this run's (the records of earlier jobs are not remade), or any in a
     cluster job's own Snakemake, which makes the one it was sent."""
     if workflow.remote_exec:
         return "[0-9a-f]{16}"
