@@ -90,10 +90,10 @@ def test_a_run_of_another_config_leaves_a_finished_run_as_it_was(tmp_path, qwen3
         longer = snakemake(work, "config/longer.yaml")
         out = longer.stdout + longer.stderr
         assert longer.returncode != 0 and "Error in rule score_cell" in out, out[-3000:]
+        assert changed(finished, work) == [], "the failed run of another config changed the finished run's files"
         assert "> 1024" in (work / f"logs/score/{MODEL}/long.log").read_text()
         assert len(stub.requests) == sent, "the finished cells were not sent again"
         assert "results/tables/summary.csv was made by a run of config/config.yaml, another config" in out, out[-3000:]
-        assert changed(finished, work) == [], "the failed run of another config changed the finished run's files"
 
         # Another config that declares `mmlu` as another task: refused before any job, in one line.
         renamed = snakemake(work, "config/renamed.yaml")
