@@ -22,15 +22,10 @@ from anyjev.run.allocation import ScoreModelJob, score_model_job
 from anyjev.run.cell import score_job
 from anyjev.run.store import partial_path
 from anyjev.settings import Settings
-from tests.stub_http import StubCompletions
+from tests.unit import test_server_check
 from tests.unit.test_server_check import MODEL, N_ITEMS, url_job
 
-
-@pytest.fixture
-def stub():
-    with StubCompletions() as s:
-        s.served_names = [MODEL]
-        yield s
+stub = test_server_check.stub  # the fixture: an in-process stub serving MODEL
 
 
 def test_a_cell_folder_that_cannot_be_written_fails_the_cell_before_any_request(tmp_path, stub, qwen3_tokenizer,
