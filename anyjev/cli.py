@@ -72,7 +72,7 @@ def cmd_score_model(args: argparse.Namespace) -> None:
 def cmd_publish_cell(args: argparse.Namespace) -> None:
     from anyjev.run.allocation import PublishJob, publish_cell
 
-    publish_cell(PublishJob.from_json(args.job), args.allocation, args.out, args.provenance)
+    publish_cell(PublishJob.from_json(args.job), args.allocation, args.out, args.provenance, args.task_file)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> None:
@@ -153,9 +153,11 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 # ----------------------------------------------------------------------------------------- people's commands
 def cmd_check_config(args: argparse.Namespace) -> None:
-    from anyjev.config import check_config_file, check_runnable
+    from anyjev.config import check_config_file, check_runnable, with_shipped_paths, workflow_home
 
-    check_runnable(check_config_file(args.config))
+    config = check_config_file(args.config)
+    home = workflow_home()  # what ships with the workflow, read from its folder as the workflow reads it
+    check_runnable(with_shipped_paths(config, home) if home is not None else config)
     print(f"{args.config}: ok")
 
 
@@ -308,6 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = _command(sub, "publish-cell", cmd_publish_cell, "publish a cell scored by score-model, or fail with the cell's "
                  "own error (e.g. the missing label ids)", job="PublishJob")
     s.add_argument("--allocation", required=True, type=_existing_file, help="the outcome record score-model wrote")
+    s.add_argument("--task-file", type=_existing_file, help="the cell's JSONL task file as it is now: the staged scores "
+                   "must have been scored from it")
     s.add_argument("--out", required=True, help="the cell's scores file")
     s.add_argument("--provenance", required=True, help="the cell's provenance record")
     s = _command(sub, "evaluate", cmd_evaluate, "levels and metrics (bootstrap intervals) of a scored cell; no server needed",

@@ -25,6 +25,7 @@ from anyjev.decision.tokenizer import load_tokenizer
 from anyjev.errors import ArgumentError, ConfigError, ConfigSyntaxError, TaskDataError
 from anyjev.jobs import from_data
 from anyjev.numbers.certificate import min_certification_items
+from anyjev.paths import RunPaths, run_paths
 from anyjev.schema import schema, validate
 from anyjev.serving.argv import check_extra_flags
 from anyjev.serving.spec import check_server_python
@@ -115,6 +116,8 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
         if task.get("hub") is not None:
             check_hub_source(task["hub"]["dataset"], workdir, f"tasks.{name}.hub.dataset")
     for name, task in tasks.items():
+        if task["source"] == "file" and "path" in task:
+            _check_not_prepared(name, task["path"], config.get("limit"), workdir)
         k = largest_k(name, task, workdir)
         if k is not None:
             check_label_capacity(name, k, config["server"]["max_logprobs"])
@@ -202,6 +205,16 @@ def check_parallel_sizes(name: str, model: dict) -> None:
                           f"data_parallel_size {dp} = {tp * dp} GPUs: set gpus: {tp * dp}")
 
 
+def _check_not_prepared(name: str, path: str, limit: int | None, workdir: str | os.PathLike) -> None:
+    """A file task's own file must not lie where the workflow writes the tasks it prepares (a run's, or a smoke
+    run's): the task would be made from the file it makes (Snakemake: a cyclic graph), or replace it."""
+    target = (Path(workdir) / path).resolve()
+    for folder in dict.fromkeys((RunPaths().tasks_dir, run_paths(limit).tasks_dir)):
+        if target.is_relative_to((Path(workdir) / folder).resolve()):
+            raise ConfigError(f"tasks.{name}.path", f"{path!r} is inside {folder}/, where the workflow writes the tasks it "
+                              f"prepares from their own files: keep the task's file elsewhere (e.g. tasks/{name}.jsonl)")
+
+
 def check_hub_source(dataset: str, workdir: str | os.PathLike, key: str) -> None:
     """A local folder must exist; a hub id must not name a folder here, which datasets.load_dataset would read instead."""
     here = Path(workdir) / dataset
@@ -257,6 +270,13 @@ def check_runnable(config: dict, workdir: str | os.PathLike = ".") -> None:
 # Config keys that name a file shipping with the workflow: the published numbers (results/published/) and the vLLM
 # environment's interpreter (scripts/setup_env.sh makes .venv-server beside the workflow).
 SHIPPED = (("published",), ("server", "python"))
+
+
+def workflow_home() -> Path | None:
+    """The checkout this package is part of, when it holds the workflow (``workflow/Snakefile``): the folder what ships
+    with the workflow is read from (:func:`with_shipped_paths`), as the workflow reads it from its own folder."""
+    home = Path(__file__).resolve().parents[1]
+    return home if (home / "workflow" / "Snakefile").is_file() else None
 
 
 def with_shipped_paths(config: dict, home: str | os.PathLike, workdir: str | os.PathLike = ".") -> dict:

@@ -72,6 +72,15 @@ class ConfigSyntaxError(ConfigError):
         AnyjevError.__init__(self, f"{where}: {why}")
 
 
+class NotWritableError(AnyjevError):
+    """A folder a step writes into cannot be written (read-only, not ours, a read-only filesystem); names it."""
+
+    def __init__(self, folder: str, why: str) -> None:
+        self.folder = folder
+        super().__init__(f"{folder} cannot be written ({why}): make it writable (chmod u+w {folder}) and run again; "
+                         "items already checkpointed are kept")
+
+
 class LabelTokenError(AnyjevError):
     """Label tokens cannot be read faithfully: a label is not one token in context, two labels
     collide, or a server did not return every label's log-probability.

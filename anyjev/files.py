@@ -8,6 +8,7 @@ with the permissions the process's umask gives a new file (colleagues on a share
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -18,6 +19,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from anyjev.errors import NotWritableError
 
 _UMASK = re.compile(r"^Umask:\s*([0-7]+)$", re.M)
 
@@ -47,12 +50,35 @@ def current_umask() -> int:
     return mask
 
 
+def writable_folder(path: str | os.PathLike[str]) -> Path:
+    """The folder PATH is written into, made if missing; :class:`~anyjev.errors.NotWritableError` names it when it
+    cannot be made or written (checked before work that would be lost when its file cannot be written)."""
+    folder = Path(path).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise NotWritableError(str(exc.filename or folder), exc.strerror or type(exc).__name__) from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise NotWritableError(str(folder), "Permission denied")
+    return folder
+
+
+def _temporary(folder: Path, prefix: str, suffix: str) -> tuple[int, str]:
+    """mkstemp in FOLDER; a folder that cannot be written is named in one line (NotWritableError)."""
+    try:
+        return tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=folder)
+    except (PermissionError, OSError) as exc:
+        if isinstance(exc, PermissionError) or exc.errno == errno.EROFS:
+            raise NotWritableError(str(folder), exc.strerror or type(exc).__name__) from None
+        raise
+
+
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     """Write TEXT (UTF-8) to PATH atomically, creating the parent folder. The file gets the mode a plain
     ``open(path, "w")`` would give it (0666 less the umask): mkstemp's private 0600 would hide results from a group."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    writable_folder(p)
+    fd, tmp = _temporary(p.parent, f".{p.name}.", ".tmp")
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -73,7 +99,7 @@ def replaced_atomically(path: str | os.PathLike[str]) -> Iterator[Path]:
     it replaces PATH at once (the mode a plain ``open`` would give), so PATH is whole or untouched, never half."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.stem}.", suffix=p.suffix, dir=p.parent)
+    fd, tmp = _temporary(p.parent, f".{p.stem}.", p.suffix)
     os.close(fd)
     try:
         yield Path(tmp)

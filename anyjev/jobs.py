@@ -118,16 +118,25 @@ class Job:
         """The job as JSON (sorted keys): what its file holds."""
         return json.dumps(to_data(self), sort_keys=True)
 
+    def digest(self) -> str:
+        """What names the job: 16 hex digits of the SHA-256 of its JSON (the same job, the same digest)."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
     def to_file(self, folder: str | os.PathLike) -> str:
-        """The job as a file in FOLDER named by its type and a digest of its JSON (``ScoreJob-<16 hex>.json``), written
-        once (atomically: a file of that name already holds this job); returns its path. A rule passes this path as its
+        """The job as a file in FOLDER named by its type and its digest (``ScoreJob-<16 hex>.json``), written once
+        (atomically: a file of that name already holds this job); returns its path. A rule passes this path as its
         job: a changed setting is a new name, so Snakemake's params trigger reruns the job, and the command line it
         prints stays short."""
         text = self.to_json()
-        path = Path(folder) / f"{type(self).__name__}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+        path = self.file_of(folder, hashlib.sha256(text.encode()).hexdigest()[:16])
         if not path.is_file():
             write_text_atomic(path, text + "\n")
         return str(path)
+
+    @classmethod
+    def file_of(cls, folder: str | os.PathLike, digest: str) -> Path:
+        """Where :meth:`to_file` keeps the job of this type named DIGEST in FOLDER."""
+        return Path(folder) / f"{cls.__name__}-{digest}.json"
 
     @classmethod
     def from_json(cls, text_or_path: str) -> Self:

@@ -53,6 +53,7 @@ class RunPaths:
     lock_record = "resources/lock.yaml"  # the hub commits an unpinned run (lock: null) resolved to (anyjev.lock)
     state_dir = ".anyjev/servers"  # the run's server leases (docs/servers.md)
     jobs_dir = ".anyjev/jobs"  # the typed jobs the rules hand their commands, one file per job (anyjev.jobs)
+    claims = ".anyjev/claims.json"  # which config's runs made each finished file here, under which definition
     prepare_model_log = "logs/prepare_model/{model}.log"
     fetch_log = "logs/fetch_hub_task/{dataset}.log"
 
@@ -92,10 +93,17 @@ class RunPaths:
         return f"{self.cell_dir}/{STAGED}"
 
     @property
+    def allocations_dir(self) -> str:
+        """A model's scoring jobs' outcome records (docs/servers.md); beside the cells' folder, not in it, as a task
+        may have any name."""
+        return f"{self.results}/allocations/{{model}}"
+
+    @property
     def allocation(self) -> str:
-        """One model's job's outcome per cell (docs/servers.md); beside the cells' folder, not in it, as a task may
-        have any name."""
-        return f"{self.results}/allocations/{{model}}.json"
+        """The outcome per cell of one scoring job of a model, named by the job (``{job}``: its digest): a job that
+        scores other cells of the model (another config's, or this config's once edited) writes a record of its own,
+        and never replaces the record a finished cell is published from."""
+        return f"{self.allocations_dir}/{{job}}.json"
 
     @property
     def summary(self) -> dict[str, str]:
@@ -153,7 +161,8 @@ class RunPaths:
 
     @property
     def score_model_log(self) -> str:
-        return f"{self.logs}/score_model/{{model}}.log"
+        """A model's scoring job's log, named by the job as its record is (:attr:`allocation`)."""
+        return f"{self.logs}/score_model/{{model}}/{{job}}.log"
 
     @property
     def prepare_task_log(self) -> str:
@@ -161,8 +170,9 @@ class RunPaths:
 
     @property
     def earlier_logs(self) -> tuple[str, ...]:
-        """The logs of the steps before a cell's scoring, nearest first: its model's scoring job, its task's
-        preparation and fetch (``{dataset}``: a hub task's cache folder), its model's preparation."""
+        """The logs of the steps before a cell's scoring, nearest first: its model's scoring job (``{job}``: the job
+        that scores the cell), its task's preparation and fetch (``{dataset}``: a hub task's cache folder), its model's
+        preparation."""
         return (self.score_model_log, self.prepare_task_log, self.fetch_log, self.prepare_model_log)
 
     @property
@@ -203,7 +213,7 @@ class RunPaths:
 
     @property
     def score_model_benchmark(self) -> str:
-        return f"{self.benchmarks}/score_model/{{model}}.tsv"
+        return f"{self.benchmarks}/score_model/{{model}}/{{job}}.tsv"
 
 
 def run_paths(limit: int | None = None) -> RunPaths:

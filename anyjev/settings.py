@@ -1,7 +1,7 @@
 """The validated config as typed settings, and every job built from it once.
 
 A rule never hands its job a piece of the config: it asks :class:`Settings` for the job's typed object
-(``prepare_job``, ``fetch_job``, ``model_job``, ``score_job``, ``score_model_job``, ``evaluate_job``,
+(``prepare_job``, ``fetch_job``, ``model_job``, ``score_job``, ``model_cells``, ``evaluate_job``,
 ``summary_job``, ...), passing the paths the rule owns (:mod:`anyjev.paths`), and passes that object as one job file;
 the CLI parses it back into the same type (:mod:`anyjev.jobs`). Each setting keeps its schema key's name and its
 schema default (:mod:`anyjev.schema`).
@@ -9,6 +9,9 @@ schema default (:mod:`anyjev.schema`).
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,7 @@ from anyjev.data.prepare import PrepareJob
 from anyjev.decision.options import PromptOptions
 from anyjev.decision.prompts import ChatTemplate
 from anyjev.errors import ConfigError
-from anyjev.jobs import from_data
+from anyjev.jobs import from_data, to_data
 from anyjev.lock import Lock
 from anyjev.numbers.options import EvaluationOptions
 from anyjev.outputs.differences import DifferencesJob
@@ -31,7 +34,7 @@ from anyjev.outputs.tables import SummaryJob, VsPublishedJob
 from anyjev.outputs.viewer import ViewerJob
 from anyjev.paths import PROVENANCE, SCORES
 from anyjev.results import CellLayout
-from anyjev.run.allocation import ModelCell, ScoreModelJob
+from anyjev.run.allocation import ModelCell
 from anyjev.run.cell import ExternalServer, ManagedServer, ScoreJob
 from anyjev.run.evaluate import EvaluateJob
 from anyjev.run.identity import ScoringOptions
@@ -198,15 +201,21 @@ class Settings:
         return ScoreJob(model=model, task=task, tokenizer=self.model_dir(model, models_dir), client=self.client,
                         scoring=self.model_scoring[model], managed=managed, external=external)
 
-    def score_model_job(self, model: str, *, models_dir: str, server_log: str, state_dir: str, task_file: str,
-                        staged: str) -> ScoreModelJob:
-        """What one job scoring every cell of MODEL needs (``score_jobs: model``). TASK_FILE and STAGED are the rule's
-        path patterns of a cell's task file and staging folder (with ``{task}``)."""
-        return ScoreModelJob(model, {t: ModelCell(self.score_job(model, t, models_dir=models_dir, server_log=server_log,
-                                                                 state_dir=state_dir),
-                                                  task_file.format(task=t), f"{staged.format(task=t)}/{SCORES}",
-                                                  f"{staged.format(task=t)}/{PROVENANCE}")
-                                     for t in self.model_tasks(model)})
+    def model_cells(self, model: str, *, models_dir: str, server_log: str, state_dir: str, task_file: str,
+                    staged: str, hub_cache: str, lock_record: str) -> dict[str, ModelCell]:
+        """Every cell of MODEL as a model's scoring job holds it (``score_jobs: model``), in config order. TASK_FILE and
+        STAGED are the rule's path patterns of a cell's task file and staging folder (with ``{task}``); HUB_CACHE and
+        LOCK_RECORD the paths the jobs that make its task file and model folder are given (part of its definition)."""
+        model_job = self.model_job(model, lock_record=lock_record) if self.models[model].prepared else None
+        cells = {}
+        for t in self.model_tasks(model):
+            job = self.score_job(model, t, models_dir=models_dir, server_log=server_log, state_dir=state_dir)
+            fetch = self.fetch_job(self.hub_task(t)[0], lock_record=lock_record) if self.tasks[t].source == "hub" else None
+            made_from = [job, self.prepare_job(t, hub_cache=hub_cache), model_job, fetch]
+            definition = hashlib.sha256(json.dumps(to_data(made_from), sort_keys=True).encode()).hexdigest()[:16]
+            cells[t] = ModelCell(job, task_file.format(task=t), f"{staged.format(task=t)}/{SCORES}",
+                                 f"{staged.format(task=t)}/{PROVENANCE}", definition)
+        return cells
 
     def prepare_job(self, task: str, *, hub_cache: str) -> PrepareJob:
         """Everything the prepare step needs to build and split TASK (HUB_CACHE: the rule's fetched-data folder)."""
@@ -268,8 +277,10 @@ class Settings:
         return ProvenanceJob(cells=list(self.cells), layout=layout, config=config)
 
     def reliability_job(self, model: str, task: str, *, layout: CellLayout) -> ReliabilityJob:
-        """What a cell's reliability diagram is made from."""
-        return ReliabilityJob(model=model, task=task, levels=list(self.levels), layout=layout)
+        """What a cell's reliability diagram is made from: the layout names the cell's own hub data only, so that the
+        job (and the cell's evaluation, which draws it) does not change with the run's other tasks."""
+        own = dataclasses.replace(layout, datasets={t: d for t, d in layout.datasets.items() if t == task})
+        return ReliabilityJob(model=model, task=task, levels=list(self.levels), layout=own)
 
     def vs_published_job(self, *, summary: str) -> VsPublishedJob:
         """What the comparison with published numbers is made from: SUMMARY (the rule's summary table) and the

@@ -81,6 +81,7 @@ class StubCompletions:
         self.root = "stub-org/stub-model"
         self.max_model_len = 2048
         self.fingerprint: str | None = FINGERPRINT
+        self.dtype: str | None = None  # said by GET /server_info (vLLM's development mode) when set
         self.shift = 0.0
         self.in_flight = 0
         self.max_in_flight = 0
@@ -144,6 +145,8 @@ class StubCompletions:
             self._send(h, 200, json.dumps(models(self.served_names, self.root, self.max_model_len)))
         elif h.path == "/health":
             self._send(h, 200, "")
+        elif h.path.startswith("/server_info") and self.dtype is not None:
+            self._send(h, 200, json.dumps({"vllm_config": {"model_config": {"dtype": f"torch.{self.dtype}"}}}))
         else:
             self._send(h, 404, not_here(h.path))
 

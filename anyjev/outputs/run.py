@@ -50,15 +50,19 @@ class RunOutputs:
     paths: RunPaths
 
 
-def kept_as_they_are(jobs: RunOutputs) -> str | None:
+def kept_as_they_are(jobs: RunOutputs, made_by: list[str] | None = None, config: str | None = None) -> str | None:
     """Why the cross-cell outputs already at JOBS' paths must not be replaced by this run's partial ones, or None.
 
-    No cell of this run finished and a summary is there: this run's tables would show nothing, in place of whatever
-    that one shows (where there is none, the tables that list the failed cells and their errors are written). The
-    summary there shows cells this run does not have: it was made by a run of another config, whose files are not this
-    run's to rewrite (a study of its own runs in its own folder: ``snakemake --directory``)."""
+    The summary there was made by runs of other configs (MADE_BY, as claimed: :mod:`anyjev.claims`), not this run's
+    CONFIG: its files are not this run's to rewrite (a study of its own runs in its own folder: ``snakemake
+    --directory``). No cell of this run finished and a summary is there: this run's tables would show nothing, in
+    place of whatever that one shows (where there is none, the tables that list the failed cells and their errors are
+    written). The summary there shows cells this run does not have: it was made by a run of another config."""
     cells = jobs.summary_table.cells
     csv = jobs.paths.summary["csv"]
+    if made_by and config not in made_by and Path(csv).is_file():
+        return (f"{csv} was made by a run of {' and '.join(made_by)}, another config, and its outputs are left as they "
+                "are")
     if not jobs.summary_table.layout.finished(cells):
         if Path(csv).is_file():
             return "no cell of this run finished, so there is nothing to write in place of the outputs already there"

@@ -89,9 +89,20 @@ class CellLayout:
         return [(m, t) for m, t in cells if self.is_finished(m, t)]
 
     def earlier_logs_of(self, model: str, task: str) -> list[Path]:
-        """The logs of the steps before the cell's scoring, nearest first (a fetch log only for a hub task)."""
+        """The logs of the steps before the cell's scoring, nearest first (a fetch log only for a hub task; the logs of
+        every scoring job of the model, ``{job}``, newest first)."""
         names = {"model": model, "task": task, "dataset": self.datasets.get(task)}
-        return [Path(p.format(**names)) for p in self.earlier_logs if "{dataset}" not in p or names["dataset"]]
+        found: list[Path] = []
+        for pattern in self.earlier_logs:
+            if "{dataset}" in pattern and not names["dataset"]:
+                continue
+            if "{job}" in pattern:
+                head, tail = pattern.format(**names, job="\0").split("\0")
+                jobs = [Path(p) for p in glob.glob(glob.escape(head) + "*" + glob.escape(tail))]
+                found += sorted(jobs, key=lambda p: p.stat().st_mtime, reverse=True)
+            else:
+                found.append(Path(pattern.format(**names)))
+        return found
 
     def failure(self, model: str, task: str) -> dict[str, str]:
         """Why a cell has no ``metrics.json``: ``{"error": first line of its error, "log": the log's path}``. The newest

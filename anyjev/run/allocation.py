@@ -11,6 +11,11 @@ cell fails alone and every other cell keeps its outputs.
 The staged scores live outside Snakemake's outputs: an allocation that is killed or hits its time limit keeps
 every checkpointed item (``scores.jsonl.partial``), and the next run's job resumes them; a rerun skips cells
 already staged under the same identity without starting a server for them.
+
+A model's job scores only the cells no earlier job finished under the same definition (:func:`finished_cells`), and
+its record is named by the job (``results/allocations/<model>/<job>.json``): a cell finished by one job is published
+from that job's record, which no later job has as its output. So a job of another config that adds a cell to the
+model (or of this config, edited), failed or not, neither replaces the record nor republishes the finished cells.
 """
 
 from __future__ import annotations
@@ -29,12 +34,14 @@ from anyjev.errors import (
     BackendError,
     BatchCollisionError,
     ConfigError,
+    InputError,
     LabelTokenError,
+    NotWritableError,
     ServerChangedError,
     ServerError,
     TaskDataError,
 )
-from anyjev.files import now_iso, write_json_atomic, write_text_atomic
+from anyjev.files import file_sha256, now_iso, write_json_atomic, write_text_atomic
 from anyjev.jobs import Job
 from anyjev.run.cell import ScoreJob, score_job
 from anyjev.schema import check_setting
@@ -46,7 +53,7 @@ FORMAT = "anyjev.allocation/1"
 # A cell's own failures: recorded, and the job goes on with the model's next cell (a checkpoint made on another
 # server is the cell's own). Anything else (the server will not start or died: ServerError) ends the job, as it would
 # end every later cell of the model too.
-CELL_ERRORS = (LabelTokenError, BackendError, ConfigError, TaskDataError, ServerChangedError)
+CELL_ERRORS = (LabelTokenError, BackendError, ConfigError, TaskDataError, ServerChangedError, NotWritableError)
 # The recorded errors publish-cell raises again as themselves (the others as AnyjevError, their type in the message).
 ERROR_TYPES = {cls.__name__: cls for cls in (LabelTokenError, BackendError, ConfigError, TaskDataError,
                                              BatchCollisionError, ServerError)}
@@ -61,12 +68,15 @@ def score_jobs_mode(setting: str) -> str:
 
 @dataclass(frozen=True)
 class ModelCell:
-    """One cell of a model's job: its score job, its task file, and where it is staged until published."""
+    """One cell of a model's job: its score job, its task file, where it is staged until published, and its
+    definition (a digest of what the cell is made from: its score job and the jobs that make its task file and model
+    folder), recorded with its outcome so that a later job knows the cell is finished (:func:`finished_cells`)."""
 
     job: ScoreJob
     task_file: str
     staged_scores: str
     staged_provenance: str
+    definition: str
 
 
 @dataclass(frozen=True)
@@ -116,14 +126,17 @@ def score_model_job(job: ScoreModelJob, out: str | os.PathLike[str], owner_pid: 
             counts = score_job(cell.job, cell.task_file, cell.staged_scores, cell.staged_provenance, owner_pid=owner_pid)
         except CELL_ERRORS as exc:
             log.error("cell %s/%s failed: %s: %s (the model's other cells go on)", model, task, type(exc).__name__, exc)
-            record["cells"][task] = _failure(task, exc)
+            record["cells"][task] = _failure(task, exc) | {"definition": cell.definition}
             continue
         except ServerError as exc:
             record["cells"][task] = _failure(task, exc)
             log.error("the server of %s failed in cell %s; the job stops (checkpointed items resume next run): %s",
                       model, task, exc)
             raise
-        record["cells"][task] = _outcome(task, "ok", counts=counts, **paths)
+        # What tells a later run that this cell is finished: its definition, the task file it was scored from, and the
+        # staged scores as written (a later job that stages the cell again under another definition changes them).
+        record["cells"][task] = _outcome(task, "ok", counts=counts, **paths, definition=cell.definition,
+                                         task_sha256=file_sha256(cell.task_file), staged=_stat(cell.staged_scores))
     record |= {"finished": now_iso(), "seconds": round(time.monotonic() - t0, 1)}
     failed = [t for t, c in record["cells"].items() if c["status"] != "ok"]
     log.info("%s: %d cell(s) scored, %d failed%s", model, len(cells) - len(failed), len(failed),
@@ -142,6 +155,15 @@ def _release_server(job: ScoreModelJob, owner_pid: int) -> None:
         log.info("%s: stopped its server (no later job of this run uses it)", job.model)
 
 
+def _stat(path: str | os.PathLike[str]) -> list[int] | None:
+    """A file's size and modification time (ns), or None when it is not there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
+
+
 def read_allocation(path: str | os.PathLike[str]) -> dict[str, Any]:
     record = json.loads(Path(path).read_text())
     if record.get("format") != FORMAT:
@@ -149,22 +171,57 @@ def read_allocation(path: str | os.PathLike[str]) -> dict[str, Any]:
     return record
 
 
+def finished_cells(folder: str | os.PathLike[str], cells: dict[str, ModelCell],
+                   task_inputs: dict[str, list[str]]) -> dict[str, str]:
+    """The CELLS of a model that an earlier job finished, each with the record it is published from (in FOLDER, the
+    model's records): one that holds the cell as scored under the same definition, from a task file with the same
+    content that is newer than the files it is built from (TASK_INPUTS: a file task's source, a hub task's fetched
+    data; one newer means the task is built again), and whose staged scores are still the ones it wrote. The newest
+    such record; a cell with none is scored by this run's job."""
+    records = []
+    for path in Path(folder).glob("*.json"):
+        try:
+            records.append((path, read_allocation(path)))
+        except (OSError, ValueError, AnyjevError):
+            continue
+    records.sort(key=lambda pr: (str(pr[1].get("finished", "")), str(pr[0])), reverse=True)
+    found: dict[str, str] = {}
+    for task, cell in cells.items():
+        task_stat = _stat(cell.task_file)
+        if task_stat is None or any((_stat(p) or [0, 0])[1] > task_stat[1] for p in task_inputs.get(task, ())):
+            continue
+        sha = None
+        for path, record in records:
+            outcome = record.get("cells", {}).get(task)
+            if not outcome or outcome.get("status") != "ok" or outcome.get("definition") != cell.definition:
+                continue
+            if outcome.get("staged") is None or outcome["staged"] != _stat(outcome["scores"]):
+                continue
+            sha = sha or file_sha256(cell.task_file)
+            if outcome.get("task_sha256") == sha:
+                found[task] = str(path)
+                break
+    return found
+
+
 def publish_cell(job: PublishJob, allocation: str | os.PathLike[str], out: str | os.PathLike[str],
-                 provenance_path: str | os.PathLike[str]) -> dict[str, Any]:
+                 provenance_path: str | os.PathLike[str], task_file: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Publish JOB's cell of a model's allocation into OUT (and its provenance), or raise its own error, naming the
-    model job's log when the job gives it."""
+    model job's log when the job gives it. With TASK_FILE, the staged scores must have been scored from that file as
+    it is now (a task built again since, with other items, is scored again by the next run)."""
     task, model_log = job.task, job.model_log
     record = read_allocation(allocation)
     model = record["model"]
     outcome = record["cells"].get(task)
-    where = f"model {model!r}'s scoring job" + (f" (SLURM job {record['slurm_job_id']})" if record.get("slurm_job_id") else "")
+    where = f"the scoring job of model {model!r}" + (f" (SLURM job {record['slurm_job_id']})" if record.get("slurm_job_id") else "")
     if outcome is None:
         raise TaskDataError(str(allocation), "cells", f"{where} did not score task {task!r}")
     if outcome["status"] != "ok":
         cls = ERROR_TYPES.get(outcome["error"], AnyjevError)
-        raised = cls if issubclass(cls, (LabelTokenError, BackendError, ServerError)) else AnyjevError
-        # ConfigError / TaskDataError are raised as AnyjevError (their message already names the key or file:line):
-        # the recorded type is kept in the message, so the user sees what went wrong.
+        raised = cls if issubclass(cls, (LabelTokenError, BackendError, ServerError)) else (
+            InputError if issubclass(cls, InputError) else AnyjevError)
+        # ConfigError / TaskDataError are raised as InputError, bad input (their message already names the key or
+        # file:line): the recorded type is kept in the message, so the user sees what went wrong.
         kind = "" if raised.__name__ == outcome["error"] else f"{outcome['error']}: "
         log_part = f", log {model_log}" if model_log else ""
         message = f"cell {model}/{task} failed in {where}{log_part}: {kind}{outcome['message']}"
@@ -172,6 +229,9 @@ def publish_cell(job: PublishJob, allocation: str | os.PathLike[str], out: str |
             raise raised(message, missing_ids=outcome.get("missing_ids", ()),
                          returned_ids=outcome.get("returned_ids", ()))
         raise raised(message)
+    if task_file is not None and outcome.get("task_sha256") not in (None, file_sha256(task_file)):
+        raise AnyjevError(f"cell {model}/{task}: {task_file} was built again with other content after {where} scored "
+                          f"the cell ({allocation}); the next run scores the cell again")
     for src, dst in ((outcome["scores"], out), (outcome["provenance"], provenance_path)):
         write_text_atomic(dst, Path(src).read_text(encoding="utf-8"))
     log.info("published %s/%s from %s: %s", model, task, where, outcome["counts"])
@@ -185,3 +245,13 @@ def failed_cells(allocation: str | os.PathLike[str]) -> list[str]:
     except (OSError, ValueError, AnyjevError):
         return []
     return [t for t, c in record["cells"].items() if c["status"] != "ok"]
+
+
+def retry_failed(allocation: str | os.PathLike[str]) -> list[str]:
+    """After a run: the tasks whose cell failed in a job's record, and the record removed when no cell of it finished,
+    so that the next run does that job again. A record with a finished cell stays (the cell is published from it); the
+    next run's job scores the failed cells only, a job of another name."""
+    failed = failed_cells(allocation)
+    if failed and len(failed) == len(read_allocation(allocation)["cells"]):
+        os.remove(allocation)
+    return failed

@@ -18,13 +18,13 @@ from anyjev.data.taskfile import load_task_file
 from anyjev.decision.labels import check_label_capacity
 from anyjev.decision.tokenizer import load_tokenizer
 from anyjev.errors import BackendError, ConfigError
-from anyjev.files import file_sha256, now_iso, write_json_atomic
+from anyjev.files import file_sha256, now_iso, writable_folder, write_json_atomic
 from anyjev.jobs import Job, to_data
 from anyjev.run import provenance
 from anyjev.run.context import check_prompt_lengths
 from anyjev.run.identity import ScoringOptions, scoring_identity
 from anyjev.run.prepared import prepare_items
-from anyjev.run.scoring import score_cell
+from anyjev.run.scoring import finish_from_checkpoint, score_cell
 from anyjev.run.server_check import ServerGuard
 from anyjev.run.store import scored_under
 from anyjev.serving.build import resolve_server
@@ -191,9 +191,28 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
         log.info("%s is already scored under this identity: nothing to send", out)
         n = len(task.items)
         return {"items": n, "scored": 0, "resumed": n, "prompts": 0}
+    # Before any server starts: the folders the cell's files go to can be written (else every item would be scored,
+    # and its final write fail).
+    for path in (out, provenance_path):
+        if path is not None:
+            writable_folder(path)
     # Every item's layouts rendered and its labels checked before any server starts: a label that is not one token,
     # or a prompt longer than the context, fails the cell at once; scoring sends exactly these prompts.
     prepared = prepare_items(tokenizer, task.items, task.prior_groups(), job.scoring.prompt)
+    finished = finish_from_checkpoint(tokenizer, prepared, str(out), identity, options=job.scoring)
+    if finished is not None:
+        counts, recorded = finished
+        log.info("%s: every item was checkpointed: written without a server", out)
+        if provenance_path:
+            server = ({"spec": job.managed.spec.to_dict()} if job.managed is not None else
+                      {"url": job.external.url, "served_name": job.external.served_name, "external": True})
+            recorded = recorded or {}
+            server |= {"from_checkpoint": True, "identity": recorded, "system_fingerprint": recorded.get("fingerprints", []),
+                       "vllm_version": recorded.get("description", {}).get("vllm_version")}
+            write_json_atomic(provenance_path, provenance.cell_record(
+                job=to_data(job), task=task, task_path=Path(task_path), identity=identity, server=server,
+                backend={"requests": 0}, started=started, seconds=time.monotonic() - t0, counts=counts))
+        return counts
     handle = None
     if job.managed is not None:
         from anyjev.serving.lease import acquire_server

@@ -18,13 +18,17 @@ from anyjev.files import now_iso
 from anyjev.serving.models import PROVENANCE_FILE, describe_local
 
 REPO = Path(__file__).resolve().parents[2]
+# What a result is made from, in the checkout: the package, the workflow, the configs, and what installs them. A run
+# rewrites the committed reference run (results/), and docs or tests may be edited: neither makes its code dirty.
+CODE = ("anyjev", "workflow", "config", "pyproject.toml", "requirements", "scripts", "environment.yml")
 
 
 def git_commit(repo: str | Path = REPO) -> dict[str, Any]:
-    """HEAD commit of the working tree and whether it had uncommitted changes."""
+    """HEAD commit of the working tree, and whether the code results are made from (:data:`CODE`) had uncommitted
+    changes."""
     try:
         head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no", "--", *CODE],
                                capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return {"commit": None, "dirty": None}

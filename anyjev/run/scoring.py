@@ -24,6 +24,24 @@ from anyjev.run.store import PartialScores
 log = logging.getLogger(__name__)
 
 
+def finish_from_checkpoint(tokenizer, prepared: Sequence[PreparedItem], out: str, identity: dict, *,
+                           options: ScoringOptions) -> tuple[dict[str, Any], dict | None] | None:
+    """A checkpoint under IDENTITY that holds every item (and every content-free probe the cell reads) finalised as
+    OUT without a request (its final write failed before: a folder that could not be written): the counts and the
+    server the items were scored on, or None when something is left to read (an adaptive cell asks its server)."""
+    if options.rotations == "adaptive":
+        return None
+    partial = PartialScores(out, identity)
+    probes = prepare_content_free(tokenizer, prepared, options.prompt) if options.content_free else []
+    if any(p.item.id not in partial.records for p in prepared) or any(p.item.id not in partial.extras for _, p in probes):
+        return None
+    server = partial.recorded_server
+    partial.finalise(out, [p.item.id for p in prepared])
+    n = len(prepared)
+    return {"items": n, "scored": 0, "resumed": n, "prompts": 0, "canary": {"prompts": 0, "prompt_tokens": 0},
+            "prompt_tokens": 0}, server
+
+
 def score_cell(backend: Backend, tokenizer, prepared: Sequence[PreparedItem], out: str, identity: dict, *,
                options: ScoringOptions, chunk_items: int, guard: ServerGuard | None = None) -> dict[str, Any]:
     """Score the PREPARED items (:func:`anyjev.run.prepared.prepare_items` under ``options.prompt``) into OUT,

@@ -61,11 +61,12 @@ def differences(recorded: ServerIdentity, now: ServerIdentity, *, tolerance: flo
         if before[key] != after[key] and None not in (before[key], after[key]):
             found.append(f"{key} {before[key]!r} -> {after[key]!r}")
     if recorded.fingerprints and now.fingerprints and set(now.fingerprints) - set(recorded.fingerprints):
-        found.append(f"system_fingerprint {', '.join(recorded.fingerprints)} -> {', '.join(now.fingerprints)}")
+        found.append(f"system_fingerprint {', '.join(recorded.fingerprints)} -> {', '.join(now.fingerprints)} (vLLM's "
+                     "hash of its model config: another model, revision, dtype or quantisation)")
     gap = probe_gap(recorded.probe, now.probe)
     if gap > tolerance:
         found.append(f"the probe's label log-probs moved by up to {gap:.4g} nat (the same server moves them by at "
-                     f"most {tolerance:g})")
+                     f"most {tolerance:g}: other weights, another dtype or another lm-head precision)")
     return found
 
 
@@ -94,7 +95,7 @@ class ServerGuard:
         self.tokens_sent = 0
 
     def read(self) -> ServerIdentity:
-        """The server's identity now (three GETs and the probe's prompts)."""
+        """The server's identity now (four GETs and the probe's prompts)."""
         description = describe_server(self.backend.base_url, self.backend.model)
         probe = self._probe(self.prompts)
         return ServerIdentity(description.as_dict(), sorted(self.backend.system_fingerprints), probe)

@@ -28,6 +28,9 @@ from anyjev.run.server_check import ServerIdentity, differences
 log = logging.getLogger(__name__)
 
 FORMAT = "anyjev.scores/1"
+# What to do with a published scores file that does not read (a cell's folder under results/cells/).
+WAY_BACK = ("delete it and run again: a cell scored by its model's job (score_jobs: model) is published again from its "
+            "staged copy, without a server; a cell scored alone is scored again")
 
 
 def partial_path(out: str | os.PathLike) -> Path:
@@ -94,6 +97,11 @@ class PartialScores:
                 raise TaskDataError(str(self.path), f"line {n}", "corrupt partial scores line") from None
             self._keep(rec)
         log.info("resuming %s: %d items already scored", self.path, len(self.records))
+
+    @property
+    def recorded_server(self) -> dict | None:
+        """The server the checkpointed records were scored on, as recorded in the checkpoint's header."""
+        return self._recorded_server
 
     def bind_server(self, now: ServerIdentity, verify: Callable[[], None]) -> ServerIdentity:
         """Score the rest on the server read as NOW: refused (:class:`ServerChangedError`, the checkpoint untouched)
@@ -200,14 +208,18 @@ def read_cell(path: str | os.PathLike) -> tuple[dict, list[dict], dict[str, dict
     with open(path, encoding="utf-8") as fh:
         lines = _lines(fh.read())
     if not lines:
-        raise TaskDataError(str(path), "line 1", "empty scores file")
-    header = json.loads(lines[0])
-    if header.get("format") != FORMAT:
+        raise TaskDataError(str(path), "line 1", f"empty scores file: {WAY_BACK}")
+    try:
+        header = json.loads(lines[0])
+    except json.JSONDecodeError as exc:
+        raise TaskDataError(str(path), "line 1", f"not JSON ({exc}): the file is cut short or damaged; {WAY_BACK}") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise TaskDataError(str(path), "line 1", f"not an {FORMAT} file (header {header!r:.200})")
     records = []
     for n, line in enumerate(lines[1:], start=2):
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as exc:
-            raise TaskDataError(str(path), f"line {n}", f"not JSON ({exc})") from None
+            raise TaskDataError(str(path), f"line {n}", f"not JSON ({exc}): the file is cut short or damaged; "
+                                f"{WAY_BACK}") from None
     return header["identity"], [r for r in records if is_item(r)], {r["id"]: r for r in records if not is_item(r)}

@@ -1,6 +1,7 @@
 """What a running vLLM server says it is, read from its own endpoints: the vLLM version (``/version``), the model
 it serves and its context length (``/v1/models``), its KV-cache settings (``vllm:cache_config_info`` in
-``/metrics``). A cell compares it before it resumes (:mod:`anyjev.run.server_check`)."""
+``/metrics``), and the model's dtype where the server says it (``/server_info``, which vLLM serves in its development
+mode, ``VLLM_SERVER_DEV_MODE=1``). A cell compares it before it resumes (:mod:`anyjev.run.server_check`)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ class ServerDescription:
     model_root: str | None  # what the server loaded (/v1/models "root": a hub id, or a folder: relative when under here)
     max_model_len: int | None
     cache: dict[str, str] = field(default_factory=dict)
+    model_dtype: str | None = None  # the model's dtype, where the server says it (/server_info)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -35,17 +37,18 @@ class ServerDescription:
     def compared(self) -> dict[str, Any]:
         """The fields a resumed cell must find unchanged."""
         return {"vllm_version": self.vllm_version, "model_root": self.model_root, "max_model_len": self.max_model_len,
-                **{f"cache.{k}": self.cache.get(k) for k in CACHE_KEYS}}
+                "dtype": self.model_dtype, **{f"cache.{k}": self.cache.get(k) for k in CACHE_KEYS}}
 
 
 def describe_server(base_url: str, served_name: str, *, timeout: float = 10.0) -> ServerDescription:
-    """Ask the server at BASE_URL what it is (three GETs). The model must be listed as SERVED_NAME; an endpoint that
+    """Ask the server at BASE_URL what it is (four GETs). The model must be listed as SERVED_NAME; an endpoint that
     does not answer leaves its fields None, but a server that answers none of them raises BackendError."""
     base = base_url.rstrip("/")
     with httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)), trust_env=False) as client:
         version = _get_json(client, f"{base}/version")
         models = _get_json(client, f"{base}/v1/models")
         metrics = _get_text(client, f"{base}/metrics")
+        info = _get_json(client, f"{base}/server_info?config_format=json")
     if version is None and models is None:
         raise BackendError(f"{base} answers neither /version nor /v1/models: is it a vLLM server?")
     card = _model_card(models, served_name, base)
@@ -54,7 +57,17 @@ def describe_server(base_url: str, served_name: str, *, timeout: float = 10.0) -
         model_root=portable_path(str(card["root"])) if card.get("root") is not None else None,
         max_model_len=int(card["max_model_len"]) if isinstance(card.get("max_model_len"), int) else None,
         cache=cache_settings(metrics or ""),
+        model_dtype=server_info_dtype(info),
     )
+
+
+def server_info_dtype(server_info: Any) -> str | None:
+    """The model's dtype in a ``/server_info`` answer (``torch.bfloat16`` -> ``bfloat16``); None without one."""
+    try:
+        dtype = server_info["vllm_config"]["model_config"]["dtype"]
+    except (KeyError, TypeError):
+        return None
+    return str(dtype).removeprefix("torch.") if dtype is not None else None
 
 
 def portable_path(root: str) -> str:

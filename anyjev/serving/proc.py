@@ -70,6 +70,23 @@ def group_pids(pgid: int) -> list[int]:
     return found
 
 
+def descendants(pid: int) -> list[int]:
+    """Live (non-zombie) processes descending from PID: its children, theirs, and so on, parents first."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = proc_stat(int(entry))
+        if fields is not None and fields[0] not in ("Z", "X"):
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, queue = [], [pid]
+    while queue:
+        for child in sorted(children.get(queue.pop(0), [])):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
 def proc_environ(pid: int) -> dict[str, str]:
     """The initial environment of PID ({} if unreadable): carries the token that marks our servers."""
     try:

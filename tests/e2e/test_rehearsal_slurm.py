@@ -53,6 +53,12 @@ pytestmark = [pytest.mark.slurm, pytest.mark.vllm, pytest.mark.slow]
 CANCEL_MODEL, CANCEL_TASK = R.MODELS[0], "newsgroups"
 
 
+def model_job_file(folder: Path) -> Path:
+    """The one file in FOLDER, a model's records or logs of its scoring jobs (named by the job): a run's one job."""
+    [found] = list(folder.iterdir())
+    return found
+
+
 def score_model_jobs(run: dict) -> dict[str, dict]:
     """score_model jobs by model, each with its SLURM job ids and log (from the plugin's submission lines)."""
     by_id = {int(j["jobid"]): dict(j) for j in run["jobs"] if j["rule"] == "score_model"}
@@ -144,7 +150,7 @@ def test_one_server_start_per_model(rehearsal):
     plan = rehearsal["plan"]
     assert plan["server_starts"]["slurm"] == dict.fromkeys(R.MODELS, 1), plan["server_starts"]
     for model in R.MODELS:
-        record = json.loads((work / f"results/allocations/{model}.json").read_text())
+        record = json.loads(model_job_file(work / f"results/allocations/{model}").read_text())
         assert {t: c["status"] for t, c in record["cells"].items()} == dict.fromkeys(R.TASKS, "ok")
         assert record["slurm_job_id"] == str(score_model_jobs(rehearsal["run"])[model]["slurm"][0])
 
@@ -169,7 +175,7 @@ def test_each_allocation_owns_its_server_and_the_server_dies_with_it(rehearsal):
         rec = acct[jobs[model]["slurm"][0]]
         start, end = int(rec["Start"]), int(rec["End"])
         assert start - 1 <= stop_at <= end + 1, (model, rec, stop_at)  # stamps to the second
-        assert f"{model}: stopped its server" in (work / f"logs/score_model/{model}.log").read_text()
+        assert f"{model}: stopped its server" in model_job_file(work / f"logs/score_model/{model}").read_text()
         servers = [json.loads((work / f"results/cells/{model}/{t}/provenance.json").read_text())["server"] for t in R.TASKS]
         assert {s["owner_pid"] for s in servers} == {owner}, servers
         assert [s["reused"] for s in servers] == [False, True, True], "one start, then the lease is reused"
@@ -182,7 +188,7 @@ def test_the_url_cell_fails_alone_naming_the_ids(rehearsal):
     R.check_url_cell_fails_alone(rehearsal, out)
     assert "Error in rule score_model" not in out
     log = (rehearsal["work"] / f"logs/score/{R.URL_MODEL}/{R.URL_TASK}.log").read_text()
-    assert f"cell {R.URL_MODEL}/{R.URL_TASK} failed in model {R.URL_MODEL!r}'s scoring job (SLURM job" in log, log[-2000:]
+    assert f"cell {R.URL_MODEL}/{R.URL_TASK} failed in the scoring job of model {R.URL_MODEL!r} (SLURM job" in log, log[-2000:]
     R.check_cells_scored(rehearsal["work"])
 
 
@@ -305,7 +311,7 @@ def test_scancel_leaves_no_process_and_the_rerun_resumes(cancelled, fault_seen):
     assert counts["resumed"] == cancelled["kept"] and counts["scored"] == counts["items"] - cancelled["kept"], counts
     assert (work / "results/tables/summary.csv").is_file()
     assert (work / f"logs/servers/{CANCEL_MODEL}.log").read_text().count("starting server") == 2  # one per run
-    assert "slurm" not in (work / f"logs/score_model/{CANCEL_MODEL}.log").read_text().lower(), "resumed locally"
+    assert "slurm" not in model_job_file(work / f"logs/score_model/{CANCEL_MODEL}").read_text().lower(), "resumed locally"
     assert leftover_vllm(str(work)) == []
 
 

@@ -3,8 +3,8 @@
 The model is a `url` model read from an in-process stub of vLLM's completions endpoint that drops one label from
 the Yes/No task's answers (what a server in raw_logprobs mode does), so no vLLM starts. Checked: one score_model job
 scores both cells; the Yes/No cell fails its own score_cell job naming the missing label id, while the other cell is
-published and evaluated (--keep-going); the run's end drops the model's outcome record so that the next run
-retries, and that rerun sends requests for the failed cell only (the finished cell is skipped) and completes.
+published and evaluated (--keep-going); the next run's job for the model scores the failed cell only, under a record
+of its own (the finished cell is neither sent again nor published again), and the run completes.
 The partly failed run still leaves its tables, figures, comparison with published numbers, provenance report,
 viewer and Snakemake report, over the cell that finished, with the failed cell listed; after the fix they are whole.
 """
@@ -80,14 +80,16 @@ def test_one_job_per_model_fails_one_cell_alone_and_retries_it(tmp_path, stub, q
     cell_log = (work / f"logs/score/{MODEL}/yesno.log").read_text()
     missing = [p["allowed_token_ids"][1] for p in stub.requests if len(p["allowed_token_ids"]) == 2][0]
     assert "LabelTokenError" in cell_log and str(missing) in cell_log, cell_log
-    assert f"cell {MODEL}/yesno failed in model {MODEL!r}'s scoring job" in cell_log
+    assert f"cell {MODEL}/yesno failed in the scoring job of model {MODEL!r}" in cell_log
     assert not (work / f"results/cells/{MODEL}/yesno/scores.jsonl").exists()
     for name in CELL_FILES:
         assert (work / f"results/cells/{MODEL}/capitals/{name}").is_file(), name
-    # The end of the run drops the outcome record, so the next run schedules the model's job again.
-    assert not (work / f"results/allocations/{MODEL}.json").exists()
+    # The job's record stays (the finished cell is published from it); the next run's job scores the failed cell.
+    [first] = list((work / f"results/allocations/{MODEL}").glob("*.json"))
+    assert {t: c["status"] for t, c in json.loads(first.read_text())["cells"].items()} == {"capitals": "ok", "yesno": "failed"}
     assert f"{MODEL}: cell(s) yesno failed; the next run retries them" in out
     staged = work / f"results/cells/{MODEL}/capitals/staged/scores.jsonl"
+    finished = {name: (work / f"results/cells/{MODEL}/capitals/{name}").stat().st_mtime_ns for name in CELL_FILES}
     published = (work / f"results/cells/{MODEL}/capitals/scores.jsonl").read_bytes()
     assert staged.read_bytes() == published
     # Something to look at: every cross-cell output, over the cell that finished, the failed one listed.
@@ -119,9 +121,10 @@ def test_one_job_per_model_fails_one_cell_alone_and_retries_it(tmp_path, stub, q
     assert proc.returncode == 0, out[-4000:]
     sent = stub.requests[before:]
     assert sent and all(len(p["allowed_token_ids"]) == 2 for p in sent), "only the failed (Yes/No) cell is re-sent"
-    record = json.loads((work / f"results/allocations/{MODEL}.json").read_text())
-    assert {t: c["status"] for t, c in record["cells"].items()} == {"capitals": "ok", "yesno": "ok"}
-    assert record["cells"]["capitals"]["counts"]["prompts"] == 0
+    [second] = [p for p in (work / f"results/allocations/{MODEL}").glob("*.json") if p != first]
+    assert {t: c["status"] for t, c in json.loads(second.read_text())["cells"].items()} == {"yesno": "ok"}
+    assert {name: (work / f"results/cells/{MODEL}/capitals/{name}").stat().st_mtime_ns for name in CELL_FILES} == finished, \
+        "the finished cell is neither published nor evaluated again"
     assert (work / f"results/cells/{MODEL}/capitals/scores.jsonl").read_bytes() == published
     summary = pd.read_csv(work / "results/tables/summary.csv")
     assert set(summary["task"]) == {"capitals", "yesno"}, "the tables are whole after the fix"

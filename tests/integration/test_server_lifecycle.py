@@ -526,9 +526,11 @@ def test_a_models_job_stops_its_server_once_its_outcomes_are_written(make_spec: 
         return {"items": 1, "scored": 1, "resumed": 0, "prompts": 1}
 
     monkeypatch.setattr(allocation, "score_job", score_job)
-    cells = {t: allocation.ModelCell(SimpleNamespace(model="m", task=t, managed=managed), f"{t}.jsonl",
-                                     str(workdir / t / "scores.jsonl"), str(workdir / t / "provenance.json"))
+    cells = {t: allocation.ModelCell(SimpleNamespace(model="m", task=t, managed=managed), str(workdir / f"{t}.jsonl"),
+                                     str(workdir / t / "scores.jsonl"), str(workdir / t / "provenance.json"), t)
              for t in ("a", "b")}
+    for cell in cells.values():
+        Path(cell.task_file).write_text("{}\n")
     out = workdir / "allocation.json"
     record = allocation.score_model_job(allocation.ScoreModelJob("m", cells), out, os.getpid())
     assert [h.reused for h in leased] == [False, True] and leased[0].pid == leased[1].pid  # one start, two cells

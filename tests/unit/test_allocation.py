@@ -6,7 +6,9 @@ The real workflow runs it in tests/e2e/test_score_jobs.py (stub server) and test
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,9 +35,11 @@ def staged(task: str) -> Path:
 
 def _job(*tasks: str) -> allocation.ScoreModelJob:
     """A model's job whose cells name only their task (the score job itself is replaced here)."""
-    return allocation.ScoreModelJob("m", {t: allocation.ModelCell(SimpleNamespace(model="m", task=t, managed=None), f"{t}.jsonl",
-                                                                  str(staged(t)), str(staged(t).with_suffix(".json")))
-                                          for t in tasks})
+    cells = {t: allocation.ModelCell(SimpleNamespace(model="m", task=t, managed=None), f"{t}.jsonl", str(staged(t)),
+                                     str(staged(t).with_suffix(".json")), f"definition of {t}") for t in tasks}
+    for t in tasks:
+        Path(f"{t}.jsonl").write_text(f"items of {t}\n")
+    return allocation.ScoreModelJob("m", cells)
 
 
 def test_a_cell_error_is_recorded_and_the_other_cells_go_on(tmp_path, monkeypatch):
@@ -53,7 +57,7 @@ def test_a_cell_error_is_recorded_and_the_other_cells_go_on(tmp_path, monkeypatc
     with pytest.raises(LabelTokenError) as info:
         allocation.publish_cell(allocation.PublishJob("b"), out, tmp_path / "pub/b.jsonl", tmp_path / "pub/b.json")
     assert info.value.missing_ids == [2753]
-    assert "cell m/b failed in model 'm''s scoring job" in str(info.value) and "[2753]" in str(info.value)
+    assert "cell m/b failed in the scoring job of model 'm'" in str(info.value) and "[2753]" in str(info.value)
     assert not (tmp_path / "pub/b.jsonl").exists()
     with pytest.raises(TaskDataError, match="did not score task 'zzz'"):
         allocation.publish_cell(allocation.PublishJob("zzz"), out, tmp_path / "pub/z.jsonl", tmp_path / "pub/z.json")
@@ -70,9 +74,11 @@ def test_a_server_error_ends_the_job_and_keeps_what_was_staged(tmp_path, monkeyp
     assert not (tmp_path / staged("c")).exists()
 
 
-def test_a_published_failure_keeps_the_recorded_error_type(tmp_path, monkeypatch):
-    """A TaskDataError or a batch collision recorded by the model's job reaches the user under its own name."""
-    from anyjev.errors import AnyjevError, BatchCollisionError
+def test_a_published_failure_keeps_the_recorded_error_type(tmp_path, monkeypatch, capsys):
+    """A TaskDataError or a batch collision recorded by the model's job reaches the user under its own name; a cell
+    that failed on bad input (a task file, a config value) makes publish-cell exit 2, as every other step does."""
+    from anyjev.cli import EXIT_BAD_INPUT, main
+    from anyjev.errors import BatchCollisionError, InputError
 
     monkeypatch.chdir(tmp_path)
     failures = {"a": TaskDataError("tasks/a.jsonl", "line 3", "item 'q2': too long"),
@@ -80,10 +86,50 @@ def test_a_published_failure_keeps_the_recorded_error_type(tmp_path, monkeypatch
     monkeypatch.setattr(allocation, "score_job", _fake_score_job(failures))
     out = tmp_path / "allocation.json"
     allocation.score_model_job(_job("a", "b"), out, 1)
-    with pytest.raises(AnyjevError) as info:
+    with pytest.raises(InputError) as info:
         allocation.publish_cell(allocation.PublishJob("a", "logs/score_model/m.log"), out, tmp_path / "pub/a.jsonl",
                                 tmp_path / "pub/a.json")
-    assert "scoring job, log logs/score_model/m.log: TaskDataError: tasks/a.jsonl:line 3: item 'q2'" in str(info.value)
+    assert "scoring job of model 'm', log logs/score_model/m.log: TaskDataError: tasks/a.jsonl:line 3: item 'q2'" in \
+        str(info.value)
+    job = allocation.PublishJob("a", "logs/score_model/m.log").to_json()
+    assert main(["publish-cell", "--job", job, "--allocation", str(out), "--out", "a.jsonl", "--provenance", "a.json"]) \
+        == EXIT_BAD_INPUT
+    assert capsys.readouterr().err.strip().endswith("TaskDataError: tasks/a.jsonl:line 3: item 'q2': too long")
     with pytest.raises(BatchCollisionError) as collision:
         allocation.publish_cell(allocation.PublishJob("b"), out, tmp_path / "pub/b.jsonl", tmp_path / "pub/b.json")
     assert collision.value.missing_ids == [49] and "BatchCollisionError:" not in str(collision.value)
+
+
+def test_a_later_job_finds_the_cells_an_earlier_job_finished(tmp_path, monkeypatch):
+    """What a model's next job leaves out (anyjev.run.allocation.finished_cells): a cell an earlier job scored under
+    the same definition, from the same task file, whose staged scores are still the ones it wrote. Anything else is
+    scored again: another definition, a task file built again with other items (or older than its source), staged
+    scores written over since, a cell that failed."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(allocation, "score_job", _fake_score_job({"c": LabelTokenError("missing", missing_ids=[1])}))
+    job = _job("a", "b", "c")
+    folder = tmp_path / "allocations"
+    record = folder / "0123456789abcdef.json"
+    allocation.score_model_job(job, record, 1)
+    sources = {"a": ["src-a.jsonl"]}
+    Path("src-a.jsonl").write_text("source of a\n")
+    os.utime("src-a.jsonl", ns=(0, 0))
+    assert allocation.finished_cells(folder, job.cells, sources) == {"a": str(record), "b": str(record)}
+
+    again = {t: dataclasses.replace(c, definition="another") if t == "a" else c for t, c in job.cells.items()}
+    assert allocation.finished_cells(folder, again, sources) == {"b": str(record)}
+    Path("b.jsonl").write_text("other items of b\n")
+    assert allocation.finished_cells(folder, job.cells, sources) == {"a": str(record)}
+    Path("src-a.jsonl").touch()  # the source is newer: the task is built again before it is scored
+    os.utime("a.jsonl", ns=(1, 1))
+    assert allocation.finished_cells(folder, job.cells, sources) == {}
+    os.utime("src-a.jsonl", ns=(0, 0))
+    assert allocation.finished_cells(folder, job.cells, sources) == {"a": str(record)}
+    staged("a").write_text("scores of a, under another definition\n")
+    assert allocation.finished_cells(folder, job.cells, sources) == {}
+
+    assert allocation.retry_failed(record) == ["c"] and record.exists(), "a record with finished cells stays"
+    only_c = _job("c")
+    allocation.score_model_job(only_c, folder / "c.json", 1)
+    assert allocation.retry_failed(folder / "c.json") == ["c"] and not (folder / "c.json").exists(), \
+        "a record that finished none of its cells goes: the next run does the same job again"

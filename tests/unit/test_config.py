@@ -156,6 +156,20 @@ def test_a_task_path_that_is_a_folder_is_called_a_folder(tmp_path, fault_seen):
     fault_seen(check(edit(tasks__mmlu={"source": "file", "path": str(tmp_path)}), "tasks.mmlu.path", "is a folder"))
 
 
+@pytest.mark.parametrize(("path", "limit", "folder"), [("resources/tasks/x.jsonl", None, "resources/tasks/"),
+                                                        ("./resources/tasks/sub/../x.jsonl", None, "resources/tasks/"),
+                                                        ("smoke/limit-5/resources/tasks/x.jsonl", 5, "smoke/limit-5/resources/tasks/")])
+def test_a_task_file_where_the_prepared_tasks_are_written_is_refused(path, limit, folder, tmp_path, fault_seen):
+    """The task would be made from the file it makes (Snakemake's CyclicGraphException in rule prepare_task): the
+    config check names the key (issue 46, 6)."""
+    config = edit(tasks__x={"source": "file", "path": path}) | ({"limit": limit} if limit else {})
+    with pytest.raises(ConfigError) as info:
+        validate_config(config, workdir=tmp_path)
+    assert info.value.key_path == "tasks.x.path" and f"is inside {folder}, where the workflow writes" in str(info.value)
+    assert "e.g. tasks/x.jsonl" in str(info.value)
+    fault_seen(info.value)
+
+
 @pytest.mark.parametrize("empty", ["", "  "])
 def test_an_empty_server_flag_item_is_refused(empty, fault_seen):
     fault_seen(check(edit(models__m1__server_flags=["--enforce-eager", empty]), "models.m1.server_flags", "item 1 is"))

@@ -12,7 +12,7 @@ import pytest
 from anyjev.results import CellLayout
 
 MISSING = [9454 + i for i in range(40)]
-LABEL_LINE = ("anyjev publish-cell: LabelTokenError: cell m/t failed in model 'm''s scoring job: prompt 0: the server's "
+LABEL_LINE = ("anyjev publish-cell: LabelTokenError: cell m/t failed in the scoring job of model 'm': prompt 0: the server's "
               f"top_logprobs do not hold exactly the label ids {MISSING}. Missing label ids: "
               + ", ".join(f"{i} ('x{i}')" for i in MISSING) + ". No value is filled in for a missing label.")
 NGINX = ("anyjev score: BackendError: POST http://gpu:8000/v1/completions answered HTTP 502: <html> <head><title>502 Bad "
@@ -28,7 +28,7 @@ def layout(root: Path, *, earlier: bool = True) -> CellLayout:
            f"{logs}/evaluate/{{model}}/{{task}}.log")
     if not earlier:
         return CellLayout(*own)
-    return CellLayout(*own, (f"{logs}/score_model/{{model}}.log", f"{logs}/prepare_task/{{task}}.log",
+    return CellLayout(*own, (f"{logs}/score_model/{{model}}/{{job}}.log", f"{logs}/prepare_task/{{task}}.log",
                              f"{logs}/fetch_hub_task/{{dataset}}.log", f"{logs}/prepare_model/{{model}}.log"),
                       {"hubtask": "hubdata"})
 
@@ -48,7 +48,7 @@ PREPARE_ERROR = "anyjev prepare-task: TaskDataError: tasks/t.jsonl:line 3: not v
     ("fetch", "logs/fetch_hub_task/hubdata.log", f"INFO fetching\n{FETCH_ERROR}\n", "hubtask"),
     ("prepare", "logs/prepare_task/t.log", f"{PREPARE_ERROR}\n", "t"),
     ("prepare, Ctrl-C", "logs/prepare_task/t.log", "INFO building\nanyjev prepare-task: interrupted\n", "t"),
-    ("the model's job", "logs/score_model/m.log",
+    ("the model's job", "logs/score_model/m/0123456789abcdef.log",
      "INFO cell 1/2\nanyjev score-model: ServerError: vLLM server for model 'm' did not start: exit code 1\n", "t"),
     ("model preparation", "logs/prepare_model/m.log",
      "Traceback (most recent call last):\n  File x\nOSError: no space left on device\n", "t"),

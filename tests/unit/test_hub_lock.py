@@ -41,6 +41,7 @@ def offline(monkeypatch, tmp_path):
 
     monkeypatch.setattr(hub, "resolve_commit", resolve)
     monkeypatch.setattr(models, "resolve_commit", resolve)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the machine's shared model cache, this test's
     monkeypatch.chdir(tmp_path)
     return asked
 

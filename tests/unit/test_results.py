@@ -182,7 +182,7 @@ PREDICTIONS_HEAD = "item_id,level,group,gold,pred,conf,p_gold,n_top\n"
     ("predictions.csv", PREDICTIONS_HEAD + "rt-1,raw,fwd,0,1,0.5,0.5,1\nrt-2,raw,fwd,x,1,0.5,0.5,1\n", "predictions",
      "predictions.csv:line 3: column gold is 'x', not an integer"),
     ("scores.jsonl", "", "items", "scores.jsonl:line 1: empty scores file"),
-    ("scores.jsonl", "{not json\n", "probabilities", "scores.jsonl:line 1: not a scores file's header"),
+    ("scores.jsonl", "{not json\n", "probabilities", "scores.jsonl:line 1: not JSON"),
     ("scores.jsonl", '{"type": "header", "format": "anyjev.scores/1", "identity": {}}\n{"type": "item", "id": "a"}\n',
      "items", "scores.jsonl:line 2: item record lacks 'gold'"),
 ])

@@ -86,6 +86,24 @@ def test_a_resume_against_another_server_on_the_same_url_is_refused_naming_what_
     assert not out.exists()
 
 
+def test_a_refused_resume_says_in_words_what_changed(tmp_path, stub, qwen3_tokenizer):
+    """The server restarted with another dtype: the dtype it says (/server_info), and what its fingerprint and the
+    probe's movement mean, in words."""
+    stub.dtype = "float32"
+    job, task_file = url_job(tmp_path, stub.url, Path(qwen3_tokenizer.name_or_path))
+    out = tmp_path / "scores.jsonl"
+    fail_after(stub, requests_for_chunks(1))
+    with pytest.raises(BackendError):
+        score_job(job, task_file, out, None, owner_pid=0)
+    stub.default, stub.dtype, stub.shift, stub.fingerprint = Reply(), "bfloat16", 0.3, "stub-fp-2"
+    with pytest.raises(ServerChangedError) as exc:
+        score_job(job, task_file, out, None, owner_pid=0)
+    message = str(exc.value)
+    assert "dtype 'float32' -> 'bfloat16'" in message, message
+    assert "(vLLM's hash of its model config: another model, revision, dtype or quantisation)" in message
+    assert "other weights, another dtype or another lm-head precision" in message
+
+
 def test_the_same_server_restarted_resumes_the_cell_to_the_bytes_of_an_uninterrupted_one(tmp_path, stub,
                                                                                           qwen3_tokenizer):
     tokenizer = Path(qwen3_tokenizer.name_or_path)
@@ -187,9 +205,10 @@ def test_a_refused_resume_fails_its_cell_alone_in_a_models_job(tmp_path, stub, q
     config["tasks"]["u"] = dict(config["tasks"]["t"])
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     settings = Settings.load(tmp_path / "config.yaml")
-    job = ScoreModelJob.from_json(settings.score_model_job(
-        MODEL, models_dir="unused", server_log=str(tmp_path / "s.log"), state_dir=str(tmp_path / "state"),
-        task_file=str(tmp_path / "t.jsonl"), staged=str(tmp_path / "staged" / "{task}")).to_json())
+    cells = settings.model_cells(MODEL, models_dir="unused", server_log=str(tmp_path / "s.log"),
+                                 state_dir=str(tmp_path / "state"), task_file=str(tmp_path / "t.jsonl"),
+                                 staged=str(tmp_path / "staged" / "{task}"), hub_cache="unused", lock_record="unused")
+    job = ScoreModelJob.from_json(ScoreModelJob(MODEL, cells).to_json())
     cell_t = job.cells["t"]
     fail_after(stub, requests_for_chunks(1))
     with pytest.raises(BackendError):

@@ -240,8 +240,9 @@ def every_job(settings: Settings) -> list[Job]:
     for model in settings.models:
         if settings.models[model].prepared:
             jobs.append(settings.model_job(model, lock_record="resources/lock.yaml"))
-        jobs.append(settings.score_model_job(model, task_file="resources/tasks/{task}.jsonl", staged="cells/{task}/staged",
-                                             **PATHS))
+        jobs.append(ScoreModelJob(model, settings.model_cells(model, task_file="resources/tasks/{task}.jsonl",
+                                                              staged="cells/{task}/staged", hub_cache="resources/hub",
+                                                              lock_record="resources/lock.yaml", **PATHS)))
         jobs += [settings.score_job(model, task, **PATHS) for task in settings.model_tasks(model)]
     jobs += [settings.prepare_job(task, hub_cache="resources/hub") for task in settings.tasks]
     jobs += [settings.fetch_job(ds, lock_record="resources/lock.yaml") for ds in settings.hub_datasets()]

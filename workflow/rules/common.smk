@@ -4,9 +4,11 @@
 import os
 import re
 import shutil
+import signal
 import sys
 from pathlib import Path
 
+from anyjev.claims import Claim, config_name, made_by, record_claims, refusals
 from anyjev.config import check_runnable, load_strict, validate_config, value_source, with_shipped_paths
 from anyjev.data.hub import META_FILE as HUB_META
 from anyjev.errors import ConfigError
@@ -15,7 +17,8 @@ from anyjev.outputs.run import RunOutputs, kept_as_they_are, write_run_outputs
 from anyjev.outputs.viewer import CELLS as VIEWER_CELLS, INDEX as VIEWER_INDEX
 from anyjev.paths import METRICS, PREDICTIONS, PROVENANCE, REPLICATES, SCORES, run_paths
 from anyjev.results import CellLayout
-from anyjev.run.allocation import PublishJob, failed_cells, score_jobs_mode
+from anyjev.run.allocation import PublishJob, ScoreModelJob, finished_cells, retry_failed, score_jobs_mode
+from anyjev.run.interrupt import interrupt_jobs, interrupted_line
 from anyjev.serving.models import PROVENANCE_FILE as MODEL_RECORD
 from anyjev.settings import SCORE_RESOURCES, Settings
 
@@ -87,6 +90,10 @@ if MISSING_FOR_A_RUN is not None:
 CELL_LAYOUT = CellLayout.of_paths(PATHS, SETTINGS.hub_folders())
 
 
+# The config this run is made from, as its files: what a finished file here records as the config that made it.
+RUN_CONFIG = config_name(workflow.configfiles)
+
+
 # One scoring job per model (the default: one server start, each cell published or failed alone) or per cell
 # (docs/servers.md). A cluster job's own Snakemake parses this file with the same config, so it defines the same rules.
 SCORE_JOBS = score_jobs_mode(SETTINGS.score_jobs)
@@ -107,6 +114,62 @@ def check_servers_can_start():
         # One line and the exit code: a WorkflowError raised in the hook would print its frames. Nothing has run.
         print(_invalid_config_line(MISSING_FOR_A_RUN), file=sys.stderr)
         sys.exit(1)
+
+
+def cell_definition(model, task):
+    """The job files a cell's scores are made from: its score job, and the jobs that make its task file (and the hub
+    data it is built from) and its model folder."""
+    files = [job_file(cell_score_job(model, task))]
+    files.append(job_file(SETTINGS.prepare_job(task, hub_cache=PATHS.hub_cache)))
+    if SETTINGS.tasks[task].source == "hub":
+        files.append(job_file(SETTINGS.fetch_job(SETTINGS.hub_task(task)[0], lock_record=PATHS.lock_record)))
+    if SETTINGS.models[model].prepared:
+        files.append(job_file(SETTINGS.model_job(model, lock_record=PATHS.lock_record)))
+    return files
+
+
+def job_claim(job):
+    """What a job that will run makes, as a claim (anyjev/claims.py): the files of one task, hub dataset, model or
+    cell, and the job files they are made from; None for a job whose files are the run's (its tables, figures,
+    viewer) or named by the job itself (a model's scoring job)."""
+    step, wc = job.rule.name, job.wildcards
+    if step == "prepare_task":
+        key, definition = f"tasks.{wc.task}", [job.params.job]
+    elif step == "fetch_hub_task":
+        tasks = [t for t, folder in SETTINGS.hub_folders().items() if folder == wc.dataset]
+        key, definition = " and ".join(f"tasks.{t}" for t in tasks) + " (its hub data)", [job.params.job]
+    elif step == "prepare_model":
+        key, definition = f"models.{wc.model}", [job.params.job]
+    elif step in ("score_cell", "evaluate_cell"):
+        key = f"the cell {wc.model}/{wc.task} (models.{wc.model}, tasks.{wc.task}, the scoring and evaluation settings)"
+        definition = cell_definition(wc.model, wc.task)
+        if step == "evaluate_cell":
+            definition += [job.params.job, job.params.reliability_job]
+    else:
+        return None
+    return Claim(key, tuple(str(f) for f in job.output), tuple(definition))
+
+
+def check_claims():
+    """At the start of a run, before any job: refused when a job that will run would replace files a run of another
+    config made under another definition (a task or model name reused); else this config claims the files its jobs
+    make (anyjev/claims.py)."""
+    claims = [c for c in map(job_claim, workflow.dag.needrun_jobs()) if c is not None]
+    refused = refusals(PATHS.claims, claims, RUN_CONFIG)
+    if refused:
+        # One line each and the exit code, as check_servers_can_start: nothing has run.
+        for line in refused:
+            print(f"anyjev: refused before any job: {line}", file=sys.stderr)
+        sys.exit(1)
+    record_claims(PATHS.claims, claims, RUN_CONFIG)
+
+
+def claim_run_outputs():
+    """After this run wrote (or kept) its cross-cell outputs: its config made them (what a later run of another config
+    that fails leaves as they are: write_partial_outputs)."""
+    if any(job.rule.name == "summary_table" for job in workflow.dag.jobs):
+        files = tuple(PATHS.summary.values())
+        record_claims(PATHS.claims, [Claim("the run's tables", files, (job_file(summary_job()),))], RUN_CONFIG)
 
 
 def score_resources():
@@ -136,28 +199,93 @@ def job_file(job):
 
 def score_job(wildcards):
     """One cell's score job."""
-    m = wildcards.model
+    return cell_score_job(wildcards.model, wildcards.task)
+
+
+def cell_score_job(model, task):
+    """The score job of the cell (MODEL, TASK)."""
     return SETTINGS.score_job(
-        m, wildcards.task, models_dir=PATHS.models_dir, state_dir=PATHS.state_dir, server_log=PATHS.server_log.format(model=m)
+        model, task, models_dir=PATHS.models_dir, state_dir=PATHS.state_dir, server_log=PATHS.server_log.format(model=model)
     )
 
 
-def score_model_job(wildcards):
-    """One model's scoring job: every cell, its task file and its staging folder."""
-    m = wildcards.model
-    return SETTINGS.score_model_job(
-        m,
+def model_cells(model):
+    """Every cell of MODEL as a model's scoring job holds it: its score job, task file, staging folder, definition."""
+    return SETTINGS.model_cells(
+        model,
         models_dir=PATHS.models_dir,
         state_dir=PATHS.state_dir,
-        server_log=PATHS.server_log.format(model=m),
+        server_log=PATHS.server_log.format(model=model),
         task_file=str(rules.prepare_task.output.task_file),
-        staged=PATHS.staged_dir.replace("{model}", m),
+        staged=PATHS.staged_dir.replace("{model}", model),
+        hub_cache=PATHS.hub_cache,
+        lock_record=PATHS.lock_record,
     )
+
+
+class ModelJobs:
+    """One model's scoring (score_jobs: model): the cells an earlier job finished, each with the record it is published
+    from, and this run's job for the others (None when every cell is finished), named by its digest."""
+
+    def __init__(self, model):
+        cells = model_cells(model)
+        self.finished = finished_cells(PATHS.allocations_dir.format(model=model), cells, {t: task_sources(t) for t in cells})
+        todo = {t: c for t, c in cells.items() if t not in self.finished}
+        self.job = ScoreModelJob(model, todo) if todo else None
+        self.digest = self.job.digest() if self.job else None
+        record = PATHS.allocation.format(model=model, job=self.digest)
+        if self.job and os.path.exists(record) and not workflow.remote_exec:
+            # The record of this very job, which finished none of these cells (the run that wrote it was killed before
+            # its end, or the cells were staged again since): nothing is published from it, and the job is done again,
+            # as Snakemake would not do it for an output that exists.
+            os.remove(record)
+            print(f"anyjev: {model}: removed {record}, which finished none of the cells its job scores now")
+
+    def job_named(self, digest):
+        """The model's scoring job named DIGEST: this run's, or, in a cluster job's own Snakemake, the one the main
+        process planned (its file: what is finished may have moved on since)."""
+        if digest == self.digest:
+            return self.job
+        return ScoreModelJob.from_json(str(ScoreModelJob.file_of(PATHS.jobs_dir, digest)))
+
+    def record(self, task):
+        """The record TASK's cell is published from: the earlier job's that finished it, or this run's job's."""
+        if task in self.finished:
+            return self.finished[task]
+        return expand(rules.score_model.output.allocation, model=self.job.model, job=self.digest)[0]
+
+
+def plan_model_jobs():
+    """Every model's scoring (ModelJobs), once per parse: what a model's job scores depends on the records there."""
+    return {m: ModelJobs(m) for m in MODELS}
+
+
+def model_job(wildcards):
+    """The model's scoring job that WILDCARDS name (ModelJobs.job_named)."""
+    job = MODEL_JOBS[wildcards.model].job_named(wildcards.job)
+    if job.model != wildcards.model:
+        raise WorkflowError(f"scoring job {wildcards.job} is model {job.model!r}'s, not {wildcards.model!r}'s")
+    return job
+
+
+def model_job_digests():
+    """The scoring jobs score_model makes: this run's (the records of earlier jobs are not remade), or any in a
+    cluster job's own Snakemake, which makes the one it was sent."""
+    if workflow.remote_exec:
+        return "[0-9a-f]{16}"
+    return "|".join(p.digest for p in MODEL_JOBS.values() if p.digest) or "__none__"
+
+
+def cell_allocation(wildcards):
+    """The record a cell is published from (ModelJobs.record)."""
+    return MODEL_JOBS[wildcards.model].record(wildcards.task)
 
 
 def publish_job(wildcards):
-    """One cell's publishing job (score_jobs: model): its task, and its model job's log."""
-    return PublishJob(wildcards.task, PATHS.score_model_log.format(model=wildcards.model))
+    """One cell's publishing job (score_jobs: model): its task, and the log of the model's job that scored it."""
+    record = MODEL_JOBS[wildcards.model].record(wildcards.task)
+    job = os.path.splitext(os.path.basename(record))[0]
+    return PublishJob(wildcards.task, PATHS.score_model_log.format(model=wildcards.model, job=job))
 
 
 def summary_job():
@@ -215,13 +343,13 @@ def local_dataset_content(wildcards):
     return SETTINGS.fetch_content(wildcards.dataset)
 
 
-def task_inputs(wildcards):
-    """What a task is built from: the user's task file, a hub task's fetched data, or nothing (a built-in task)."""
-    task = SETTINGS.tasks[wildcards.task]
+def task_sources(name):
+    """What task NAME is built from: the user's task file, a hub task's fetched data, or nothing (a built-in task)."""
+    task = SETTINGS.tasks[name]
     if task.source == "file":
         return [task.path]
     if task.source == "hub":
-        return expand(rules.fetch_hub_task.output.meta, dataset=SETTINGS.hub_task(wildcards.task)[0])
+        return expand(rules.fetch_hub_task.output.meta, dataset=SETTINGS.hub_task(name)[0])
     return []
 
 
@@ -303,11 +431,12 @@ def write_partial_outputs():
         return
     try:
         outputs = run_outputs()
-        kept = kept_as_they_are(outputs)
+        kept = kept_as_they_are(outputs, made_by(PATHS.claims, PATHS.summary["csv"]), RUN_CONFIG)
         if kept:
             print(f"anyjev: the outputs under {PATHS.results}/ are not rewritten: {kept}")
             return
         failed = write_run_outputs(outputs)
+        claim_run_outputs()
     except Exception as exc:  # noqa: BLE001 - a partial output that cannot be written must not hide the run's error
         print(f"anyjev: could not write the outputs of the cells that finished ({type(exc).__name__}: {exc})")
         return
@@ -319,16 +448,37 @@ def write_partial_outputs():
 
 
 def retry_failed_allocations():
-    """After a run with failed cells (score_jobs: model): drop the outcome record of each model that has one, so
-    the next run schedules the model's job again; it rescores only the cells that are not staged yet."""
-    for model in MODELS:
-        path = PATHS.allocation.format(model=model)
-        failed = failed_cells(path)
+    """After a run with failed cells (score_jobs: model): the next run's job for each model scores its failed cells
+    again (anyjev.run.allocation.retry_failed: the record of this run's job goes when none of its cells finished)."""
+    if SCORE_JOBS != "model":
+        return
+    for model, plan in MODEL_JOBS.items():
+        path = PATHS.allocation.format(model=model, job=plan.digest)
+        failed = retry_failed(path) if plan.job and os.path.exists(path) else []
         if failed:
-            os.remove(path)
-            print(
-                f"anyjev: {model}: cell(s) {', '.join(failed)} failed; the next run retries them " f"(the model's finished cells are kept)"
-            )
+            print(f"anyjev: {model}: cell(s) {', '.join(failed)} failed; the next run retries them (the model's finished cells are kept)")
+
+
+# What a SIGINT to this process stopped (forward_interrupt): the argv of the job processes it was passed on to.
+INTERRUPTED = []
+
+
+def forward_interrupt(signum, frame):
+    """SIGINT to Snakemake: passed on to the jobs it runs, which a SIGINT to its process alone does not reach (its
+    local executor waits for them), as a terminal's Ctrl-C would; then Snakemake stops as it does on Ctrl-C
+    (anyjev/run/interrupt.py)."""
+    INTERRUPTED.append(interrupt_jobs())
+    signal.default_int_handler(signum, frame)
+
+
+if not workflow.remote_exec:  # a cluster job's own Snakemake is signalled by its batch system
+    signal.signal(signal.SIGINT, forward_interrupt)
+
+
+def report_interrupt():
+    """The run's last words after a SIGINT: what it stopped."""
+    if INTERRUPTED:
+        print(f"anyjev: {interrupted_line([argv for sent in INTERRUPTED for argv in sent])}")
 
 
 def stop_run_servers(why):

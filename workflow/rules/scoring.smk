@@ -35,11 +35,15 @@ if SCORE_JOBS == "cell":
 
 else:
 
-    # One job (one allocation on a cluster) per model: one server start, every cell of the model scored into
-    # its staging folder, each cell's outcome recorded (anyjev/run/allocation.py).
+    # Per model: the cells an earlier job finished under the same definition, and this run's job for the others.
+    MODEL_JOBS = plan_model_jobs()
+
+    # One job (one allocation on a cluster) per model: one server start, every cell of the model that no earlier job
+    # finished scored into its staging folder, each cell's outcome recorded in a record named by the job
+    # (anyjev/run/allocation.py).
     rule score_model:
         input:
-            tasks=lambda wc: expand(rules.prepare_task.output.task_file, task=SETTINGS.model_tasks(wc.model)),
+            tasks=lambda wc: expand(rules.prepare_task.output.task_file, task=model_job(wc).cells),
             model=lambda wc: model_marker(wc.model),
         output:
             allocation=PATHS.allocation,
@@ -47,6 +51,8 @@ else:
             PATHS.score_model_log,
         benchmark:
             PATHS.score_model_benchmark
+        wildcard_constraints:
+            job=model_job_digests(),
         conda:
             "../envs/client.yaml"
         threads: score_threads
@@ -55,15 +61,17 @@ else:
             **score_resources(),
             gpu=lambda wc: SETTINGS.models[wc.model].gpus,
         params:
-            job=lambda wc: job_file(score_model_job(wc)),
+            job=lambda wc: job_file(model_job(wc)),
         shell:
             # $PPID: the Snakemake process running this job owns the server (it stops when that process exits).
             "python -m anyjev score-model --job {params.job:q} --out {output.allocation:q} --owner-pid $PPID > {log:q} 2>&1"
 
-    # Per cell, in the main process: publish the staged scores, or fail with the cell's own error.
+    # Per cell, in the main process: publish the staged scores, or fail with the cell's own error; from the record of
+    # the job that scored the cell, made from the task file as it is.
     rule score_cell:
         input:
-            allocation=rules.score_model.output.allocation,
+            allocation=cell_allocation,
+            task=rules.prepare_task.output.task_file,
         output:
             scores=PATHS.cell_file(SCORES),
             provenance=PATHS.cell_file(PROVENANCE),
@@ -76,7 +84,8 @@ else:
             job=lambda wc: job_file(publish_job(wc)),
         shell:
             "python -m anyjev.run.forkserver --owner-pid $PPID -- publish-cell --job {params.job:q} "
-            "--allocation {input.allocation:q} --out {output.scores:q} --provenance {output.provenance:q} > {log:q} 2>&1"
+            "--allocation {input.allocation:q} --task-file {input.task:q} --out {output.scores:q} "
+            "--provenance {output.provenance:q} > {log:q} 2>&1"
 
 
 # A cell's metrics and its reliability diagram (one level per panel), in one job: a second job per cell would cost

@@ -26,7 +26,7 @@ rule fetch_hub_task:
 
 rule prepare_task:
     input:
-        task_inputs,
+        lambda wc: task_sources(wc.task),
     output:
         task_file=PATHS.task_file,
     log:
