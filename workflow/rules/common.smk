@@ -459,19 +459,27 @@ def retry_failed_allocations():
             print(f"anyjev: {model}: cell(s) {', '.join(failed)} failed; the next run retries them (the model's finished cells are kept)")
 
 
-# What a SIGINT to this process stopped (forward_interrupt): the argv of the job processes it was passed on to.
+# What a SIGINT to this process stopped (pass_interrupts_on): the argv of the job processes it was passed on to.
 INTERRUPTED = []
 
 
-def forward_interrupt(signum, frame):
-    """SIGINT to Snakemake: passed on to the jobs it runs, which a SIGINT to its process alone does not reach (its
-    local executor waits for them), as a terminal's Ctrl-C would; then Snakemake stops as it does on Ctrl-C
-    (anyjev/run/interrupt.py)."""
-    INTERRUPTED.append(interrupt_jobs())
-    signal.default_int_handler(signum, frame)
+def pass_interrupts_on():
+    """At the start of a run on this machine (onstart: not in a dry run, nor in a workflow that uses this one as a
+    module, whose own handlers run instead): a SIGINT to Snakemake is passed on to the jobs it runs, which a SIGINT to
+    its process alone does not reach (its local executor waits for them), as a terminal's Ctrl-C would; then it goes to
+    the handler that was there before, so Snakemake stops as it does on Ctrl-C (anyjev/run/interrupt.py). A cluster
+    job's own Snakemake is signalled by its batch system."""
+    if workflow.remote_exec:
+        return
+    before = signal.getsignal(signal.SIGINT)
 
+    def forward_interrupt(signum, frame):
+        INTERRUPTED.append(interrupt_jobs())
+        if callable(before):
+            before(signum, frame)
+        elif before != signal.SIG_IGN:
+            signal.default_int_handler(signum, frame)
 
-if not workflow.remote_exec:  # a cluster job's own Snakemake is signalled by its batch system
     signal.signal(signal.SIGINT, forward_interrupt)
 
 
