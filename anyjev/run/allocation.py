@@ -5,8 +5,8 @@ fates together (one failed job fails the group and deletes its members' outputs)
 ``score_model``, holds the allocation: it starts the model's server once and scores every cell into the cell's
 staging folder (``results/cells/<model>/<task>/staged/``), recording each cell's outcome in
 ``results/allocations/<model>.json`` instead of stopping at the first failure. A local ``score_cell`` job per
-cell then publishes the staged scores, or fails with the cell's own error (the missing label ids), so a failed
-cell fails alone and every other cell keeps its outputs.
+cell then publishes the staged scores, or fails with the cell's own error (the missing label ids:
+:mod:`anyjev.run.publish`), so a failed cell fails alone and every other cell keeps its outputs.
 
 The staged scores live outside Snakemake's outputs: an allocation that is killed or hits its time limit keeps
 every checkpointed item (``scores.jsonl.partial``), and the next run's job resumes them; a rerun skips cells
@@ -15,41 +15,35 @@ already staged under the same identity without starting a server for them.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from anyjev.errors import (
     AnyjevError,
     BackendError,
-    BatchCollisionError,
     ConfigError,
     LabelTokenError,
     ServerChangedError,
     ServerError,
     TaskDataError,
 )
-from anyjev.files import now_iso, write_json_atomic, write_text_atomic
+from anyjev.files import now_iso, write_json_atomic
 from anyjev.jobs import Job
 from anyjev.run.cell import ScoreJob, score_job
+from anyjev.run.publish import FORMAT
 from anyjev.schema import check_setting
 from anyjev.serving.lease import release_server
 
 log = logging.getLogger(__name__)
 
-FORMAT = "anyjev.allocation/1"
 # A cell's own failures: recorded, and the job goes on with the model's next cell (a checkpoint made on another
 # server is the cell's own). Anything else (the server will not start or died: ServerError) ends the job, as it would
 # end every later cell of the model too.
 CELL_ERRORS = (LabelTokenError, BackendError, ConfigError, TaskDataError, ServerChangedError)
-# The recorded errors publish-cell raises again as themselves (the others as AnyjevError, their type in the message).
-ERROR_TYPES = {cls.__name__: cls for cls in (LabelTokenError, BackendError, ConfigError, TaskDataError,
-                                             BatchCollisionError, ServerError)}
 
 
 def score_jobs_mode(setting: str) -> str:
@@ -76,15 +70,6 @@ class ScoreModelJob(Job):
 
     model: str
     cells: dict[str, ModelCell]
-
-
-@dataclass(frozen=True)
-class PublishJob(Job):
-    """What publishing one cell of a model's job needs (the ``score_cell`` step under ``score_jobs: model``): the
-    cell's task, and the model job's log, named in a failed cell's message."""
-
-    task: str
-    model_log: str | None = None
 
 
 def _outcome(task: str, status: str, **fields: Any) -> dict[str, Any]:
@@ -140,48 +125,3 @@ def _release_server(job: ScoreModelJob, owner_pid: int) -> None:
     managed = next((c.job.managed for c in job.cells.values() if c.job.managed is not None), None)
     if managed is not None and release_server(managed.spec.name, state_dir=managed.state_dir, owner_pid=owner_pid):
         log.info("%s: stopped its server (no later job of this run uses it)", job.model)
-
-
-def read_allocation(path: str | os.PathLike[str]) -> dict[str, Any]:
-    record = json.loads(Path(path).read_text())
-    if record.get("format") != FORMAT:
-        raise TaskDataError(str(path), "line 1", f"not an {FORMAT} record")
-    return record
-
-
-def publish_cell(job: PublishJob, allocation: str | os.PathLike[str], out: str | os.PathLike[str],
-                 provenance_path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Publish JOB's cell of a model's allocation into OUT (and its provenance), or raise its own error, naming the
-    model job's log when the job gives it."""
-    task, model_log = job.task, job.model_log
-    record = read_allocation(allocation)
-    model = record["model"]
-    outcome = record["cells"].get(task)
-    where = f"model {model!r}'s scoring job" + (f" (SLURM job {record['slurm_job_id']})" if record.get("slurm_job_id") else "")
-    if outcome is None:
-        raise TaskDataError(str(allocation), "cells", f"{where} did not score task {task!r}")
-    if outcome["status"] != "ok":
-        cls = ERROR_TYPES.get(outcome["error"], AnyjevError)
-        raised = cls if issubclass(cls, (LabelTokenError, BackendError, ServerError)) else AnyjevError
-        # ConfigError / TaskDataError are raised as AnyjevError (their message already names the key or file:line):
-        # the recorded type is kept in the message, so the user sees what went wrong.
-        kind = "" if raised.__name__ == outcome["error"] else f"{outcome['error']}: "
-        log_part = f", log {model_log}" if model_log else ""
-        message = f"cell {model}/{task} failed in {where}{log_part}: {kind}{outcome['message']}"
-        if issubclass(raised, LabelTokenError):
-            raise raised(message, missing_ids=outcome.get("missing_ids", ()),
-                         returned_ids=outcome.get("returned_ids", ()))
-        raise raised(message)
-    for src, dst in ((outcome["scores"], out), (outcome["provenance"], provenance_path)):
-        write_text_atomic(dst, Path(src).read_text(encoding="utf-8"))
-    log.info("published %s/%s from %s: %s", model, task, where, outcome["counts"])
-    return outcome
-
-
-def failed_cells(allocation: str | os.PathLike[str]) -> list[str]:
-    """Tasks whose cell failed in an allocation record (none when there is no readable record)."""
-    try:
-        record = read_allocation(allocation)
-    except (OSError, ValueError, AnyjevError):
-        return []
-    return [t for t, c in record["cells"].items() if c["status"] != "ok"]

@@ -1,4 +1,4 @@
-"""anyjev/run/allocation.py: the outcomes of one job scoring all of a model's cells, and publishing each cell.
+"""anyjev/run/allocation.py and anyjev/run/publish.py: the outcomes of one job scoring all of a model's cells, and publishing each cell.
 
 The real workflow runs it in tests/e2e/test_score_jobs.py (stub server) and tests/e2e/test_rehearsal_slurm.py
 (real SLURM, real vLLM); here the score job itself is replaced, to reach every outcome directly.
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from anyjev.errors import LabelTokenError, ServerError, TaskDataError
-from anyjev.run import allocation
+from anyjev.run import allocation, publish
 
 
 def _fake_score_job(failures: dict[str, Exception]):
@@ -46,17 +46,17 @@ def test_a_cell_error_is_recorded_and_the_other_cells_go_on(tmp_path, monkeypatc
     record = allocation.score_model_job(_job("a", "b", "c"), out, 1)
     assert {t: c["status"] for t, c in record["cells"].items()} == {"a": "ok", "b": "failed", "c": "ok"}
     assert record["cells"]["b"]["missing_ids"] == [2753] and json.loads(out.read_text()) == record
-    assert allocation.failed_cells(out) == ["b"]
+    assert publish.failed_cells(out) == ["b"]
 
-    allocation.publish_cell(allocation.PublishJob("a"), out, tmp_path / "pub/a.jsonl", tmp_path / "pub/a.json")
+    publish.publish_cell(publish.PublishJob("a"), out, tmp_path / "pub/a.jsonl", tmp_path / "pub/a.json")
     assert (tmp_path / "pub/a.jsonl").read_text() == "scores of a\n"
     with pytest.raises(LabelTokenError) as info:
-        allocation.publish_cell(allocation.PublishJob("b"), out, tmp_path / "pub/b.jsonl", tmp_path / "pub/b.json")
+        publish.publish_cell(publish.PublishJob("b"), out, tmp_path / "pub/b.jsonl", tmp_path / "pub/b.json")
     assert info.value.missing_ids == [2753]
     assert "cell m/b failed in model 'm''s scoring job" in str(info.value) and "[2753]" in str(info.value)
     assert not (tmp_path / "pub/b.jsonl").exists()
     with pytest.raises(TaskDataError, match="did not score task 'zzz'"):
-        allocation.publish_cell(allocation.PublishJob("zzz"), out, tmp_path / "pub/z.jsonl", tmp_path / "pub/z.json")
+        publish.publish_cell(publish.PublishJob("zzz"), out, tmp_path / "pub/z.jsonl", tmp_path / "pub/z.json")
 
 
 def test_a_server_error_ends_the_job_and_keeps_what_was_staged(tmp_path, monkeypatch):
@@ -81,9 +81,9 @@ def test_a_published_failure_keeps_the_recorded_error_type(tmp_path, monkeypatch
     out = tmp_path / "allocation.json"
     allocation.score_model_job(_job("a", "b"), out, 1)
     with pytest.raises(AnyjevError) as info:
-        allocation.publish_cell(allocation.PublishJob("a", "logs/score_model/m.log"), out, tmp_path / "pub/a.jsonl",
+        publish.publish_cell(publish.PublishJob("a", "logs/score_model/m.log"), out, tmp_path / "pub/a.jsonl",
                                 tmp_path / "pub/a.json")
     assert "scoring job, log logs/score_model/m.log: TaskDataError: tasks/a.jsonl:line 3: item 'q2'" in str(info.value)
     with pytest.raises(BatchCollisionError) as collision:
-        allocation.publish_cell(allocation.PublishJob("b"), out, tmp_path / "pub/b.jsonl", tmp_path / "pub/b.json")
+        publish.publish_cell(publish.PublishJob("b"), out, tmp_path / "pub/b.jsonl", tmp_path / "pub/b.json")
     assert collision.value.missing_ids == [49] and "BatchCollisionError:" not in str(collision.value)

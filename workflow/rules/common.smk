@@ -15,7 +15,8 @@ from anyjev.outputs.run import RunOutputs, kept_as_they_are, write_run_outputs
 from anyjev.outputs.viewer import CELLS as VIEWER_CELLS, INDEX as VIEWER_INDEX
 from anyjev.paths import METRICS, PREDICTIONS, PROVENANCE, REPLICATES, SCORES, run_paths
 from anyjev.results import CellLayout
-from anyjev.run.allocation import PublishJob, failed_cells, score_jobs_mode
+from anyjev.run.allocation import score_jobs_mode
+from anyjev.run.publish import PublishJob, failed_cells
 from anyjev.serving.models import PROVENANCE_FILE as MODEL_RECORD
 from anyjev.settings import SCORE_RESOURCES, Settings
 
