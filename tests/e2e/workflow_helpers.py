@@ -115,6 +115,25 @@ def run_holding_request_locks(workdir: Path, locks: list[Path], cells: int,
     return subprocess.CompletedProcess(run.args, run.returncode, out_path.read_text(), ""), commands
 
 
+def processes_in(work: Path) -> list[int]:
+    """Every process whose working directory is WORK: Snakemake (`-d WORK`) and every job it starts there, and anything
+    they leave running."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{entry}/cwd") == str(work):
+                found.append(int(entry))
+        except OSError:  # it has just exited, or it is not ours to look at
+            pass
+    return found
+
+
+def step_pids(work: Path, step: str | None = None) -> list[int]:
+    """`python -m anyjev <step>` processes running in WORK: STEP's (`score`, `evaluate`, ...), or every step's."""
+    return [pid for pid in processes_in(work) if (cmd := proc_cmdline(pid))[1:3] == ["-m", "anyjev"]
+            and (step is None or cmd[3:4] == [step])]
+
+
 def leftover_vllm(match: str) -> list[int]:
     """vLLM processes (servers, engines, supervisors) whose command line names ``match``, once those stopping have
     ended (`settle`)."""

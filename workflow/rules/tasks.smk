@@ -19,7 +19,7 @@ rule fetch_hub_task:
         job=lambda wc: job_file(SETTINGS.fetch_job(wc.dataset, lock_record=PATHS.lock_record)),
         out=lambda wc, output: os.path.dirname(output.meta),
     shell:
-        "python -m anyjev fetch-task --job {params.job:q} --out {params.out:q} > {log:q} 2>&1"
+        "exec python -m anyjev fetch-task --job {params.job:q} --out {params.out:q} > {log:q} 2>&1"
 
 
 rule prepare_task:
@@ -35,4 +35,4 @@ rule prepare_task:
     params:
         job=lambda wc: job_file(SETTINGS.prepare_job(wc.task, hub_cache=PATHS.hub_cache)),
     shell:
-        "python -m anyjev prepare-task --job {params.job:q} --out {output.task_file:q} > {log:q} 2>&1"
+        "exec python -m anyjev prepare-task --job {params.job:q} --out {output.task_file:q} > {log:q} 2>&1"
