@@ -41,7 +41,6 @@ from anyjev.paths import RunPaths
 from anyjev.run.store import read_scores
 from anyjev.serving.proc import group_pids, proc_cmdline
 from anyjev.serving.state import read_record
-from anyjev.serving.stop import vllm_process_pids
 from tests.conftest import interruptible
 from tests.e2e.fault_report import COVERED, COVERED_IN_SESSION, OBSERVED, OBSERVED_FILE_ENV, REPO, FaultReport
 from tests.e2e.workflow_helpers import (
@@ -58,6 +57,7 @@ from tests.e2e.workflow_helpers import (
     snakemake_cmd,
     step_pids,
 )
+from tests.vllm_processes import vllm_process_pids
 from tests.waiting import HANG_GUARD, settle, wait_for
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

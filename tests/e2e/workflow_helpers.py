@@ -15,8 +15,8 @@ import yaml
 from anyjev.run.cell import ExternalServer
 from anyjev.run.cell import request_lock as server_request_lock
 from anyjev.serving.proc import proc_cmdline
-from anyjev.serving.stop import vllm_process_pids
 from tests.conftest import REPO
+from tests.vllm_processes import vllm_process_pids
 from tests.waiting import HANG_GUARD, lock_waiters, settle, wait_for
 
 SNAKEMAKE = REPO / ".venv" / "bin" / "snakemake"
