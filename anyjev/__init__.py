@@ -27,8 +27,8 @@ __all__ = [
     "score",
 ]
 
-# The question API is imported when first used (PEP 562), not with the package: a command that needs none of it (the
-# per-cell jobs' client, anyjev.run.forkserver) starts without its schema validator.
+# The question API is imported when first used (PEP 562), not with the package: a command that needs none of it (a
+# cell's publish-cell step) starts without its schema validator.
 _QUESTIONS = ("Question", "choice", "noul", "score")
 
 

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 
 from anyjev.errors import AnyjevError, ArgumentError, ConfigError, InputError
 from anyjev.paths import CONFIG, SCORES, RunPaths
+from anyjev.serving.proc import set_parent_death_signal
 
 log = logging.getLogger("anyjev")
 
@@ -70,7 +71,7 @@ def cmd_score_model(args: argparse.Namespace) -> None:
 
 
 def cmd_publish_cell(args: argparse.Namespace) -> None:
-    from anyjev.run.allocation import PublishJob, publish_cell
+    from anyjev.run.publish import PublishJob, publish_cell
 
     publish_cell(PublishJob.from_json(args.job), args.allocation, args.out, args.provenance, args.task_file)
 
@@ -78,8 +79,19 @@ def cmd_publish_cell(args: argparse.Namespace) -> None:
 def cmd_evaluate(args: argparse.Namespace) -> None:
     from anyjev.run.evaluate import EvaluateJob, evaluate_cell
 
-    evaluate_cell(EvaluateJob.from_json(args.job), args.scores, args.out, args.predictions, args.replicates,
-                  task_file=args.task_file)
+    if bool(args.png) != bool(args.pdf):
+        raise ArgumentError("--pdf" if args.png else "--png", "the reliability diagram is drawn as PNG and PDF: give both")
+    job = EvaluateJob.from_json(args.job)
+    figure = None
+    if args.png:  # the cell's reliability diagram, drawn in this process from the evaluation it holds
+        from anyjev.outputs.draw import evaluation_reliability
+
+        def figure(evaluation):
+            log.info("reliability diagram: %s", evaluation_reliability(evaluation, job.levels, args.png, args.pdf,
+                                                                      title=job.title)[0])
+
+    evaluate_cell(job, args.scores, args.out, args.predictions, args.replicates, task_file=args.task_file,
+                  figure=figure)
 
 
 def cmd_summary_table(args: argparse.Namespace) -> None:
@@ -271,10 +283,12 @@ def _existing_file(value: str) -> str:
 
 
 def _command(sub: argparse._SubParsersAction, name: str, func: Callable[[argparse.Namespace], None], help: str, *,
-             job: str | None = None) -> argparse.ArgumentParser:
-    """A subcommand calling FUNC; with JOB (the job type's name), it takes that job as ``--job`` JSON."""
+             job: str | None = None, step: bool | None = None) -> argparse.ArgumentParser:
+    """A subcommand calling FUNC; with JOB (the job type's name), it takes that job as ``--job`` JSON. STEP (default:
+    whether it takes a job): run with a ``--job``, it is a workflow step, whose process ends with its job's
+    (:func:`_end_with_job`)."""
     s = sub.add_parser(name, help=help, description=help)
-    s.set_defaults(func=func)
+    s.set_defaults(func=func, step=bool(job) if step is None else step)
     if job:
         s.add_argument("--job", required=True, help=f"the {job} file (or its JSON), as the workflow writes it")
     return s
@@ -322,7 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", required=True, help="the metrics JSON")
     s.add_argument("--predictions", help="also write the per-item predictions CSV (for reliability diagrams) here")
     s.add_argument("--replicates", help="also write the bootstrap replicates (for the differences table) here")
-    _command(sub, "serve", cmd_serve, "start a managed vLLM server from a score job and hold it until Ctrl-C", job="ScoreJob")
+    s.add_argument("--png", help="with --pdf, also draw the cell's reliability diagram (the job's levels): the figure as PNG")
+    s.add_argument("--pdf", help="with --png, the reliability diagram: the figure as PDF")
+    _command(sub, "serve", cmd_serve, "start a managed vLLM server from a score job and hold it until Ctrl-C", job="ScoreJob",
+             step=False)
     s = _command(sub, "summary-table", cmd_summary_table, "the summary table of a run's finished cells, its failed cells "
                  "listed", job="SummaryJob")
     s.add_argument("--csv", required=True, help="the table as CSV")
@@ -388,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--models-dir", default=PATHS.models_dir, help=f"prepared models, for their tokenizers (default {PATHS.models_dir})")
     s.add_argument("--hub-cache", default=PATHS.hub_cache, help=f"fetched hub data (default {PATHS.hub_cache})")
     s = _command(sub, "viewer", cmd_viewer, "write the run's item-level viewer (an index.html that opens from disk, "
-                 "offline) from the cells that finished; the others are shown as failed")
+                 "offline) from the cells that finished; the others are shown as failed", step=True)
     s.add_argument("--job", help="the ViewerJob file (or its JSON), as the workflow writes it (else from --config and the "
                    "workflow's folders)")
     _config_flag(s)
@@ -396,12 +413,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def _end_with_job() -> None:
+    """This process ends when its parent does, however the parent ends (SIGKILL too; Linux). A rule's command is
+    this process itself (``exec``: its parent is Snakemake's process) or the child of a shell: either way, a job that
+    is killed, or a Snakemake that is killed, takes its step with it, instead of leaving it to write outputs that
+    Snakemake has already failed."""
+    parent = os.getppid()
+    why = set_parent_death_signal(signal.SIGKILL)
+    if why is not None:
+        log.debug("this step will not end with its parent process (%s)", why)
+    elif os.getppid() != parent:  # the parent ended before the signal was set: so does its step
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(argv: list[str] | None = None, *, as_program: bool = False) -> int:
+    """Run the command ARGV (default: the process's arguments); its exit code. AS_PROGRAM: this is the ``anyjev``
+    program's process (:func:`run`), so a workflow step's process is tied to its job's (:func:`_end_with_job`)."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     for noisy in ("httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if as_program and args.step and getattr(args, "job", None):
+        _end_with_job()
     try:
         args.func(args)
     except AnyjevError as exc:
@@ -419,6 +453,6 @@ def run() -> typing.NoReturn:
     torch, for objects the process drops anyway (bench/bench_fixed_costs.py measures the plan with this and the
     collector's pause taken out): frozen, they are left to the exit unscanned. atexit handlers and
     flushes run as before; :func:`main` called in a process that goes on (a test) freezes nothing."""
-    code = main()
+    code = main(as_program=True)
     gc.freeze()
     sys.exit(code)

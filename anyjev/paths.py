@@ -192,10 +192,6 @@ class RunPaths:
         return f"{self.logs}/tables/vs_published.log"
 
     @property
-    def reliability_log(self) -> str:
-        return f"{self.logs}/plots/reliability/{{model}}/{{task}}.log"
-
-    @property
     def summary_plots_log(self) -> str:
         return f"{self.logs}/plots/summary.log"
 

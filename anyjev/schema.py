@@ -27,7 +27,9 @@ SCHEMA_KEY = "schema_key"  # dataclass field metadata: the config key path a fie
 
 @functools.cache
 def _schema() -> dict[str, Any]:
-    return yaml.safe_load(resources.files("anyjev").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"))
+    # libyaml's safe loader where PyYAML has it: every step's process reads the schema when it starts
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(resources.files("anyjev").joinpath(SCHEMA_FILE).read_text(encoding="utf-8"), Loader=loader)
 
 
 def schema() -> dict[str, Any]:

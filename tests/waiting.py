@@ -72,3 +72,13 @@ def lock_waiters(path: str | os.PathLike[str]) -> list[int]:
             if len(fields) >= 7 and fields[1] == "->" and fields[2] == "FLOCK" and int(fields[6].split(":")[-1]) == inode:
                 waiters.append(int(fields[5]))
     return waiters
+
+
+def has_mapped(pid: int, part: str) -> bool:
+    """Whether process PID has mapped a file whose path holds PART (/proc/PID/maps: a shared library it imported, say);
+    False once it is gone."""
+    try:
+        with open(f"/proc/{pid}/maps") as fh:
+            return any(part in line for line in fh)
+    except OSError:
+        return False

@@ -88,6 +88,17 @@ def tie_weights(lp: np.ndarray) -> np.ndarray:
     return tied / tied.sum(axis=-1, keepdims=True)
 
 
+def top_choice(lp: np.ndarray, gold: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per item of option-space log-probs LP ``(N, K)``: the predicted option (the lowest-index top one), its
+    probability (the confidence), the probability of the GOLD option, and how many options tie at the top (the
+    metrics weigh each tied option 1/n_top)."""
+    p = np.exp(lp)
+    rows = np.arange(len(p))
+    pred = np.argmax(p, axis=1)
+    n_top = (lp >= lp.max(axis=1, keepdims=True) - TIE_TOL).sum(axis=1)
+    return pred, p[rows, pred], p[rows, gold], n_top
+
+
 def _block_mean(log_conf_sorted: np.ndarray, values: np.ndarray) -> np.ndarray:
     """Average ``values`` over runs of equal (within TIE_TOL) sorted confidence, per row of ``(B, n)``.
 

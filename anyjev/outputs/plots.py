@@ -1,12 +1,14 @@
 """Figures for a paper, each written as PNG (300 dpi) and PDF (embedded TrueType fonts), sized for a
-single column (3.5 in) or the text width (7 in) at 7-8 pt type; matplotlib without a display.
+single column (3.5 in) or the text width (7 in) at 7-8 pt type; matplotlib without a display (the style and the
+drawing of a cell's reliability diagram: :mod:`anyjev.outputs.draw`).
 
 Levels are alternatives, not a sequence: they are categories on the x axis, shown as points with their
 interval (a vertical segment from lo to hi: BCa, widened to include the point where the bootstrap
 distribution lies on one side), never joined by lines.
 
-The workflow's figure steps: :func:`reliability_plot` (a :class:`ReliabilityJob`), :func:`summary_plots` (a
-:class:`SummaryPlotsJob`) and :func:`vs_published_plot` (a :class:`VsPublishedPlotJob`).
+The workflow's figure steps: :func:`summary_plots` (a :class:`SummaryPlotsJob`) and :func:`vs_published_plot` (a
+:class:`VsPublishedPlotJob`); a cell's reliability diagram is drawn by its evaluate step, and by :func:`reliability_plot`
+(a :class:`ReliabilityJob`) from the cell's files at the end of a run with failed cells.
 """
 
 from __future__ import annotations
@@ -20,9 +22,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from anyjev.files import replaced_atomically
 from anyjev.jobs import Job
-from anyjev.numbers.metrics import ECE_BINS, ece, reliability_bins
+from anyjev.outputs.draw import LEVEL_COLORS, STYLE, draw_reliability, interval, pyplot, save_figure
 from anyjev.outputs.tables import (
     HIGHER_IS_BETTER,
     METRIC_TITLES,
@@ -37,32 +38,15 @@ from anyjev.results import CellLayout, Run, read_layout
 if TYPE_CHECKING:
     import pandas as pd
 
-DPI = 300
-STYLE = {"font.size": 7, "axes.titlesize": 7.5, "axes.labelsize": 7, "xtick.labelsize": 6.5, "ytick.labelsize": 6.5,
-         "legend.fontsize": 6.5, "axes.linewidth": 0.6, "xtick.major.width": 0.6, "ytick.major.width": 0.6,
-         "pdf.fonttype": 42, "ps.fonttype": 42, "savefig.dpi": DPI, "axes.spines.top": False, "axes.spines.right": False}
 # Okabe-Ito (colour-blind safe); tasks get colours, models get markers.
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
-LEVEL_COLORS = {"raw": "#D55E00", "L0-perm": "#E69F00", "L0-bc": "#CC79A7", "L0": "#0072B2", "L1": "#009E73",
-                "L0-cf": "#56B4E9"}
 Y_LABELS = {"acc": "accuracy", "macro_f1": "macro-F1", "nll": "NLL (nats)", "brier": "Brier (multi-class)",
             "ece": "ECE (15 equal-mass bins)", "flip": "flip rate", "cov@5": "coverage at 5% risk", "aurc": "AURC"}
 # Best attainable value of each metric (drawn dotted).
 IDEAL = {"acc": 1.0, "macro_f1": 1.0, "nll": 0.0, "brier": 0.0, "ece": 0.0, "flip": 0.0, "cov@5": 1.0, "aurc": 0.0}
 UNIT_RANGE = {"acc", "macro_f1", "ece", "flip", "cov@5", "aurc"}
 assert set(IDEAL) == set(TABLE_METRICS) == set(HIGHER_IS_BETTER)
-
-
-def pyplot():
-    """matplotlib's pyplot without a display (Agg), imported when a figure is drawn rather than with this module: the
-    workflow's parse and the jobs that only need a figure's job or bin count import none of it (0.7 s a process)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _legend_line(**style):
@@ -77,45 +61,6 @@ def chance(metric: str, k: int) -> float | None:
     if k < 2:
         return None
     return {"acc": 1 / k, "nll": math.log(k), "brier": 1 - 1 / k}.get(metric)
-
-
-def reliability_bin_count(n: int) -> int:
-    """Bins for a reliability diagram of n items: about 15 items a bin, between 3 and 15 bins (15 is
-    what ECE uses; fewer bins for small n keep each bin's accuracy from being mostly noise)."""
-    return min(ECE_BINS, max(3, n // 15))
-
-
-def wilson_interval(hits: np.ndarray, n: np.ndarray, z: float = 1.959964) -> tuple[np.ndarray, np.ndarray]:
-    """Wilson score 95% interval of a binomial proportion (sensible at 0 and 1, unlike the Wald one)."""
-    hits, n = np.asarray(hits, dtype=float), np.asarray(n, dtype=float)
-    p = hits / n
-    denom = 1 + z**2 / n
-    centre = (p + z**2 / (2 * n)) / denom
-    half = z * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / denom
-    return centre - half, centre + half
-
-
-def figure_paths(png: str | os.PathLike, pdf: str | os.PathLike | None = None) -> tuple[Path, Path]:
-    png = Path(png)
-    return png, Path(pdf) if pdf is not None else png.with_suffix(".pdf")
-
-
-def save_figure(fig, png: str | os.PathLike, pdf: str | os.PathLike | None = None) -> tuple[Path, Path]:
-    """Write the figure as PNG and PDF (same content), each whole or not at all; returns both paths."""
-    png, pdf = figure_paths(png, pdf)
-    with replaced_atomically(png) as tmp:
-        fig.savefig(tmp, dpi=DPI, bbox_inches="tight", pad_inches=0.02, format="png")
-    with replaced_atomically(pdf) as tmp:
-        fig.savefig(tmp, bbox_inches="tight", pad_inches=0.02, format="pdf")
-    pyplot().close(fig)
-    return png, pdf
-
-
-def _interval(ax, x, v, lo, hi, *, color, marker="o", ms=3.2, lw=0.9) -> None:
-    """Point estimates with their intervals drawn from lo to hi exactly (never clipped to the point)."""
-    x, v, lo, hi = (np.asarray(a, dtype=float) for a in (x, v, lo, hi))
-    ax.vlines(x, lo, hi, color=color, lw=lw, clip_on=False, zorder=2)
-    ax.plot(x, v, ls="none", marker=marker, ms=ms, color=color, mec="white", mew=0.4, clip_on=False, zorder=3)
 
 
 def _cells(summary: pd.DataFrame) -> list[tuple[str, str]]:
@@ -151,8 +96,8 @@ def plot_metrics_by_level(summary: pd.DataFrame, png: str | os.PathLike, pdf: st
             for i, (model, task) in enumerate(cells):
                 d = summary[(summary["model"] == model) & (summary["task"] == task)].set_index("level").reindex(levels)
                 off = (i - (len(cells) - 1) / 2) * step
-                _interval(ax, x0 + off, d[metric], d[f"{metric}_lo"], d[f"{metric}_hi"], color=colour[task],
-                          marker=marker[model])
+                interval(ax, x0 + off, d[metric], d[f"{metric}_lo"], d[f"{metric}_hi"], color=colour[task],
+                         marker=marker[model])
             for task in tasks:
                 k = k_of[task]
                 c = chance(metric, k[0]) if k and k[0] == k[1] else None
@@ -208,52 +153,17 @@ def reliability_plot(job: ReliabilityJob, png: str, pdf: str, *, run: Run | None
 
 def plot_reliability(preds: pd.DataFrame, levels: Sequence[str], png: str | os.PathLike, pdf: str | os.PathLike | None = None,
                      *, k: object = None, title: str = "", ece_intervals: Mapping[str, Mapping] | None = None) -> tuple[Path, Path]:
-    """A cell's reliability diagram, one level per panel: test items (forward group) sorted by top-1
-    confidence and cut into :func:`reliability_bin_count` equal-mass bins; each bin's accuracy with its
-    Wilson 95% interval against its mean confidence; a rug of the items' confidences; the confidence axis
-    from 1/K (the lowest possible top-1 probability) to 1. The panel's ECE is the table's (15 bins)."""
+    """A cell's reliability diagram from its predictions (predictions.csv's rows): :func:`anyjev.outputs.draw.draw_reliability`
+    of its test items' forward-group confidences, the confidence axis from 1/K (the largest K; 0 when K is not given)."""
     kr = k_range(k) if k is not None else None
-    x_min = 1 / kr[1] if kr else 0.0
-    present = [lv for lv in levels if not preds[(preds["level"] == lv) & (preds["group"] == "fwd")].empty]
-    if not present:
+    points = {}
+    for level in levels:
+        d = preds[(preds["level"] == level) & (preds["group"] == "fwd")]
+        if not d.empty:
+            points[level] = (d["conf"].to_numpy(float), (d["pred"] == d["gold"]).to_numpy(float))
+    if not points:
         raise ValueError(f"no forward-group predictions for levels {list(levels)} (title {title!r})")
-    ncols = min(3, len(present))
-    nrows = math.ceil(len(present) / ncols)
-    plt = pyplot()
-    with plt.rc_context(STYLE):
-        fig, axes = plt.subplots(nrows, ncols, figsize=(2.3 * ncols, 2.2 * nrows + 0.2), squeeze=False,
-                                 sharex=True, sharey=True, layout="constrained")
-        for ax, level in zip(axes.flat, present, strict=False):
-            d = preds[(preds["level"] == level) & (preds["group"] == "fwd")]
-            conf = d["conf"].to_numpy(float)
-            correct = (d["pred"] == d["gold"]).to_numpy(float)
-            n_bins = reliability_bin_count(len(conf))
-            x, y, size = reliability_bins(conf, correct, n_bins)
-            lo, hi = wilson_interval(np.round(y * size), size)
-            col = LEVEL_COLORS.get(level, "0.2")
-            ax.plot([x_min, 1], [x_min, 1], color="0.5", ls="--", lw=0.7, zorder=1)
-            _interval(ax, x, y, lo, hi, color=col, ms=3.5)
-            ax.plot(conf, np.full_like(conf, 0.015), ls="none", marker="|", ms=4, mew=0.4, color=col, alpha=0.45)
-            e = (ece_intervals or {}).get(level) or {}
-            value = e.get("value", ece(conf, correct))
-            ece_text = f"ECE {value:.3f}" + (f" [{e['lo']:.3f}, {e['hi']:.3f}]" if "lo" in e and "hi" in e else "")
-            sizes = f"{size.min()}" if size.min() == size.max() else f"{size.min()}–{size.max()}"
-            ax.text(0.03, 0.97, f"{ece_text}\nacc {correct.mean():.2f}, n={len(conf)}\n{n_bins} bins × {sizes} items",
-                    transform=ax.transAxes, va="top", ha="left", fontsize=6)
-            ax.set_title(level, pad=2, color=col)
-            ax.set_xlim(x_min - 0.02, 1.0)
-            ax.set_ylim(0, 1.0)
-            ax.set_aspect("auto")
-            ax.grid(lw=0.3, alpha=0.5)
-        for ax in list(axes.flat)[len(present):]:
-            ax.axis("off")
-        for ax in axes[-1]:
-            ax.set_xlabel("confidence (top-1 probability)")
-        for ax in axes[:, 0]:
-            ax.set_ylabel("accuracy in bin")
-        if title:
-            fig.suptitle(title, fontsize=8)
-        return save_figure(fig, png, pdf)
+    return draw_reliability(points, png, pdf, lowest=1 / kr[1] if kr else 0.0, title=title, ece_intervals=ece_intervals)
 
 
 def plot_failed_cell(title: str, error: str, log: str, png: str | os.PathLike, pdf: str | os.PathLike | None = None
@@ -363,8 +273,8 @@ def plot_vs_published(df: pd.DataFrame, png: str | os.PathLike, pdf: str | os.Pa
         for ax, metric in zip(axes.flat, metrics, strict=False):
             d = df[df["metric"] == metric]
             for _, r in d.iterrows():
-                _interval(ax, [r["published"]], [r["ours"]], [r["lo"]], [r["hi"]], color=colour[r["task"]],
-                          marker=marker[r["model"]])
+                interval(ax, [r["published"]], [r["ours"]], [r["lo"]], [r["hi"]], color=colour[r["task"]],
+                         marker=marker[r["model"]])
             top = float(max(d["published"].max(), d["hi"].max(), d["ours"].max()))
             lim = (0, max(1e-3, top * 1.1))
             ax.plot(lim, lim, color="0.5", ls="--", lw=0.7, zorder=1)

@@ -379,18 +379,6 @@ def vs_published_markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-# ------------------------------------------------------------------------------------------------ README
-README_START, README_END = "<!-- summary:start -->", "<!-- summary:end -->"
-
-
-def readme_block(text: str) -> str | None:
-    """The text between the README's summary markers (stripped), or None when the markers are absent."""
-    start, end = text.find(README_START), text.find(README_END)
-    if start < 0 or end < start:
-        return None
-    return text[start + len(README_START) : end].strip("\n")
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m anyjev.outputs.tables readme results/tables/summary.csv``: print the README's table."""
     p = argparse.ArgumentParser(prog="python -m anyjev.outputs.tables")

@@ -4,7 +4,7 @@ On a cluster, Snakemake's job groups cannot share one GPU allocation among a mod
 fates together (one failed job fails the group and deletes its members' outputs). So one job per model,
 ``score_model``, holds the allocation: it starts the model's server once and scores every cell into the cell's
 staging folder (``results/cells/<model>/<task>/staged/``), recording each cell's outcome in
-``results/allocations/<model>.json`` instead of stopping at the first failure. A local ``score_cell`` job per
+``results/allocations/<model>/<job>.json`` instead of stopping at the first failure. A local ``score_cell`` job per
 cell then publishes the staged scores, or fails with the cell's own error (the missing label ids), so a failed
 cell fails alone and every other cell keeps its outputs.
 
@@ -20,43 +20,36 @@ model (or of this config, edited), failed or not, neither replaces the record no
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from anyjev.errors import (
     AnyjevError,
     BackendError,
-    BatchCollisionError,
     ConfigError,
-    InputError,
     LabelTokenError,
     NotWritableError,
     ServerChangedError,
     ServerError,
     TaskDataError,
 )
-from anyjev.files import file_sha256, now_iso, write_json_atomic, write_text_atomic
+from anyjev.files import file_sha256, now_iso, write_json_atomic
 from anyjev.jobs import Job
 from anyjev.run.cell import ScoreJob, score_job
+from anyjev.run.publish import FORMAT, file_stat
 from anyjev.schema import check_setting
 from anyjev.serving.lease import release_server
 
 log = logging.getLogger(__name__)
 
-FORMAT = "anyjev.allocation/1"
 # A cell's own failures: recorded, and the job goes on with the model's next cell (a checkpoint made on another
 # server is the cell's own). Anything else (the server will not start or died: ServerError) ends the job, as it would
 # end every later cell of the model too.
 CELL_ERRORS = (LabelTokenError, BackendError, ConfigError, TaskDataError, ServerChangedError, NotWritableError)
-# The recorded errors publish-cell raises again as themselves (the others as AnyjevError, their type in the message).
-ERROR_TYPES = {cls.__name__: cls for cls in (LabelTokenError, BackendError, ConfigError, TaskDataError,
-                                             BatchCollisionError, ServerError)}
 
 
 def score_jobs_mode(setting: str) -> str:
@@ -86,15 +79,6 @@ class ScoreModelJob(Job):
 
     model: str
     cells: dict[str, ModelCell]
-
-
-@dataclass(frozen=True)
-class PublishJob(Job):
-    """What publishing one cell of a model's job needs (the ``score_cell`` step under ``score_jobs: model``): the
-    cell's task, and the model job's log, named in a failed cell's message."""
-
-    task: str
-    model_log: str | None = None
 
 
 def _outcome(task: str, status: str, **fields: Any) -> dict[str, Any]:
@@ -136,7 +120,7 @@ def score_model_job(job: ScoreModelJob, out: str | os.PathLike[str], owner_pid: 
         # What tells a later run that this cell is finished: its definition, the task file it was scored from, and the
         # staged scores as written (a later job that stages the cell again under another definition changes them).
         record["cells"][task] = _outcome(task, "ok", counts=counts, **paths, definition=cell.definition,
-                                         task_sha256=file_sha256(cell.task_file), staged=_stat(cell.staged_scores))
+                                         task_sha256=file_sha256(cell.task_file), staged=file_stat(cell.staged_scores))
     record |= {"finished": now_iso(), "seconds": round(time.monotonic() - t0, 1)}
     failed = [t for t, c in record["cells"].items() if c["status"] != "ok"]
     log.info("%s: %d cell(s) scored, %d failed%s", model, len(cells) - len(failed), len(failed),
@@ -153,105 +137,3 @@ def _release_server(job: ScoreModelJob, owner_pid: int) -> None:
     managed = next((c.job.managed for c in job.cells.values() if c.job.managed is not None), None)
     if managed is not None and release_server(managed.spec.name, state_dir=managed.state_dir, owner_pid=owner_pid):
         log.info("%s: stopped its server (no later job of this run uses it)", job.model)
-
-
-def _stat(path: str | os.PathLike[str]) -> list[int] | None:
-    """A file's size and modification time (ns), or None when it is not there."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [st.st_size, st.st_mtime_ns]
-
-
-def read_allocation(path: str | os.PathLike[str]) -> dict[str, Any]:
-    record = json.loads(Path(path).read_text())
-    if record.get("format") != FORMAT:
-        raise TaskDataError(str(path), "line 1", f"not an {FORMAT} record")
-    return record
-
-
-def finished_cells(folder: str | os.PathLike[str], cells: dict[str, ModelCell],
-                   task_inputs: dict[str, list[str]]) -> dict[str, str]:
-    """The CELLS of a model that an earlier job finished, each with the record it is published from (in FOLDER, the
-    model's records): one that holds the cell as scored under the same definition, from a task file with the same
-    content that is newer than the files it is built from (TASK_INPUTS: a file task's source, a hub task's fetched
-    data; one newer means the task is built again), and whose staged scores are still the ones it wrote. The newest
-    such record; a cell with none is scored by this run's job."""
-    records = []
-    for path in Path(folder).glob("*.json"):
-        try:
-            records.append((path, read_allocation(path)))
-        except (OSError, ValueError, AnyjevError):
-            continue
-    records.sort(key=lambda pr: (str(pr[1].get("finished", "")), str(pr[0])), reverse=True)
-    found: dict[str, str] = {}
-    for task, cell in cells.items():
-        task_stat = _stat(cell.task_file)
-        if task_stat is None or any((_stat(p) or [0, 0])[1] > task_stat[1] for p in task_inputs.get(task, ())):
-            continue
-        sha = None
-        for path, record in records:
-            outcome = record.get("cells", {}).get(task)
-            if not outcome or outcome.get("status") != "ok" or outcome.get("definition") != cell.definition:
-                continue
-            if outcome.get("staged") is None or outcome["staged"] != _stat(outcome["scores"]):
-                continue
-            sha = sha or file_sha256(cell.task_file)
-            if outcome.get("task_sha256") == sha:
-                found[task] = str(path)
-                break
-    return found
-
-
-def publish_cell(job: PublishJob, allocation: str | os.PathLike[str], out: str | os.PathLike[str],
-                 provenance_path: str | os.PathLike[str], task_file: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Publish JOB's cell of a model's allocation into OUT (and its provenance), or raise its own error, naming the
-    model job's log when the job gives it. With TASK_FILE, the staged scores must have been scored from that file as
-    it is now (a task built again since, with other items, is scored again by the next run)."""
-    task, model_log = job.task, job.model_log
-    record = read_allocation(allocation)
-    model = record["model"]
-    outcome = record["cells"].get(task)
-    where = f"the scoring job of model {model!r}" + (f" (SLURM job {record['slurm_job_id']})" if record.get("slurm_job_id") else "")
-    if outcome is None:
-        raise TaskDataError(str(allocation), "cells", f"{where} did not score task {task!r}")
-    if outcome["status"] != "ok":
-        cls = ERROR_TYPES.get(outcome["error"], AnyjevError)
-        raised = cls if issubclass(cls, (LabelTokenError, BackendError, ServerError)) else (
-            InputError if issubclass(cls, InputError) else AnyjevError)
-        # ConfigError / TaskDataError are raised as InputError, bad input (their message already names the key or
-        # file:line): the recorded type is kept in the message, so the user sees what went wrong.
-        kind = "" if raised.__name__ == outcome["error"] else f"{outcome['error']}: "
-        log_part = f", log {model_log}" if model_log else ""
-        message = f"cell {model}/{task} failed in {where}{log_part}: {kind}{outcome['message']}"
-        if issubclass(raised, LabelTokenError):
-            raise raised(message, missing_ids=outcome.get("missing_ids", ()),
-                         returned_ids=outcome.get("returned_ids", ()))
-        raise raised(message)
-    if task_file is not None and outcome.get("task_sha256") not in (None, file_sha256(task_file)):
-        raise AnyjevError(f"cell {model}/{task}: {task_file} was built again with other content after {where} scored "
-                          f"the cell ({allocation}); the next run scores the cell again")
-    for src, dst in ((outcome["scores"], out), (outcome["provenance"], provenance_path)):
-        write_text_atomic(dst, Path(src).read_text(encoding="utf-8"))
-    log.info("published %s/%s from %s: %s", model, task, where, outcome["counts"])
-    return outcome
-
-
-def failed_cells(allocation: str | os.PathLike[str]) -> list[str]:
-    """Tasks whose cell failed in an allocation record (none when there is no readable record)."""
-    try:
-        record = read_allocation(allocation)
-    except (OSError, ValueError, AnyjevError):
-        return []
-    return [t for t, c in record["cells"].items() if c["status"] != "ok"]
-
-
-def retry_failed(allocation: str | os.PathLike[str]) -> list[str]:
-    """After a run: the tasks whose cell failed in a job's record, and the record removed when no cell of it finished,
-    so that the next run does that job again. A record with a finished cell stays (the cell is published from it); the
-    next run's job scores the failed cells only, a job of another name."""
-    failed = failed_cells(allocation)
-    if failed and len(failed) == len(read_allocation(allocation)["cells"]):
-        os.remove(allocation)
-    return failed

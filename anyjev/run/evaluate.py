@@ -9,11 +9,9 @@ import dataclasses
 import io
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from anyjev.data.split import fewer_than_asked
 from anyjev.data.taskfile import item_splits
@@ -24,12 +22,13 @@ from anyjev.jobs import Job
 from anyjev.numbers.compare import models_minus_models
 from anyjev.numbers.evaluation import RESAMPLED, Evaluation, ItemLevels, evaluate
 from anyjev.numbers.evaluation import item_levels as point_item_levels
-from anyjev.numbers.metrics import METRICS, TIE_TOL
+from anyjev.numbers.metrics import METRICS, top_choice
 from anyjev.numbers.options import EvaluationOptions
 from anyjev.paths import SCORES, STAGED
 from anyjev.run.records import cell_groups
 from anyjev.run.replicates import replicates_for, write_replicates
 from anyjev.run.store import read_cell
+from anyjev.schema import setting
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +39,19 @@ PREDICTION_COLUMNS = {"item_id": "text", "level": "text", "group": "text", "gold
 
 @dataclass(frozen=True)
 class EvaluateJob(Job):
-    """What the evaluate step needs (built by ``Settings.evaluate_job``): the config's ``evaluation.*``."""
+    """What the evaluate step needs (built by ``Settings.evaluate_job``): the config's ``evaluation.*``; for the cell's
+    reliability diagram, drawn by the same step from the evaluation it holds, the cell its title names and the levels
+    it shows."""
 
     evaluation: EvaluationOptions = field(default_factory=EvaluationOptions)
+    model: str | None = None
+    task: str | None = None
+    levels: list[str] = setting("levels")
+
+    @property
+    def title(self) -> str:
+        """The reliability diagram's title: the cell, ``model / task``."""
+        return f"{self.model} / {self.task}" if self.model and self.task else ""
 
 
 def evaluate_records(records: list[dict], options: EvaluationOptions | None = None, *, extras: dict[str, dict] | None = None,
@@ -72,18 +81,15 @@ def write_predictions(path: str | os.PathLike, evaluation: Evaluation) -> None:
     buf = io.StringIO(newline="")
     w = csv.writer(buf)
     w.writerow(list(PREDICTION_COLUMNS))
-    gold = evaluation.gold
     for level in evaluation.levels:
         for group in GROUPS:
             lp = evaluation.point[level].get(group)
             if lp is None:
                 continue
-            p = np.exp(lp)
-            n_top = (lp >= lp.max(axis=1, keepdims=True) - TIE_TOL).sum(axis=1)
+            pred, conf, p_gold, n_top = top_choice(lp, evaluation.gold)
             for i, item in enumerate(evaluation.ids):
-                pred = int(np.argmax(p[i]))
-                w.writerow([item, level, group, int(gold[i]), pred, repr(float(p[i, pred])),
-                            repr(float(p[i, gold[i]])), int(n_top[i])])
+                w.writerow([item, level, group, int(evaluation.gold[i]), int(pred[i]), repr(float(conf[i])),
+                            repr(float(p_gold[i])), int(n_top[i])])
     write_text_atomic(path, buf.getvalue())
 
 
@@ -130,11 +136,14 @@ def check_scored_items(scores: str, records: list[dict], task_file: str, splits:
 
 
 def evaluate_cell(job: EvaluateJob, scores: str, metrics_out: str, predictions_out: str | None = None,
-                  replicates_out: str | None = None, *, task_file: str | None = None) -> dict:
+                  replicates_out: str | None = None, *, task_file: str | None = None,
+                  figure: Callable[[Evaluation], object] | None = None) -> dict:
     """Evaluate the scores file SCORES; write ``metrics.json`` (and the predictions CSV, and the bootstrap replicates
     for the differences table: :mod:`anyjev.run.replicates`) atomically, ``metrics.json`` last: it marks the cell
     finished. With the cell's TASK_FILE (the workflow gives it), the scores are first checked to hold every item of the
-    task once (:func:`check_scored_items`), and a split holding fewer items than the config asked is noted."""
+    task once (:func:`check_scored_items`), and a split holding fewer items than the config asked is noted. FIGURE,
+    when given, draws from the evaluation before ``metrics.json`` is written (the cell's reliability diagram:
+    :func:`anyjev.outputs.draw.evaluation_reliability`)."""
     identity, records, extras = read_cell(scores)
     header: dict = {}
     if task_file:
@@ -153,6 +162,8 @@ def evaluate_cell(job: EvaluateJob, scores: str, metrics_out: str, predictions_o
         write_replicates(replicates_out, evaluation.replicates, file_sha256(scores), job.evaluation)
     if predictions_out:
         write_predictions(predictions_out, evaluation)
+    if figure is not None:
+        figure(evaluation)
     write_json_atomic(metrics_out, out)
     acc = {lv: round(out["metrics"][lv]["acc"]["value"], 3) for lv in out["levels"]}
     log.info("evaluated %s: n=%d K=%s acc %s", scores, out["n"], out["k"], acc)

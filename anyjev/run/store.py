@@ -20,10 +20,13 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from anyjev.errors import ServerChangedError, TaskDataError
 from anyjev.files import write_text_atomic
-from anyjev.run.server_check import ServerIdentity, differences
+
+if TYPE_CHECKING:  # imported where a server is bound: reading a scores file (evaluate, inspect) needs no HTTP client
+    from anyjev.run.server_check import ServerIdentity
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +114,8 @@ class PartialScores:
         if held and self._recorded_server is None:
             raise ServerChangedError(str(self.path), [f"its {held} records name no server (an older checkpoint)"])
         if held:
+            from anyjev.run.server_check import ServerIdentity, differences
+
             recorded = ServerIdentity.from_dict(self._recorded_server)
             found = differences(recorded, now)
             if found:

@@ -1,5 +1,6 @@
-"""Process control shared by the server code and its supervisor: /proc readers, a file lock, and the one
-termination routine (SIGTERM, a grace period, SIGKILL). Linux and the standard library only."""
+"""Process control shared by the server code, its supervisor and the workflow's steps: /proc readers, the one
+termination routine (SIGTERM, a grace period, SIGKILL), and a process's life tied to its parent's. Linux and the
+standard library only."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ NAME_ENV = "ANYJEV_SERVER_NAME"
 SUPERVISOR_MODULE = "anyjev.serving.supervisor"
 KILL_WAIT_SECONDS = 5.0
 STOP_GRACE = 15.0  # seconds a server's group gets between SIGTERM and SIGKILL
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def proc_stat(pid: int) -> list[str] | None:
@@ -155,3 +157,17 @@ def stop_group(pgid: int, grace: float, reap: Callable[[], None] = lambda: None)
     """SIGTERM the process group PGID, SIGKILL what is left after GRACE seconds."""
     terminate(lambda: bool(group_pids(pgid)), lambda: signal_quietly(os.killpg, pgid, signal.SIGTERM),
               lambda: signal_quietly(os.killpg, pgid, signal.SIGKILL), grace, reap)
+
+
+def set_parent_death_signal(signum: int) -> str | None:
+    """Have the kernel send SIGNUM to this process when its parent exits, however it exits (SIGKILL too):
+    ``prctl(PR_SET_PDEATHSIG)``, Linux only. None once it is set, else why it could not be (no libc, no prctl)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0:
+            return None
+        return os.strerror(ctypes.get_errno())
+    except (OSError, AttributeError) as exc:  # no libc, or no prctl (not Linux)
+        return f"{type(exc).__name__}: {exc}"

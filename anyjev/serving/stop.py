@@ -10,20 +10,13 @@ import subprocess
 from pathlib import Path
 
 from anyjev.files import flock
-from anyjev.serving.argv import API_MODULE
 from anyjev.serving.health import ServerHandle
 from anyjev.serving.proc import (
-    NAME_ENV,
     STOP_GRACE,
-    SUPERVISOR_MODULE,
-    TOKEN_ENV,
     group_carries_token,
     is_our_supervisor,
     owner_alive,
     pid_alive,
-    proc_cmdline,
-    proc_environ,
-    proc_stat,
     signal_quietly,
     terminate,
 )
@@ -144,41 +137,3 @@ def _running(record: ServerRecord) -> bool:
     return (owner_alive(int(record.owner_pid or 0), record.owner_start)
             or bool(record.supervisor_pid and is_our_supervisor(int(record.supervisor_pid), record.token))
             or bool(record.pgid and group_carries_token(int(record.pgid), record.token)))
-
-
-def vllm_process_pids(match: str | None = None, *, include_supervisors: bool = True) -> list[int]:
-    """Live (non-zombie) vLLM server processes on this machine (tests use it to count orphans).
-
-    Counted: command lines containing the api_server module (our supervisors too, unless excluded), vLLM
-    processes renamed by setproctitle ("VLLM::EngineCore", "VLLM::Worker"), and any process started by
-    the supervisor (marked in its environment). MATCH filters on the command line and the anyjev name/token
-    markers; since setproctitle overwrites /proc/PID/environ, a process also matches when it shares the process
-    group of a matching one (vLLM's engine processes stay in the server's group).
-    """
-    me = os.getpid()
-    candidates: list[tuple[int, int, bool]] = []  # pid, process group, matches MATCH by itself
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        pid = int(entry)
-        fields = proc_stat(pid)
-        if fields is None or fields[0] in ("Z", "X"):
-            continue
-        cmd = proc_cmdline(pid)
-        line = " ".join(cmd)
-        if SUPERVISOR_MODULE in cmd and not include_supervisors:
-            continue
-        env: dict[str, str] | None = None
-        hit = API_MODULE in line or line.startswith("VLLM::")
-        if not hit:
-            env = proc_environ(pid)
-            hit = TOKEN_ENV in env
-        if not hit:
-            continue
-        matched = True
-        if match is not None:
-            env = proc_environ(pid) if env is None else env
-            matched = match in line or match in env.get(NAME_ENV, "") or match in env.get(TOKEN_ENV, "")
-        candidates.append((pid, int(fields[2]), matched))
-    groups = {pgrp for _, pgrp, matched in candidates if matched}
-    return sorted(pid for pid, pgrp, matched in candidates if matched or pgrp in groups)

@@ -13,7 +13,6 @@ It imports nothing outside the standard library and anyjev's stdlib-only helpers
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import signal
 import subprocess
@@ -21,7 +20,14 @@ import sys
 import time
 
 from anyjev.files import now_iso
-from anyjev.serving.proc import NAME_ENV, TOKEN_ENV, owner_alive, proc_start_time, stop_group
+from anyjev.serving.proc import (
+    NAME_ENV,
+    TOKEN_ENV,
+    owner_alive,
+    proc_start_time,
+    set_parent_death_signal,
+    stop_group,
+)
 from anyjev.serving.state import update_record
 
 POLL_SECONDS = 0.5
@@ -32,13 +38,8 @@ UNSET = "<anyjev:unset>"  # marks "no PYTHONPATH" (environment values cannot hol
 
 def _set_parent_death_signal() -> None:
     """In the child before exec: get SIGTERM if the supervisor dies (even by SIGKILL), so no server outlives it."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        failed = libc.prctl(1, signal.SIGTERM, 0, 0, 0) != 0  # PR_SET_PDEATHSIG
-        why = os.strerror(ctypes.get_errno()) if failed else ""
-    except (OSError, AttributeError) as exc:  # no libc, or no prctl (not Linux)
-        failed, why = True, f"{type(exc).__name__}: {exc}"
-    if failed:
+    why = set_parent_death_signal(signal.SIGTERM)
+    if why is not None:
         # stderr is the server log here (set up before this runs): say what protection is missing
         os.write(2, (f"anyjev supervisor: prctl(PR_SET_PDEATHSIG) failed ({why}): the kernel will not stop this server "
                      "if its supervisor is killed with SIGKILL; the supervisor's own stop on owner death still applies\n"

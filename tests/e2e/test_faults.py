@@ -38,11 +38,9 @@ import pytest
 
 from anyjev.data.taskfile import load_task_file
 from anyjev.paths import RunPaths
-from anyjev.run.forkserver import server_pids
 from anyjev.run.store import read_scores
 from anyjev.serving.proc import group_pids, proc_cmdline
 from anyjev.serving.state import read_record
-from anyjev.serving.stop import vllm_process_pids
 from tests.conftest import interruptible
 from tests.e2e.fault_report import COVERED, COVERED_IN_SESSION, OBSERVED, OBSERVED_FILE_ENV, REPO, FaultReport
 from tests.e2e.workflow_helpers import (
@@ -57,7 +55,9 @@ from tests.e2e.workflow_helpers import (
     run_snakemake,
     smollm2_model,
     snakemake_cmd,
+    step_pids,
 )
+from tests.vllm_processes import vllm_process_pids
 from tests.waiting import HANG_GUARD, settle, wait_for
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -145,30 +145,6 @@ def altered(kept: list[tuple[str, bytes]], now: list[tuple[str, bytes]]) -> list
     return [i for i, line in kept if lines.get(i) != line]
 
 
-def _cwd(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return None
-
-
-def scoring_pids(work: Path) -> list[int]:
-    """`python -m anyjev score` processes running in WORK (found by their command line and working directory)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            cmd = proc_cmdline(int(entry))
-            if cmd[1:4] == ["-m", "anyjev", "score"] and _cwd(int(entry)) == str(work):
-                found.append(int(entry))
-    return found
-
-
-def fork_server_pids(work: Path) -> list[int]:
-    """The run's fork servers (anyjev/run/forkserver.py: started in WORK by a per-cell step, gone once the run's
-    Snakemake process has exited)."""
-    return [pid for pid in server_pids() if _cwd(pid) == str(work)]
-
-
 def ours() -> list[int]:
     """vLLM processes (servers, engines, workers, supervisors) of this session's models."""
     return vllm_process_pids(TAG)
@@ -177,7 +153,7 @@ def ours() -> list[int]:
 def processes_left(work: Path) -> tuple[list[int], float]:
     """What the run left after its exit: (pids that never ended, seconds until none was left)."""
     t0 = time.monotonic()
-    left = settle(lambda: sorted(set(ours()) | set(scoring_pids(work)) | set(fork_server_pids(work))))
+    left = settle(lambda: sorted(set(ours()) | set(step_pids(work))))
     return left, time.monotonic() - t0
 
 
@@ -694,7 +670,7 @@ def resumed_as_expected(log: str, done: list[tuple[str, bytes]]) -> None:
 def test_sigkill_of_scoring_job_mid_cell(w, report, request) -> None:
     work = w["dir"]
     run, _ = run_to_next_chunk(w, "run1")
-    pids = scoring_pids(work)
+    pids = step_pids(work, "score")
     assert len(pids) == 1, pids
     os.kill(pids[0], signal.SIGKILL)
     killed_at = time.monotonic()

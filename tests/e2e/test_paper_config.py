@@ -234,10 +234,10 @@ def test_only_score_model_goes_to_the_cluster(paper_dry_run):
 # The job type each command reads (anyjev/cli.py), by the command's name.
 JOB_TYPES = {"prepare-model": "anyjev.serving.models:ModelJob", "fetch-task": "anyjev.data.hub:FetchJob",
              "prepare-task": "anyjev.data.prepare:PrepareJob", "score-model": "anyjev.run.allocation:ScoreModelJob",
-             "publish-cell": "anyjev.run.allocation:PublishJob", "evaluate": "anyjev.run.evaluate:EvaluateJob",
+             "publish-cell": "anyjev.run.publish:PublishJob", "evaluate": "anyjev.run.evaluate:EvaluateJob",
              "summary-table": "anyjev.outputs.tables:SummaryJob", "provenance-table": "anyjev.outputs.provenance:ProvenanceJob",
-             "vs-published": "anyjev.outputs.tables:VsPublishedJob", "reliability-plot": "anyjev.outputs.plots:ReliabilityJob",
-             "summary-plots": "anyjev.outputs.plots:SummaryPlotsJob", "vs-published-plot": "anyjev.outputs.plots:VsPublishedPlotJob",
+             "vs-published": "anyjev.outputs.tables:VsPublishedJob", "summary-plots": "anyjev.outputs.plots:SummaryPlotsJob",
+             "vs-published-plot": "anyjev.outputs.plots:VsPublishedPlotJob",
              "differences-table": "anyjev.outputs.differences:DifferencesJob", "viewer": "anyjev.outputs.viewer:ViewerJob"}
 
 
@@ -247,23 +247,18 @@ def test_every_command_line_names_its_job_file(paper_dry_run):
     import importlib
     import shlex
 
-    # one command per line, but evaluate_cell's two (evaluate, then the cell's reliability diagram) joined by &&
-    lines = [part.strip() for line in paper_dry_run["out"].splitlines()
-             for part in line.strip().removeprefix("Shell command:").split(" && ")]
-    # a cell's own steps are forked from the run's fork server (anyjev/run/forkserver.py), the other commands start
-    forked_prefix = "python -m anyjev.run.forkserver --owner-pid $PPID -- "
-    commands = [line.replace(forked_prefix, "python -m anyjev ") for line in lines
-                if line.startswith(("python -m anyjev ", forked_prefix))]
-    assert len(commands) == sum(JOB_COUNTS.values()) - 1 + JOB_COUNTS["evaluate_cell"]  # every job but `all`
-    forked = {shlex.split(line.removeprefix(forked_prefix))[0] for line in lines if line.startswith(forked_prefix)}
-    assert forked == {"publish-cell", "evaluate", "reliability-plot"}
+    lines = [line.strip().removeprefix("Shell command:").strip() for line in paper_dry_run["out"].splitlines()]
+    # every rule's command is the step's own process (`exec`: Snakemake waits for it and stops it, no shell between)
+    commands = [line for line in lines if "python -m anyjev" in line]
+    assert commands and all(line.startswith("exec python -m anyjev ") for line in commands), commands[:3]
+    assert len(commands) == sum(JOB_COUNTS.values()) - 1  # every job but `all`, one command each
     seen = set()
     for line in commands:
         argv = shlex.split(line.split(" > ")[0])
-        command, path = argv[3], argv[argv.index("--job") + 1]
+        command, path = argv[4], argv[argv.index("--job") + 1]
         module, name = JOB_TYPES[command].split(":")
         assert re.fullmatch(rf"\.anyjev/jobs/{name}-[0-9a-f]{{16}}\.json", path), line
         getattr(importlib.import_module(module), name).from_json(str(paper_dry_run["work"] / path))
-        assert len(line) < 500, line
+        assert "{" not in line and len(line) < 1000, line  # paths, and no JSON (a scoring job holds about 4 KB)
         seen.add(command)
     assert seen == set(JOB_TYPES)

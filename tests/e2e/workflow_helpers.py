@@ -15,9 +15,9 @@ import yaml
 from anyjev.run.cell import ExternalServer
 from anyjev.run.cell import request_lock as server_request_lock
 from anyjev.serving.proc import proc_cmdline
-from anyjev.serving.stop import vllm_process_pids
 from testbed.reproduce import number_tolerance
 from tests.conftest import REPO
+from tests.vllm_processes import vllm_process_pids
 from tests.waiting import HANG_GUARD, lock_waiters, settle, wait_for
 
 SNAKEMAKE = REPO / ".venv" / "bin" / "snakemake"
@@ -114,6 +114,25 @@ def run_holding_request_locks(workdir: Path, locks: list[Path], cells: int,
         commands = [proc_cmdline(pid)[1:4] for pid in pids]
     run.wait(HANG_GUARD)
     return subprocess.CompletedProcess(run.args, run.returncode, out_path.read_text(), ""), commands
+
+
+def processes_in(work: Path) -> list[int]:
+    """Every process whose working directory is WORK: Snakemake (`-d WORK`) and every job it starts there, and anything
+    they leave running."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{entry}/cwd") == str(work):
+                found.append(int(entry))
+        except OSError:  # it has just exited, or it is not ours to look at
+            pass
+    return found
+
+
+def step_pids(work: Path, step: str | None = None) -> list[int]:
+    """`python -m anyjev <step>` processes running in WORK: STEP's (`score`, `evaluate`, ...), or every step's."""
+    return [pid for pid in processes_in(work) if (cmd := proc_cmdline(pid))[1:3] == ["-m", "anyjev"]
+            and (step is None or cmd[3:4] == [step])]
 
 
 def leftover_vllm(match: str) -> list[int]:

@@ -21,9 +21,10 @@ from anyjev.backends.vllm import ClientOptions
 from anyjev.run.cell import ManagedServer, ScoreJob
 from anyjev.run.identity import ScoringOptions
 from anyjev.serving.spec import ServerSpec
-from anyjev.serving.stop import stop_servers, vllm_process_pids
+from anyjev.serving.stop import stop_servers
 from testbed import vllm_server
 from tests.conftest import REPO
+from tests.vllm_processes import vllm_process_pids
 
 
 def sigint_ignored() -> None:

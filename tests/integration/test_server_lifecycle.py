@@ -33,10 +33,11 @@ from anyjev.serving.lease import acquire_server, release_server
 from anyjev.serving.proc import group_pids, proc_cmdline, proc_environ
 from anyjev.serving.spec import ServerSpec
 from anyjev.serving.state import read_record
-from anyjev.serving.stop import stop_server, stop_servers, vllm_process_pids
+from anyjev.serving.stop import stop_server, stop_servers
 from anyjev.serving.supervisor import CHILD_PYTHONPATH_ENV, _child_env
 from testbed import vllm_server
 from tests.conftest import REPO, interruptible
+from tests.vllm_processes import vllm_process_pids
 from tests.waiting import HANG_GUARD, settle, wait_for
 
 # Every process of this test session carries TAG (server names), so the census never counts other people's servers.

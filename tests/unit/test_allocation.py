@@ -1,4 +1,4 @@
-"""anyjev/run/allocation.py: the outcomes of one job scoring all of a model's cells, and publishing each cell.
+"""anyjev/run/allocation.py and anyjev/run/publish.py: the outcomes of one job scoring all of a model's cells, and publishing each cell.
 
 The real workflow runs it in tests/e2e/test_score_jobs.py (stub server) and tests/e2e/test_rehearsal_slurm.py
 (real SLURM, real vLLM); here the score job itself is replaced, to reach every outcome directly.
@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from anyjev.errors import LabelTokenError, ServerError, TaskDataError
-from anyjev.run import allocation
+from anyjev.run import allocation, publish
 
 
 def _fake_score_job(failures: dict[str, Exception]):
@@ -50,17 +50,17 @@ def test_a_cell_error_is_recorded_and_the_other_cells_go_on(tmp_path, monkeypatc
     record = allocation.score_model_job(_job("a", "b", "c"), out, 1)
     assert {t: c["status"] for t, c in record["cells"].items()} == {"a": "ok", "b": "failed", "c": "ok"}
     assert record["cells"]["b"]["missing_ids"] == [2753] and json.loads(out.read_text()) == record
-    assert allocation.failed_cells(out) == ["b"]
+    assert publish.failed_cells(out) == ["b"]
 
-    allocation.publish_cell(allocation.PublishJob("a"), out, tmp_path / "pub/a.jsonl", tmp_path / "pub/a.json")
+    publish.publish_cell(publish.PublishJob("a"), out, tmp_path / "pub/a.jsonl", tmp_path / "pub/a.json")
     assert (tmp_path / "pub/a.jsonl").read_text() == "scores of a\n"
     with pytest.raises(LabelTokenError) as info:
-        allocation.publish_cell(allocation.PublishJob("b"), out, tmp_path / "pub/b.jsonl", tmp_path / "pub/b.json")
+        publish.publish_cell(publish.PublishJob("b"), out, tmp_path / "pub/b.jsonl", tmp_path / "pub/b.json")
     assert info.value.missing_ids == [2753]
     assert "cell m/b failed in the scoring job of model 'm'" in str(info.value) and "[2753]" in str(info.value)
     assert not (tmp_path / "pub/b.jsonl").exists()
     with pytest.raises(TaskDataError, match="did not score task 'zzz'"):
-        allocation.publish_cell(allocation.PublishJob("zzz"), out, tmp_path / "pub/z.jsonl", tmp_path / "pub/z.json")
+        publish.publish_cell(publish.PublishJob("zzz"), out, tmp_path / "pub/z.jsonl", tmp_path / "pub/z.json")
 
 
 def test_a_server_error_ends_the_job_and_keeps_what_was_staged(tmp_path, monkeypatch):
@@ -87,21 +87,21 @@ def test_a_published_failure_keeps_the_recorded_error_type(tmp_path, monkeypatch
     out = tmp_path / "allocation.json"
     allocation.score_model_job(_job("a", "b"), out, 1)
     with pytest.raises(InputError) as info:
-        allocation.publish_cell(allocation.PublishJob("a", "logs/score_model/m.log"), out, tmp_path / "pub/a.jsonl",
+        publish.publish_cell(publish.PublishJob("a", "logs/score_model/m.log"), out, tmp_path / "pub/a.jsonl",
                                 tmp_path / "pub/a.json")
     assert "scoring job of model 'm', log logs/score_model/m.log: TaskDataError: tasks/a.jsonl:line 3: item 'q2'" in \
         str(info.value)
-    job = allocation.PublishJob("a", "logs/score_model/m.log").to_json()
+    job = publish.PublishJob("a", "logs/score_model/m.log").to_json()
     assert main(["publish-cell", "--job", job, "--allocation", str(out), "--out", "a.jsonl", "--provenance", "a.json"]) \
         == EXIT_BAD_INPUT
     assert capsys.readouterr().err.strip().endswith("TaskDataError: tasks/a.jsonl:line 3: item 'q2': too long")
     with pytest.raises(BatchCollisionError) as collision:
-        allocation.publish_cell(allocation.PublishJob("b"), out, tmp_path / "pub/b.jsonl", tmp_path / "pub/b.json")
+        publish.publish_cell(publish.PublishJob("b"), out, tmp_path / "pub/b.jsonl", tmp_path / "pub/b.json")
     assert collision.value.missing_ids == [49] and "BatchCollisionError:" not in str(collision.value)
 
 
 def test_a_later_job_finds_the_cells_an_earlier_job_finished(tmp_path, monkeypatch):
-    """What a model's next job leaves out (anyjev.run.allocation.finished_cells): a cell an earlier job scored under
+    """What a model's next job leaves out (anyjev.run.publish.finished_cells): a cell an earlier job scored under
     the same definition, from the same task file, whose staged scores are still the ones it wrote. Anything else is
     scored again: another definition, a task file built again with other items (or older than its source), staged
     scores written over since, a cell that failed."""
@@ -114,22 +114,22 @@ def test_a_later_job_finds_the_cells_an_earlier_job_finished(tmp_path, monkeypat
     sources = {"a": ["src-a.jsonl"]}
     Path("src-a.jsonl").write_text("source of a\n")
     os.utime("src-a.jsonl", ns=(0, 0))
-    assert allocation.finished_cells(folder, job.cells, sources) == {"a": str(record), "b": str(record)}
+    assert publish.finished_cells(folder, job.cells, sources) == {"a": str(record), "b": str(record)}
 
     again = {t: dataclasses.replace(c, definition="another") if t == "a" else c for t, c in job.cells.items()}
-    assert allocation.finished_cells(folder, again, sources) == {"b": str(record)}
+    assert publish.finished_cells(folder, again, sources) == {"b": str(record)}
     Path("b.jsonl").write_text("other items of b\n")
-    assert allocation.finished_cells(folder, job.cells, sources) == {"a": str(record)}
+    assert publish.finished_cells(folder, job.cells, sources) == {"a": str(record)}
     Path("src-a.jsonl").touch()  # the source is newer: the task is built again before it is scored
     os.utime("a.jsonl", ns=(1, 1))
-    assert allocation.finished_cells(folder, job.cells, sources) == {}
+    assert publish.finished_cells(folder, job.cells, sources) == {}
     os.utime("src-a.jsonl", ns=(0, 0))
-    assert allocation.finished_cells(folder, job.cells, sources) == {"a": str(record)}
+    assert publish.finished_cells(folder, job.cells, sources) == {"a": str(record)}
     staged("a").write_text("scores of a, under another definition\n")
-    assert allocation.finished_cells(folder, job.cells, sources) == {}
+    assert publish.finished_cells(folder, job.cells, sources) == {}
 
-    assert allocation.retry_failed(record) == ["c"] and record.exists(), "a record with finished cells stays"
+    assert publish.retry_failed(record) == ["c"] and record.exists(), "a record with finished cells stays"
     only_c = _job("c")
     allocation.score_model_job(only_c, folder / "c.json", 1)
-    assert allocation.retry_failed(folder / "c.json") == ["c"] and not (folder / "c.json").exists(), \
+    assert publish.retry_failed(folder / "c.json") == ["c"] and not (folder / "c.json").exists(), \
         "a record that finished none of its cells goes: the next run does the same job again"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench import common
-from bench.bench_scale import ProcessSampler, by_kind, growth_exponent, job_kind, union_seconds
+from bench.bench_scale import PER_CELL_KINDS, ProcessSampler, by_kind, growth_exponent, job_kind, union_seconds
 from bench.cache_limit import computed_limit
 from tests.conftest import REPO
 
@@ -98,32 +98,27 @@ def test_job_kinds_name_the_command_a_job_runs() -> None:
 
 
 def test_every_rule_runs_a_process_the_scale_benchmark_names() -> None:
-    """bench_scale accounts a job by its process's command line, or, for a command forked from the fork server, by the
-    command the server's record names: each rule's shell command must be one of the two."""
+    """bench_scale accounts a job by its process's command line: each rule's shell command is one anyjev step that the
+    shell replaces itself with (`exec python -m anyjev COMMAND ...`), named by job_kind, and a cell's own steps are the
+    kinds its per-cell CPU counts."""
     import shlex
 
     from anyjev.cli import build_parser
 
     commands_of_anyjev = set(next(a for a in build_parser()._actions if a.dest == "command").choices)
     rules = "\n".join(p.read_text() for p in sorted((REPO / "workflow" / "rules").glob("*.smk")))
-    # each shell: its adjacent string literals joined, then its commands (evaluate_cell runs two, joined by &&)
+    # each shell: its adjacent string literals joined
     shells = ["".join(re.findall(r'"([^"]*)"', block))
               for block in re.findall(r'shell:\s*(?:#[^\n]*\s*)*((?:"[^"]*"\s*)+)', rules)]
     assert shells and rules.count("shell:") == len(shells)
-    prefix_re = r"(python -m anyjev.run.forkserver --owner-pid \$PPID -- )?(.*)"
-    commands = [re.fullmatch(prefix_re, part.strip()).groups() for shell in shells for part in shell.split(" && ")]
     assert not re.search(r"^\s+(?:script|run):\s*$", rules, re.M)  # a job in Snakemake's own process is not seen
-    forked = set()
-    for prefix, command in commands:
-        argv = shlex.split(command.split(">")[0].replace("{", "").replace("}", ""))
-        if prefix:
-            assert argv[0] in commands_of_anyjev, command
-            forked.add(argv[0])
-        else:
-            assert job_kind(argv) == argv[3], command
-    assert forked == {"publish-cell", "evaluate", "reliability-plot"}  # a cell's own steps
-    # the sampler leaves the fork server's processes to its record, which counts each once
-    assert job_kind(["python", "-m", "anyjev.run.forkserver", "--owner-pid", "1", "--", "evaluate"]) is None
+    run = set()
+    for shell in shells:
+        assert shell.startswith("exec python -m anyjev ") and not re.search(r"&&|;|\|", shell), shell
+        argv = shlex.split(shell.removeprefix("exec ").split(">")[0].replace("{", "").replace("}", ""))
+        assert argv[3] in commands_of_anyjev and job_kind(argv) == argv[3], shell
+        run.add(argv[3])
+    assert set(PER_CELL_KINDS) <= run
 
 
 def test_union_of_intervals_counts_overlaps_once() -> None:

@@ -16,9 +16,9 @@ import pytest
 
 from anyjev.backends.vllm import ClientOptions
 from anyjev.cli import build_parser
-from anyjev.run.allocation import FORMAT as ALLOCATION_FORMAT
 from anyjev.run.cell import ExternalServer, ScoreJob
 from anyjev.run.identity import ScoringOptions
+from anyjev.run.publish import FORMAT as ALLOCATION_FORMAT
 from tests.conftest import REPO
 
 ITEM = {"id": "a", "state": "It rains.", "question": "Is it wet?", "kind": "noul", "gold": 0}
@@ -169,8 +169,9 @@ def test_fetch_task_writes_into_its_out_folder(tmp_path: Path) -> None:
 
 
 def test_the_program_exits_with_mains_code_after_freezing_what_is_alive(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`anyjev` (the console script and ``python -m anyjev``) is :func:`anyjev.cli.run`: main's exit code, and the live
-    objects frozen first so that Python's exit does not scan them all once more (docs/benchmarks.md)."""
+    """`anyjev` (the console script and ``python -m anyjev``) is :func:`anyjev.cli.run`: main's exit code, main run as
+    the program (a workflow step's process is tied to its job's), and the live objects frozen first so that Python's
+    exit does not scan them all once more (docs/benchmarks.md)."""
     import gc
     import tomllib
 
@@ -179,11 +180,11 @@ def test_the_program_exits_with_mains_code_after_freezing_what_is_alive(monkeypa
     assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]["anyjev"] == "anyjev.cli:run"
     assert "run()" in (REPO / "anyjev" / "__main__.py").read_text()
     events: list[str] = []
-    monkeypatch.setattr(cli, "main", lambda: events.append("main") or 2)
+    monkeypatch.setattr(cli, "main", lambda *, as_program: events.append(f"main as_program={as_program}") or 2)
     monkeypatch.setattr(gc, "freeze", lambda: events.append("freeze"))
     with pytest.raises(SystemExit) as exited:
         cli.run()
-    assert exited.value.code == 2 and events == ["main", "freeze"]
+    assert exited.value.code == 2 and events == ["main as_program=True", "freeze"]
 
 
 @pytest.mark.parametrize("fails", [False, True])

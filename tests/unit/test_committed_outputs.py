@@ -16,13 +16,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from anyjev.outputs.tables import read_summary, readme_block, readme_markdown, write_summary
+from anyjev.outputs.tables import read_summary, readme_markdown, write_summary
 from anyjev.paths import REPLICATES
 from anyjev.results import read_cells
 from anyjev.run.evaluate import evaluate_cell
 from anyjev.run.replicates import read_replicates, replicates_for
 from anyjev.settings import Settings
 from tests.conftest import DEFAULT_CONFIG, REPO
+from tests.readme_table import readme_block
 
 CELLS = sorted((REPO / "results" / "cells").glob("*/*/scores.jsonl"))
 TABLES = REPO / "results" / "tables"

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from anyjev.outputs import plots
+from anyjev.outputs import draw, plots
 from anyjev.outputs.tables import VsPublishedJob, read_summary, summary_frame, vs_published, vs_published_frame, vs_published_markdown
 from anyjev.paths import Figure, RunPaths
 from anyjev.results import CellLayout, read_cells
@@ -112,8 +112,8 @@ def test_empty_published_comparison_is_a_note_not_a_figure(tmp_path: Path) -> No
 
 
 def test_reliability_bins_and_wilson() -> None:
-    assert [plots.reliability_bin_count(n) for n in (10, 45, 100, 225, 1000)] == [3, 3, 6, 15, 15]
-    lo, hi = plots.wilson_interval(np.array([0, 10, 5]), np.array([10, 10, 10]))
+    assert [draw.reliability_bin_count(n) for n in (10, 45, 100, 225, 1000)] == [3, 3, 6, 15, 15]
+    lo, hi = draw.wilson_interval(np.array([0, 10, 5]), np.array([10, 10, 10]))
     assert lo[0] == pytest.approx(0.0, abs=1e-12) and hi[0] == pytest.approx(0.2775, abs=1e-4)
     assert hi[1] == pytest.approx(1.0) and lo[1] == pytest.approx(1 - 0.2775, abs=1e-4)
     assert lo[2] == pytest.approx(0.2366, abs=1e-4) and hi[2] == pytest.approx(0.7634, abs=1e-4)

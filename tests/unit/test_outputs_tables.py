@@ -17,18 +17,16 @@ import yaml
 from anyjev.outputs.provenance import sections_html, sections_markdown, write_provenance
 from anyjev.outputs.tables import (
     HIGHER_IS_BETTER,
-    README_END,
-    README_START,
     TABLE_METRICS,
     main,
     read_summary,
-    readme_block,
     readme_markdown,
     summary_latex,
     summary_markdown,
 )
 from anyjev.results import read_cells
 from tests.conftest import REPO, require
+from tests.readme_table import README_END, README_START, readme_block
 from tests.waiting import HANG_GUARD
 
 SUMMARY = REPO / "results" / "tables" / "summary.csv"

@@ -198,7 +198,8 @@ def test_a_refused_resume_fails_its_cell_alone_in_a_models_job(tmp_path, stub, q
     """score_jobs: model: the cell whose checkpoint was made on another server fails alone, its outcome naming what
     changed; the model's other cell is scored, and publish-cell raises the cell's error."""
     from anyjev.errors import AnyjevError
-    from anyjev.run.allocation import PublishJob, ScoreModelJob, publish_cell, score_model_job
+    from anyjev.run.allocation import ScoreModelJob, score_model_job
+    from anyjev.run.publish import PublishJob, publish_cell
 
     url_job(tmp_path, stub.url, Path(qwen3_tokenizer.name_or_path))  # the config and the task file
     config = yaml.safe_load((tmp_path / "config.yaml").read_text())

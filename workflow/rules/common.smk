@@ -17,8 +17,9 @@ from anyjev.outputs.run import RunOutputs, kept_as_they_are, write_run_outputs
 from anyjev.outputs.viewer import CELLS as VIEWER_CELLS, INDEX as VIEWER_INDEX
 from anyjev.paths import METRICS, PREDICTIONS, PROVENANCE, REPLICATES, SCORES, run_paths
 from anyjev.results import CellLayout
-from anyjev.run.allocation import PublishJob, ScoreModelJob, finished_cells, retry_failed, score_jobs_mode
+from anyjev.run.allocation import ScoreModelJob, score_jobs_mode
 from anyjev.run.interrupt import interrupt_jobs, interrupted_line
+from anyjev.run.publish import PublishJob, finished_cells, retry_failed
 from anyjev.serving.models import PROVENANCE_FILE as MODEL_RECORD
 from anyjev.settings import SCORE_RESOURCES, Settings
 
@@ -144,7 +145,7 @@ def job_claim(job):
         key = f"the cell {wc.model}/{wc.task} (models.{wc.model}, tasks.{wc.task}, the scoring and evaluation settings)"
         definition = cell_definition(wc.model, wc.task)
         if step == "evaluate_cell":
-            definition += [job.params.job, job.params.reliability_job]
+            definition += [job.params.job]
     else:
         return None
     return Claim(key, tuple(str(f) for f in job.output), tuple(definition))
@@ -449,7 +450,7 @@ def write_partial_outputs():
 
 def retry_failed_allocations():
     """After a run with failed cells (score_jobs: model): the next run's job for each model scores its failed cells
-    again (anyjev.run.allocation.retry_failed: the record of this run's job goes when none of its cells finished)."""
+    again (anyjev.run.publish.retry_failed: the record of this run's job goes when none of its cells finished)."""
     if SCORE_JOBS != "model":
         return
     for model, plan in MODEL_JOBS.items():

@@ -14,4 +14,4 @@ rule prepare_model:
         job=lambda wc: job_file(SETTINGS.model_job(wc.model, lock_record=PATHS.lock_record)),
         folder=lambda wc, output: os.path.dirname(output.marker),
     shell:
-        "python -m anyjev prepare-model --job {params.job:q} --out {params.folder:q} > {log:q} 2>&1"
+        "exec python -m anyjev prepare-model --job {params.job:q} --out {params.folder:q} > {log:q} 2>&1"

@@ -19,7 +19,7 @@ rule summary_plots:
     params:
         job=lambda wc: job_file(summary_plots_job()),
     shell:
-        "python -m anyjev summary-plots --job {params.job:q} --by-level-png {output.by_level:q} "
+        "exec python -m anyjev summary-plots --job {params.job:q} --by-level-png {output.by_level:q} "
         "--by-level-pdf {output.by_level_pdf:q} --flip-png {output.flip:q} --flip-pdf {output.flip_pdf:q} > {log:q} 2>&1"
 
 
@@ -37,4 +37,4 @@ rule vs_published_plot:
     params:
         job=lambda wc: job_file(vs_published_plot_job()),
     shell:
-        "python -m anyjev vs-published-plot --job {params.job:q} --png {output.png:q} --pdf {output.pdf:q} > {log:q} 2>&1"
+        "exec python -m anyjev vs-published-plot --job {params.job:q} --png {output.png:q} --pdf {output.pdf:q} > {log:q} 2>&1"

@@ -1,8 +1,7 @@
 # Scoring, one job per model (score_jobs: model, the default) or one job per cell (score_jobs: cell),
 # then each cell evaluated offline. Both start each model's server once per run (docs/servers.md).
-# A cell's own steps (publish, evaluate, and draw its reliability diagram) run their anyjev command forked from
-# the run's fork server, which has imported what they need once (anyjev/run/forkserver.py; $PPID, this Snakemake
-# process, owns it: it stops when the run does).
+# Every rule's command is `exec python -m anyjev <step> ...`: the step is the job's process itself, not a shell's
+# child, so that Snakemake waits for it and stops it, and a step ends with its job (anyjev.cli._end_with_job).
 
 
 if SCORE_JOBS == "cell":
@@ -30,7 +29,7 @@ if SCORE_JOBS == "cell":
             job=lambda wc: job_file(score_job(wc)),
         shell:
             # $PPID: the Snakemake process running this job owns the server (it stops when that process exits).
-            "python -m anyjev score --job {params.job:q} --task-file {input.task:q} --out {output.scores:q} "
+            "exec python -m anyjev score --job {params.job:q} --task-file {input.task:q} --out {output.scores:q} "
             "--provenance {output.provenance:q} --owner-pid $PPID > {log:q} 2>&1"
 
 else:
@@ -64,7 +63,7 @@ else:
             job=lambda wc: job_file(model_job(wc)),
         shell:
             # $PPID: the Snakemake process running this job owns the server (it stops when that process exits).
-            "python -m anyjev score-model --job {params.job:q} --out {output.allocation:q} --owner-pid $PPID > {log:q} 2>&1"
+            "exec python -m anyjev score-model --job {params.job:q} --out {output.allocation:q} --owner-pid $PPID > {log:q} 2>&1"
 
     # Per cell, in the main process: publish the staged scores, or fail with the cell's own error; from the record of
     # the job that scored the cell, made from the task file as it is.
@@ -83,13 +82,14 @@ else:
         params:
             job=lambda wc: job_file(publish_job(wc)),
         shell:
-            "python -m anyjev.run.forkserver --owner-pid $PPID -- publish-cell --job {params.job:q} "
+            "exec python -m anyjev publish-cell --job {params.job:q} "
             "--allocation {input.allocation:q} --task-file {input.task:q} --out {output.scores:q} "
             "--provenance {output.provenance:q} > {log:q} 2>&1"
 
 
-# A cell's metrics and its reliability diagram (one level per panel), in one job: a second job per cell would cost
-# the run's DAG, dry run and scheduler a third of its per-cell jobs, for a figure drawn from what this job writes.
+# A cell's metrics and its reliability diagram (one level per panel), in one job and one process: the diagram is drawn
+# from the evaluation the step holds; a second job per cell would cost the run's DAG, dry run and scheduler a third of
+# its per-cell jobs, and a second process its interpreter and imports.
 rule evaluate_cell:
     input:
         scores=rules.score_cell.output.scores,
@@ -107,17 +107,13 @@ rule evaluate_cell:
         ),
         pdf=PATHS.reliability.pdf,
     log:
-        evaluate=PATHS.evaluate_log,
-        reliability=PATHS.reliability_log,
+        PATHS.evaluate_log,
     localrule: True
     conda:
         "../envs/client.yaml"
     params:
-        job=lambda wc: job_file(SETTINGS.evaluate_job()),
-        reliability_job=lambda wc: job_file(reliability_job(wc.model, wc.task)),
+        job=lambda wc: job_file(SETTINGS.evaluate_job(wc.model, wc.task)),
     shell:
-        "python -m anyjev.run.forkserver --owner-pid $PPID -- evaluate --job {params.job:q} --scores {input.scores:q} "
-        "--task-file {input.task:q} --out {output.metrics:q} --predictions {output.predictions:q} --replicates {output.replicates:q} "
-        "> {log.evaluate:q} 2>&1 && "
-        "python -m anyjev.run.forkserver --owner-pid $PPID -- reliability-plot --job {params.reliability_job:q} "
-        "--png {output.png:q} --pdf {output.pdf:q} > {log.reliability:q} 2>&1"
+        "exec python -m anyjev evaluate --job {params.job:q} --scores {input.scores:q} --task-file {input.task:q} "
+        "--out {output.metrics:q} --predictions {output.predictions:q} --replicates {output.replicates:q} "
+        "--png {output.png:q} --pdf {output.pdf:q} > {log:q} 2>&1"

@@ -18,7 +18,7 @@ rule summary_table:
     params:
         job=lambda wc: job_file(summary_job()),
     shell:
-        "python -m anyjev summary-table --job {params.job:q} --csv {output.csv:q} --md {output.md:q} --tex {output.tex:q} > {log:q} 2>&1"
+        "exec python -m anyjev summary-table --job {params.job:q} --csv {output.csv:q} --md {output.md:q} --tex {output.tex:q} > {log:q} 2>&1"
 
 
 # Each level minus raw, and each model minus another on the same task (from both cells' scores and the bootstrap
@@ -39,7 +39,7 @@ rule differences_table:
     params:
         job=lambda wc: job_file(differences_job()),
     shell:
-        "python -m anyjev differences-table --job {params.job:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"
+        "exec python -m anyjev differences-table --job {params.job:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"
 
 
 rule provenance_table:
@@ -57,7 +57,7 @@ rule provenance_table:
     params:
         job=lambda wc: job_file(provenance_job()),
     shell:
-        "python -m anyjev provenance-table --job {params.job:q} --md {output.md:q} --html {output.html:q} > {log:q} 2>&1"
+        "exec python -m anyjev provenance-table --job {params.job:q} --md {output.md:q} --html {output.html:q} > {log:q} 2>&1"
 
 
 rule vs_published:
@@ -75,4 +75,4 @@ rule vs_published:
     params:
         job=lambda wc: job_file(vs_published_job()),
     shell:
-        "python -m anyjev vs-published --job {params.job:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"
+        "exec python -m anyjev vs-published --job {params.job:q} --csv {output.csv:q} --md {output.md:q} > {log:q} 2>&1"

@@ -21,7 +21,7 @@ rule fetch_hub_task:
         # a local folder's content hash: what its files hold decides a rerun, not their times
         content=local_dataset_content,
     shell:
-        "python -m anyjev fetch-task --job {params.job:q} --out {params.out:q} > {log:q} 2>&1"
+        "exec python -m anyjev fetch-task --job {params.job:q} --out {params.out:q} > {log:q} 2>&1"
 
 
 rule prepare_task:
@@ -37,4 +37,4 @@ rule prepare_task:
     params:
         job=lambda wc: job_file(SETTINGS.prepare_job(wc.task, hub_cache=PATHS.hub_cache)),
     shell:
-        "python -m anyjev prepare-task --job {params.job:q} --out {output.task_file:q} > {log:q} 2>&1"
+        "exec python -m anyjev prepare-task --job {params.job:q} --out {output.task_file:q} > {log:q} 2>&1"

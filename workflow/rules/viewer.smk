@@ -24,4 +24,4 @@ rule viewer:
         job=lambda wc: job_file(viewer_job()),
         folder=lambda wc, output: os.path.dirname(output.index),
     shell:
-        "python -m anyjev viewer --job {params.job:q} --out {params.folder:q} > {log:q} 2>&1"
+        "exec python -m anyjev viewer --job {params.job:q} --out {params.folder:q} > {log:q} 2>&1"
