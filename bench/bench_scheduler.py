@@ -42,7 +42,7 @@ from bench.common import measured_on, no_controller_shim, run_record, run_under_
 
 SIZES = {9: (3, 3), 90: (10, 9), 300: (10, 30)}  # cells: (models, tasks), as bench/bench_scale.py
 # The profile's max-jobs-per-timespan, by variant name: Snakemake's default (none set), and longer timespans at its rate.
-SETTINGS = {"default": None, "300/3s": "300/3s", "1000/10s": "1000/10s"}
+SETTINGS = {"default": None, "300_per_3s": "300/3s", "1000_per_10s": "1000/10s"}  # names usable in a key path
 CORES = 2  # workflow/profiles/default
 
 SNAKEFILE = """\
@@ -166,7 +166,7 @@ def markdown(report: dict) -> str:
                                                       f"end" for s in sizes) + " |",
              "|---|" + "---|" * len(sizes)]
     for name in SETTINGS:
-        title = "Snakemake's default (100/1s)" if SETTINGS[name] is None else f"`{name}`"
+        title = "Snakemake's default (100/1s)" if SETTINGS[name] is None else f"`{SETTINGS[name]}`"
         lines.append(f"| {title} | " + " | ".join(f"{s[name]['main_cpu_s']:.1f} ({s[name]['cpu_vs_default']:.2f}x), "
                                                   f"{s[name]['process_wall_s']:.0f}, {s[name]['threads_at_end']:.0f}"
                                                   for s in sizes) + " |")
