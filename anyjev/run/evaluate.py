@@ -24,6 +24,7 @@ from anyjev.numbers.evaluation import RESAMPLED, Evaluation, ItemLevels, evaluat
 from anyjev.numbers.evaluation import item_levels as point_item_levels
 from anyjev.numbers.metrics import METRICS, TIE_TOL
 from anyjev.numbers.options import EvaluationOptions
+from anyjev.run.audit import audit_summary
 from anyjev.run.records import cell_groups
 from anyjev.run.replicates import replicates_for, write_replicates
 from anyjev.run.store import read_cell
@@ -86,12 +87,15 @@ def write_predictions(path: str | os.PathLike, evaluation: Evaluation) -> None:
 
 def evaluate_cell(job: EvaluateJob, scores: str, metrics_out: str, predictions_out: str | None = None,
                   replicates_out: str | None = None) -> dict:
-    """Evaluate the scores file SCORES; write ``metrics.json`` (and the predictions CSV, and the bootstrap replicates
-    for the differences table: :mod:`anyjev.run.replicates`) atomically, ``metrics.json`` last: it marks the cell
-    finished."""
+    """Evaluate the scores file SCORES; write ``metrics.json`` (with the batch audit's numbers when the cell holds
+    an audit: :func:`anyjev.run.audit.audit_summary`; and the predictions CSV, and the bootstrap replicates for the
+    differences table: :mod:`anyjev.run.replicates`) atomically, ``metrics.json`` last: it marks the cell finished."""
     identity, records, extras = read_cell(scores)
     evaluation = evaluate_records(records, job.evaluation, source=scores, extras=extras)
     out = evaluation.to_json() | {"identity": identity, "metric_names": list(METRICS)}
+    audit = audit_summary(records, extras, job.evaluation, scores)
+    if audit is not None:
+        out["audit"] = audit
     if replicates_out:
         write_replicates(replicates_out, evaluation.replicates, file_sha256(scores), job.evaluation)
     if predictions_out:
