@@ -234,7 +234,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
     # collections they set off rescan the transformers and torch import each time and free nothing (docs/benchmarks.md,
     # "Where the fixed costs go").
     with collector_paused():
-        plan = plan_config(args.config, models_dir=args.models_dir, hub_cache=args.hub_cache)
+        plan = plan_config(args.config, models_dir=args.models_dir, hub_cache=args.hub_cache, results=args.results,
+                           logs=args.logs)
     print(json.dumps(plan, indent=1) if args.json else plan_text(plan), end="\n" if args.json else "")
 
 
@@ -360,11 +361,14 @@ def build_parser() -> argparse.ArgumentParser:
     _config_flag(s)
     s.add_argument("--tasks-dir", default=PATHS.tasks_dir, help=f"prepared task files (default {PATHS.tasks_dir})")
     s = _command(sub, "plan", cmd_plan, "what a run will send, from the config alone: items, layouts, prompts and prompt "
-                 "tokens per cell and in total, and the server starts per model")
+                 "tokens per cell and in total, the server starts per model, and the power of each task's test items")
     _config_flag(s)
     s.add_argument("--json", action="store_true", help="print the plan as JSON")
     s.add_argument("--models-dir", default=PATHS.models_dir, help=f"prepared models, for their tokenizers (default {PATHS.models_dir})")
     s.add_argument("--hub-cache", default=PATHS.hub_cache, help=f"fetched hub data (default {PATHS.hub_cache})")
+    s.add_argument("--results", default=PATHS.results, help="a finished run's results folder: its cells of a task are "
+                   f"the pilot the power estimate reads (default {PATHS.results})")
+    s.add_argument("--logs", default=PATHS.logs, help=f"that run's logs folder (default {PATHS.logs})")
     s = _command(sub, "viewer", cmd_viewer, "write the run's item-level viewer (an index.html that opens from disk, "
                  "offline) from the cells that finished; the others are shown as failed")
     s.add_argument("--job", help="the ViewerJob file (or its JSON), as the workflow writes it (else from --config and the "
