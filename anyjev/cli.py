@@ -200,6 +200,13 @@ def cmd_ls(args: argparse.Namespace) -> None:
     sys.stdout.write(ls_text(load_strict(args.config), args.tasks_dir))
 
 
+def cmd_compare(args: argparse.Namespace) -> None:
+    from anyjev.outputs.versus import compare_run_folders
+
+    _, md = compare_run_folders(args.run_a, args.run_b, csv_out=args.csv, md_out=args.md)
+    sys.stdout.write(md)
+
+
 def cmd_viewer(args: argparse.Namespace) -> None:
     from anyjev.outputs.viewer import ViewerJob, write_viewer
     from anyjev.results import CellLayout
@@ -369,6 +376,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--results", default=PATHS.results, help="a finished run's results folder: its cells of a task are "
                    f"the pilot the power estimate reads (default {PATHS.results})")
     s.add_argument("--logs", default=PATHS.logs, help=f"that run's logs folder (default {PATHS.logs})")
+    s = _command(sub, "compare", cmd_compare, "one run against another, cell by cell (B minus A): every metric of every "
+                 "level on the same items, with the paired interval of the difference; a cell whose items differ is "
+                 "refused, naming the first that does")
+    s.add_argument("run_a", metavar="RUN_A", help="the first run: its results folder, or its working directory")
+    s.add_argument("run_b", metavar="RUN_B", help="the second run (each difference is B minus A)")
+    s.add_argument("--csv", help="also write the differences as CSV (long form)")
+    s.add_argument("--md", help="also write them as Markdown (what is printed)")
     s = _command(sub, "viewer", cmd_viewer, "write the run's item-level viewer (an index.html that opens from disk, "
                  "offline) from the cells that finished; the others are shown as failed")
     s.add_argument("--job", help="the ViewerJob file (or its JSON), as the workflow writes it (else from --config and the "

@@ -97,37 +97,47 @@ def differences_frame(run: Run, options: EvaluationOptions, levels: Sequence[str
     return with_power(frame.drop(columns=["detectable", "underpowered"])).reindex(columns=COLUMNS)
 
 
+INTERVALS_NOTE = (f"Bold: the interval excludes 0. {UNDERPOWERED}: underpowered, the interval covers 0 and the difference "
+                  "is smaller than the smallest its items could have detected at 80% power (the CSV's detectable; "
+                  "docs/metrics.md, \"Power\"): not evidence that there is none. detectable Δacc: that smallest "
+                  "difference for accuracy.")
+
+
 def differences_markdown(frame: pd.DataFrame) -> str:
     """The differences as Markdown: one table per kind, a row per (task, model or pair, level), a column per metric,
-    each cell ``+0.031 [-0.010, +0.070]`` (bold where the interval excludes 0)."""
+    each cell ``+0.031 [-0.010, +0.070]`` (bold where the interval excludes 0, † where it is underpowered)."""
     lines = ["# Differences with their intervals", "",
              "Each value is a paired difference on the same items with the BCa 95% interval of the difference itself "
              "(resampled as the levels' own intervals, priors and L1's temperature refit in each resample). "
-             f"Bold: the interval excludes 0. {UNDERPOWERED}: underpowered, the interval covers 0 and the difference is "
-             "smaller than the smallest its items could have detected at 80% power (differences.csv: detectable; "
-             "docs/metrics.md, \"Power\"): not evidence that there is none. detectable Δacc: that smallest difference "
-             "for accuracy.", ""]
+             + INTERVALS_NOTE, ""]
     kinds = (("Each level minus raw", frame[frame["model"] == frame["versus_model"]], ["task", "model", "level"]),
              ("One model minus another, same task and level", frame[frame["model"] != frame["versus_model"]],
               ["task", "model", "versus_model", "level"]))
-    for title, part, keys in kinds:
-        if part.empty:
-            continue
-        metrics = [m for m in TABLE_METRICS if m in set(part["metric"])]
-        head = [{"versus_model": "minus"}.get(k, k) for k in keys] + [f"{METRIC_TITLES[m]} {arrow(m)}" for m in metrics]
-        head += ["detectable Δacc"] if "acc" in metrics else []
-        lines += [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for key, rows in part.groupby(keys, sort=False):
-            by_metric = {r.metric: r for r in rows.itertuples()}
-            shown = [_entry(by_metric[m]) if m in by_metric else "" for m in metrics]
-            if "acc" in metrics:
-                detectable = getattr(by_metric.get("acc"), "detectable", float("nan"))
-                shown.append("" if pd.isna(detectable) else f"{detectable:.3f}")
-            lines.append("| " + " | ".join([*map(str, key), *shown]) + " |")
-        lines.append("")
-    if len(lines) == 5:
+    tables = [markdown_table(title, part, keys, {"versus_model": "minus"}) for title, part, keys in kinds]
+    lines += [line for table in tables for line in table]
+    if not any(tables):
         lines.append("No difference to show: no cell has a level besides raw, and no task was scored by two models.")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def markdown_table(title: str, part: pd.DataFrame, keys: list[str], headers: dict[str, str] | None = None) -> list[str]:
+    """One table of differences (rows of PART: a metric each, with value, lo, hi, detectable and underpowered) under
+    the heading TITLE: a row per KEYS (shown under HEADERS' names), a column per metric of the table, then the
+    accuracy's detectable difference; no lines when PART is empty."""
+    if part.empty:
+        return []
+    metrics = [m for m in TABLE_METRICS if m in set(part["metric"])]
+    head = [(headers or {}).get(k, k) for k in keys] + [f"{METRIC_TITLES[m]} {arrow(m)}" for m in metrics]
+    head += ["detectable Δacc"] if "acc" in metrics else []
+    lines = [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key, rows in part.groupby(keys, sort=False):
+        by_metric = {r.metric: r for r in rows.itertuples()}
+        shown = [_entry(by_metric[m]) if m in by_metric else "" for m in metrics]
+        if "acc" in metrics:
+            detectable = getattr(by_metric.get("acc"), "detectable", float("nan"))
+            shown.append("" if pd.isna(detectable) else f"{detectable:.3f}")
+        lines.append("| " + " | ".join([*map(str, key), *shown]) + " |")
+    return [*lines, ""]
 
 
 def _entry(row) -> str:
