@@ -13,6 +13,7 @@ import pytest
 from anyjev.decision.options import PromptOptions
 from anyjev.decision.tokenizer import load_tokenizer
 from anyjev.outputs.tables import write_summary
+from anyjev.outputs.viewer.run_page import run_page
 from anyjev.paths import METRICS, PREDICTIONS, SCORES
 from anyjev.results import read_cells
 from anyjev.run.audit import AUDIT_ID, audited_items
@@ -82,6 +83,9 @@ def test_a_batch_dependent_server_has_its_changed_decisions_flagged(tmp_path, st
     assert frame.set_index("level").at["raw", "audit_changed"] == N_ITEMS - 1
     md = Path(f"{summary}.md").read_text()
     assert f"**Decisions change under another batch** in 1 cell(s): {MODEL}/t (raw {N_ITEMS - 1}" in md, md
+    # the viewer's run page shows it on the cell's card and page
+    shown = run_page(read_cells([tmp_path / "cells" / MODEL / "t"]), ["raw", "L0"], frame)["cells"][0]["audit"]
+    assert shown["items"] == N_ITEMS and shown["changed"]["raw"] == N_ITEMS - 1 and shown["prompts"] == 2 * N_ITEMS
 
 
 def _items(task_file: Path) -> tuple[list, list[str]]:
