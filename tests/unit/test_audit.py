@@ -5,6 +5,7 @@ its item records and audits once. tests/integration/test_audit_real.py reads the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -17,12 +18,18 @@ from anyjev.outputs.viewer.run_page import run_page
 from anyjev.paths import METRICS, PREDICTIONS, SCORES
 from anyjev.results import read_cells
 from anyjev.run.audit import AUDIT_ID, audited_items
-from anyjev.run.cell import score_job
+from anyjev.run.cell import ScoreJob, score_job
 from anyjev.run.evaluate import EvaluateJob, evaluate_cell
 from anyjev.run.prepared import prepare_items
 from anyjev.run.store import read_cell
 from tests.stub_http import Reply, StubCompletions
 from tests.unit.test_server_check import MODEL, N_ITEMS, fail_after, url_job
+
+
+def audit_job(root: Path, url: str, tokenizer: Path) -> tuple[ScoreJob, Path]:
+    """test_server_check's url cell of N_ITEMS Yes/No items (all test items), every one of them audited."""
+    job, task_file = url_job(root, url, tokenizer)
+    return dataclasses.replace(job, scoring=dataclasses.replace(job.scoring, audit=N_ITEMS)), task_file
 
 
 @pytest.fixture
@@ -61,7 +68,7 @@ def cell_folder(tmp_path: Path, out: Path) -> Path:
 
 def test_a_batch_dependent_server_has_its_changed_decisions_flagged(tmp_path, stub, qwen3_tokenizer):
     tokenizer = Path(qwen3_tokenizer.name_or_path)
-    job, task_file = url_job(tmp_path, stub.url, tokenizer)
+    job, task_file = audit_job(tmp_path, stub.url, tokenizer)
     prepared = prepare_items(load_tokenizer(str(tokenizer)), *_items(task_file), PromptOptions())
     stub.default = batch_dependent([ids for _, ids in prepared[0].layouts])
     out = tmp_path / "scores.jsonl"
@@ -69,7 +76,8 @@ def test_a_batch_dependent_server_has_its_changed_decisions_flagged(tmp_path, st
 
     _, items, extras = read_cell(out)
     audit = extras[AUDIT_ID]
-    assert sorted(audit["items"]) == sorted(p.item.id for p in prepared), "fewer test items than scoring.audit: all"
+    assert sorted(audit["items"]) == sorted(p.item.id for p in prepared), "every test item, as asked"
+    assert json.loads(out.read_text().splitlines()[0])["identity"]["audit"] == N_ITEMS, "not the default: recorded"
     assert counts["audit"]["prompts"] == audit["cost"]["prompts"] == 2 * N_ITEMS, "Yes/No: two distinct prompts each"
     metrics = json.loads((cell_folder(tmp_path, out) / METRICS).read_text())["audit"]
     # the server check's item reads the same alone; every other item's labels came back swapped
@@ -96,7 +104,7 @@ def _items(task_file: Path) -> tuple[list, list[str]]:
 
 
 def test_the_audits_requests_go_alone_in_reverse_order_each_with_its_own_salt(tmp_path, stub, qwen3_tokenizer):
-    job, task_file = url_job(tmp_path, stub.url, Path(qwen3_tokenizer.name_or_path))
+    job, task_file = audit_job(tmp_path, stub.url, Path(qwen3_tokenizer.name_or_path))
     out = tmp_path / "scores.jsonl"
     score_job(job, task_file, out, None, owner_pid=0)
     _, items, extras = read_cell(out)
@@ -118,9 +126,9 @@ def test_a_resumed_cell_keeps_its_item_records_and_audits_once(tmp_path, stub, q
     tokenizer = Path(qwen3_tokenizer.name_or_path)
     (tmp_path / "whole").mkdir()
     (tmp_path / "cut").mkdir()
-    job, task_file = url_job(tmp_path / "whole", stub.url, tokenizer)
+    job, task_file = audit_job(tmp_path / "whole", stub.url, tokenizer)
     score_job(job, task_file, tmp_path / "whole" / "scores.jsonl", None, owner_pid=0)
-    job, task_file = url_job(tmp_path / "cut", stub.url, tokenizer)
+    job, task_file = audit_job(tmp_path / "cut", stub.url, tokenizer)
     # the canary, the server check, 4 chunks of 2 items each with its check: every item checkpointed, no audit yet
     fail_after(stub, 2 + 2 * (N_ITEMS // 2))
     with pytest.raises(Exception, match="stopped by the test"):
