@@ -228,6 +228,13 @@ def cmd_ls(args: argparse.Namespace) -> None:
     sys.stdout.write(ls_text(load_strict(args.config), args.tasks_dir))
 
 
+def cmd_compare(args: argparse.Namespace) -> None:
+    from anyjev.outputs.versus import compare_run_folders
+
+    _, md = compare_run_folders(args.run_a, args.run_b, csv_out=args.csv, md_out=args.md)
+    sys.stdout.write(md)
+
+
 def cmd_viewer(args: argparse.Namespace) -> None:
     from anyjev.outputs.viewer import ViewerJob, write_viewer
     from anyjev.results import CellLayout
@@ -262,7 +269,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
     # collections they set off rescan the transformers and torch import each time and free nothing (docs/benchmarks.md,
     # "Where the fixed costs go").
     with collector_paused():
-        plan = plan_config(args.config, models_dir=args.models_dir, hub_cache=args.hub_cache)
+        plan = plan_config(args.config, models_dir=args.models_dir, hub_cache=args.hub_cache, results=args.results,
+                           logs=args.logs)
     print(json.dumps(plan, indent=1) if args.json else plan_text(plan), end="\n" if args.json else "")
 
 
@@ -399,11 +407,21 @@ def build_parser() -> argparse.ArgumentParser:
     _config_flag(s)
     s.add_argument("--tasks-dir", default=PATHS.tasks_dir, help=f"prepared task files (default {PATHS.tasks_dir})")
     s = _command(sub, "plan", cmd_plan, "what a run will send, from the config alone: items, layouts, prompts and prompt "
-                 "tokens per cell and in total, and the server starts per model")
+                 "tokens per cell and in total, the server starts per model, and the power of each task's test items")
     _config_flag(s)
     s.add_argument("--json", action="store_true", help="print the plan as JSON")
     s.add_argument("--models-dir", default=PATHS.models_dir, help=f"prepared models, for their tokenizers (default {PATHS.models_dir})")
     s.add_argument("--hub-cache", default=PATHS.hub_cache, help=f"fetched hub data (default {PATHS.hub_cache})")
+    s.add_argument("--results", default=PATHS.results, help="a finished run's results folder: its cells of a task are "
+                   f"the pilot the power estimate reads (default {PATHS.results})")
+    s.add_argument("--logs", default=PATHS.logs, help=f"that run's logs folder (default {PATHS.logs})")
+    s = _command(sub, "compare", cmd_compare, "one run against another, cell by cell (B minus A): every metric of every "
+                 "level on the same items, with the paired interval of the difference; a cell whose items differ is "
+                 "refused, naming the first that does")
+    s.add_argument("run_a", metavar="RUN_A", help="the first run: its results folder, or its working directory")
+    s.add_argument("run_b", metavar="RUN_B", help="the second run (each difference is B minus A)")
+    s.add_argument("--csv", help="also write the differences as CSV (long form)")
+    s.add_argument("--md", help="also write them as Markdown (what is printed)")
     s = _command(sub, "viewer", cmd_viewer, "write the run's item-level viewer (an index.html that opens from disk, "
                  "offline) from the cells that finished; the others are shown as failed", step=True)
     s.add_argument("--job", help="the ViewerJob file (or its JSON), as the workflow writes it (else from --config and the "

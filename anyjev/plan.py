@@ -5,13 +5,19 @@ started, and the network is asked one thing only: a ``url`` model's server, for 
 Counts are exact when a task's data is here (a file task, a built-in one, a hub task whose cache is fetched): the
 task is built and split as the prepare step does, and each item's prompts are rendered by
 :func:`anyjev.run.prepared.prepare_items` with the model's tokenizer under the cell's prompt options, the function
-scoring uses, so ``prompts`` is what ``score_cell`` counts (distinct token-id prompts per item). Models whose
+scoring uses, so ``prompts`` is what ``score_cell`` counts (distinct token-id prompts per item; the batch audit's
+reads apart, ``audit_prompts``). Models whose
 tokenizers render alike (the same tokenizer and template files: models of one family) share one tokenizer, and each
 task is rendered and counted once for all of them that set the same ``chat_template``. A hub task not
 fetched yet (published or declared in the config) is an estimate: the configured ``n_test + n_calib`` items and the
 K its declaration implies (Yes/No, its label_names, keep_most_frequent); its prompt tokens are unknown until the data
 is fetched, and so are its layouts and prompts when the declaration leaves K to the data (the label names of a
 ClassLabel, say).
+
+Beside the cost, what each task's test items can show (:func:`power_plan`): the half-width of an accuracy's interval,
+the smallest paired accuracy difference they detect at 80% power, and the test items the config's
+``detect_difference`` needs, in the worst case and from the finished cells of the task a pilot run left in the results
+folder.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from anyjev.data.declared import HubTaskDeclaration
 from anyjev.data.hub import META_FILE
@@ -30,9 +38,12 @@ from anyjev.decision.labels import label_strings
 from anyjev.decision.options import PromptOptions
 from anyjev.decision.questions import choice, noul
 from anyjev.decision.tokenizer import Tokenizers
-from anyjev.errors import BackendError, ConfigError, LabelTokenError, TaskDataError
+from anyjev.errors import BackendError, ConfigError, FileFormatError, LabelTokenError, TaskDataError
 from anyjev.numbers.evaluation import l1_refused
+from anyjev.numbers.power import accuracy_half_width, correctness, detectable_difference, discordance, items_needed
+from anyjev.results import CellLayout, Run, read_layout
 from anyjev.run.allocation import score_jobs_mode
+from anyjev.run.audit import audited
 from anyjev.run.cell import check_max_model_len, context_length
 from anyjev.run.prepared import PreparedItem, prepare_items
 from anyjev.run.probes import CONTENT_FREE_PROBES, prepare_content_free
@@ -133,10 +144,11 @@ def content_free_counts(items: list[Item], options: PromptOptions, tokenizer=Non
     return layouts * len(CONTENT_FREE_PROBES), None
 
 
-def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: str, workdir: str | os.PathLike = "."
-                ) -> dict[str, Any]:
+def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: str, workdir: str | os.PathLike = ".",
+                results: str | os.PathLike | None = None, logs: str | os.PathLike | None = None) -> dict[str, Any]:
     """The plan of the run CONFIG_PATH describes (see the module docstring), as a JSON-able dict. MODELS_DIR and
-    HUB_CACHE are where the workflow keeps prepared models and fetched hub data."""
+    HUB_CACHE are where the workflow keeps prepared models and fetched hub data; RESULTS and LOGS, a finished run's
+    folders, whose cells of a task are its pilot (:func:`power_plan`)."""
     settings = Settings.load(config_path, workdir=workdir)
     tasks = {t: task_counts(settings, t, hub_cache) for t in dict.fromkeys(t for _, t in settings.cells)}
     tokenizers = Tokenizers()
@@ -213,6 +225,9 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
             cell["prompts"] += cf_prompts
             if cell["prompt_tokens"] is not None and cf_tokens is not None:
                 cell["prompt_tokens"] += cf_tokens
+        if cell["prompts"] is not None and settings.scoring.audit:  # the batch audit's reads, one prompt a request
+            cell["audit_prompts"] = sum(counts[i][1] - int(answer_mass)
+                                        for i in audited([it.split for it in tc.items], settings.scoring.audit))
         if settings.scoring.rotations == "adaptive":
             cell["at_most"] = ("scoring.rotations is adaptive: test items of choice questions with K >= 3 stop once "
                                "their margin is certified, so prompts and tokens are those of reading every rotation")
@@ -227,7 +242,8 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
     return {
         "config": str(config_path),
         "cells": cells,
-        "total": {key: sum(c[key] or 0 for c in cells) for key in ("items", "n_test", "n_calib", "layouts", "prompts")}
+        "total": {key: sum(c.get(key) or 0 for c in cells)
+                  for key in ("items", "n_test", "n_calib", "layouts", "prompts", "audit_prompts")}
         | {"prompt_tokens": sum(c["prompt_tokens"] or 0 for c in cells),
            "cells_without_tokens": sum(c["prompt_tokens"] is None for c in cells),
            "cells_without_prompts": sum(c["prompts"] is None for c in cells)},
@@ -235,6 +251,7 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
         "server_starts": server_starts(settings, managed),
         "server_gpus": server_gpus(settings, managed),
         "missing_for_a_run": missing,
+        "power": power_plan(settings, tasks, results, logs),
     }
 
 
@@ -287,6 +304,7 @@ def plan_text(plan: dict[str, Any]) -> str:
         tokens = most + _n(c["prompt_tokens"]) if c["prompt_tokens"] is not None else f"n/a ({c['tokens_note']})"
         tokens += " !" if c.get("too_long") else ""
         cf = f" (incl. {_n(c['content_free_prompts'])} content-free)" if c.get("content_free_prompts") else ""
+        cf += f" + {_n(c['audit_prompts'])} audit" if c.get("audit_prompts") else ""
         if c["prompts"] is None:
             layouts, prompts = "n/a", "n/a (K unknown)"
         else:
@@ -300,7 +318,8 @@ def plan_text(plan: dict[str, Any]) -> str:
     if missing == len(plan["cells"]):
         tokens = "n/a"
     unknown = t.get("cells_without_prompts", 0)
-    prompts = _n(t["prompts"]) + (f" (+ {unknown} cell(s) n/a)" if unknown else "")
+    prompts = _n(t["prompts"]) + (f" + {_n(t['audit_prompts'])} audit" if t.get("audit_prompts") else "") + (
+        f" (+ {unknown} cell(s) n/a)" if unknown else "")
     if unknown == len(plan["cells"]):
         prompts = "n/a"
     rows.append(("total", f"{_n(t['items'])} ({_n(t['n_test'])}+{_n(t['n_calib'])})", "", prompts, tokens))
@@ -318,6 +337,8 @@ def plan_text(plan: dict[str, Any]) -> str:
               + (f" ({', '.join(f'{m} {n}' for m, n in slurm.items())})" if slurm else "")]
     if plan.get("server_gpus"):
         lines.append("GPUs per scoring job: " + ", ".join(gpus_text(m, use) for m, use in plan["server_gpus"].items()))
+    if plan.get("power"):
+        lines += ["", *power_text(plan["power"])]
     bad_context = {c["model"]: c["context_error"] for c in plan["cells"] if c.get("context_error")}
     if bad_context:
         lines += ["", "! a context the server would refuse:"] + [f"  {why}" for why in bad_context.values()]
@@ -345,3 +366,88 @@ def plan_text(plan: dict[str, Any]) -> str:
         lines += ["", "not here yet (this plan does not need it; a run that starts a server does):"] + [
             f"  {why}" for why in plan["missing_for_a_run"]]
     return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------------- power
+def pilot_discordance(run: Run, task: str) -> dict[str, Any] | None:
+    """The discordance of TASK's finished cells in RUN (a pilot): the largest, over the pairs the differences table
+    makes (each level against raw in a cell; two models at one level, on the items both read), of the share of test
+    items one side decides right and the other wrong (tie-aware: :func:`anyjev.numbers.power.discordance`), with the
+    pair it comes from; None when RUN has no finished cell of TASK."""
+    sides: dict[tuple[str, str], pd.Series] = {}
+    for cell in (c for c in run.finished if c.task == task):
+        fwd = cell.predictions[cell.predictions["group"] == "fwd"]
+        for level, rows in fwd.groupby("level", sort=False):
+            sides[cell.model, str(level)] = pd.Series(correctness(rows["p_gold"], rows["conf"], rows["n_top"]),
+                                                      index=rows["item_id"].to_numpy())
+    pairs = [(a, b) for a in sides for b in sides if a < b and (a[0] == b[0] and "raw" in (a[1], b[1]) or a[1] == b[1])]
+    best: dict[str, Any] | None = None
+    for a, b in pairs:
+        x, y = sides[a].align(sides[b], join="inner")
+        if x.empty:
+            continue
+        psi = discordance(x.to_numpy(), y.to_numpy())
+        if best is None or psi > best["discordance"]:
+            best = {"discordance": psi, "items": len(x), "pair": f"{a[0]}/{a[1]} vs {b[0]}/{b[1]}" if a[0] != b[0] else
+                    f"{a[0]}: {b[1] if a[1] == 'raw' else a[1]} vs raw"}
+    return best
+
+
+def power_plan(settings: Settings, tasks: dict[str, TaskCounts], results: str | os.PathLike | None,
+               logs: str | os.PathLike | None) -> dict[str, dict[str, Any]]:
+    """Per task, what its test items can show (:mod:`anyjev.numbers.power`): the half-width of an accuracy's interval,
+    the smallest paired accuracy difference detected with 80% power at the 5% level, and the test items the config's
+    ``detect_difference`` needs; in the worst case (every item discordant) and, where RESULTS holds finished cells of
+    the task (a pilot run, read with its LOGS), from their discordance."""
+    run = None
+    if results is not None and Path(results).is_dir():
+        run = read_layout(CellLayout.of_run(results, logs if logs is not None else Path(results).parent / "logs"))
+    target = settings.detect_difference
+    out = {}
+    for task, tc in tasks.items():
+        n = tc.n_test
+        entry: dict[str, Any] = {"n_test": n, "accuracy_half_width": accuracy_half_width(n),
+                                 "detectable": detectable_difference(n), "detect_difference": target,
+                                 "items_needed": items_needed(target), "pilot": None}
+        try:
+            pilot = pilot_discordance(run, task) if run is not None else None
+        except FileFormatError as exc:
+            pilot = {"error": str(exc)}
+        if pilot is not None and "discordance" in pilot:
+            psi = pilot["discordance"]
+            pilot |= {"detectable": detectable_difference(n, psi) if psi > 0 else None,
+                      "items_needed": items_needed(target, psi) if psi >= target else None}
+        entry["pilot"] = pilot
+        out[task] = entry
+    return out
+
+
+def power_text(power: dict[str, dict[str, Any]]) -> list[str]:
+    """The plan's power section: a row per task, worst case and pilot side by side."""
+    target = next(iter(power.values()))["detect_difference"]
+    rows = [("task", "n_test", "acc ±", "detectable Δacc (worst | pilot)", f"items for Δacc {target:g} (worst | pilot)",
+             "pilot discordance")]
+    notes = []
+    for task, p in power.items():
+        pilot = p["pilot"] or {}
+        detectable, needed, said = "-", "-", "no finished cell of the task in the results folder"
+        if "error" in pilot:
+            said = "unreadable"
+            notes.append(f"  {task}: the pilot is unreadable: {pilot['error']}")
+        elif pilot:
+            psi = pilot["discordance"]
+            detectable = "-" if pilot["detectable"] is None else f"{pilot['detectable']:.3f}"
+            needed = _n(pilot["items_needed"]) if pilot["items_needed"] is not None else f"- (discordance < {target:g})"
+            said = f"{psi:.3f} ({pilot['pair']}, {pilot['items']} items)"
+        rows.append((task, str(p["n_test"]), f"{p['accuracy_half_width']:.3f}", f"{p['detectable']:.3f} | {detectable}",
+                     f"{_n(p['items_needed'])} | {needed}", said))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["power of each task's test items (two-sided 5% level, 80% power; McNemar's test, normal approximation; "
+             "docs/metrics.md, \"Power\"):"]
+    for i, r in enumerate(rows):
+        lines.append("  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+        if i == 0:
+            lines.append("  " + "  ".join("-" * w for w in widths))
+    lines += ["  worst: every item discordant (one side right, the other wrong); pilot: the largest discordance of a "
+              "level against raw, or of two models, in the task's finished cells"] + notes
+    return lines

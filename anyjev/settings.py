@@ -125,6 +125,7 @@ class Settings:
     limit: int | None = setting("limit")
     lock: str | None = setting("lock")
     score_jobs: str = setting("score_jobs")
+    detect_difference: float = setting("detect_difference")
     evaluation: EvaluationOptions = field(default_factory=EvaluationOptions)
     server: ServerSettings = field(default_factory=ServerSettings)
     client: ClientOptions = field(default_factory=ClientOptions)

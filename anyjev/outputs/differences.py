@@ -21,6 +21,7 @@ import pandas as pd
 from anyjev.files import write_text_atomic
 from anyjev.jobs import Job
 from anyjev.numbers.options import EvaluationOptions
+from anyjev.numbers.power import detectable_from_interval
 from anyjev.outputs.tables import METRIC_TITLES, TABLE_METRICS, arrow
 from anyjev.paths import REPLICATES, SCORES
 from anyjev.results import CellLayout, Run, read_layout
@@ -39,7 +40,20 @@ class DifferencesJob(Job):
     evaluation: EvaluationOptions
 
 
-COLUMNS = ["task", "model", "versus_model", "level", "versus_level", "metric", "value", "lo", "hi", "widened"]
+COLUMNS = ["task", "model", "versus_model", "level", "versus_level", "metric", "value", "lo", "hi", "widened",
+           "detectable", "underpowered"]
+UNDERPOWERED = "†"
+
+
+def with_power(frame: pd.DataFrame) -> pd.DataFrame:
+    """FRAME's differences with ``detectable``, the smallest difference each row's items could have detected at 80%
+    power (:func:`anyjev.numbers.power.detectable_from_interval`, from the row's own paired interval), and
+    ``underpowered``: the interval covers 0 and the difference is smaller than that (not evidence that there is none)."""
+    if frame.empty:
+        return frame.assign(detectable=pd.Series(dtype=float), underpowered=pd.Series(dtype=bool))
+    detectable = [detectable_from_interval(lo, hi) for lo, hi in zip(frame["lo"], frame["hi"], strict=True)]
+    covers = (frame["lo"] <= 0) & (frame["hi"] >= 0)
+    return frame.assign(detectable=detectable, underpowered=covers & (frame["value"].abs() < detectable))
 
 
 def level_minus_raw(run: Run, levels: Sequence[str]) -> pd.DataFrame:
@@ -76,40 +90,62 @@ def model_minus_model(run: Run, options: EvaluationOptions, levels: Sequence[str
 
 
 def differences_frame(run: Run, options: EvaluationOptions, levels: Sequence[str]) -> pd.DataFrame:
-    """Level minus raw, then model minus model: one row per difference."""
+    """Level minus raw, then model minus model: one row per difference, with the smallest difference its items could
+    have detected and whether it is underpowered (:func:`with_power`)."""
     parts = [f for f in (level_minus_raw(run, levels), model_minus_model(run, options, levels)) if not f.empty]
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
+    frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COLUMNS)
+    return with_power(frame.drop(columns=["detectable", "underpowered"])).reindex(columns=COLUMNS)
+
+
+INTERVALS_NOTE = (f"Bold: the interval excludes 0. {UNDERPOWERED}: underpowered, the interval covers 0 and the difference "
+                  "is smaller than the smallest its items could have detected at 80% power (the CSV's detectable; "
+                  "docs/metrics.md, \"Power\"): not evidence that there is none. detectable Δacc: that smallest "
+                  "difference for accuracy.")
 
 
 def differences_markdown(frame: pd.DataFrame) -> str:
     """The differences as Markdown: one table per kind, a row per (task, model or pair, level), a column per metric,
-    each cell ``+0.031 [-0.010, +0.070]`` (bold where the interval excludes 0)."""
+    each cell ``+0.031 [-0.010, +0.070]`` (bold where the interval excludes 0, † where it is underpowered)."""
     lines = ["# Differences with their intervals", "",
              "Each value is a paired difference on the same items with the BCa 95% interval of the difference itself "
              "(resampled as the levels' own intervals, priors and L1's temperature refit in each resample). "
-             "Bold: the interval excludes 0.", ""]
+             + INTERVALS_NOTE, ""]
     kinds = (("Each level minus raw", frame[frame["model"] == frame["versus_model"]], ["task", "model", "level"]),
              ("One model minus another, same task and level", frame[frame["model"] != frame["versus_model"]],
               ["task", "model", "versus_model", "level"]))
-    for title, part, keys in kinds:
-        if part.empty:
-            continue
-        metrics = [m for m in TABLE_METRICS if m in set(part["metric"])]
-        head = [{"versus_model": "minus"}.get(k, k) for k in keys] + [f"{METRIC_TITLES[m]} {arrow(m)}" for m in metrics]
-        lines += [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for key, rows in part.groupby(keys, sort=False):
-            by_metric = {r.metric: r for r in rows.itertuples()}
-            shown = [_entry(by_metric[m]) if m in by_metric else "" for m in metrics]
-            lines.append("| " + " | ".join([*map(str, key), *shown]) + " |")
-        lines.append("")
-    if len(lines) == 5:
+    tables = [markdown_table(title, part, keys, {"versus_model": "minus"}) for title, part, keys in kinds]
+    lines += [line for table in tables for line in table]
+    if not any(tables):
         lines.append("No difference to show: no cell has a level besides raw, and no task was scored by two models.")
     return "\n".join(lines).rstrip() + "\n"
 
 
+def markdown_table(title: str, part: pd.DataFrame, keys: list[str], headers: dict[str, str] | None = None) -> list[str]:
+    """One table of differences (rows of PART: a metric each, with value, lo, hi, detectable and underpowered) under
+    the heading TITLE: a row per KEYS (shown under HEADERS' names), a column per metric of the table, then the
+    accuracy's detectable difference; no lines when PART is empty."""
+    if part.empty:
+        return []
+    metrics = [m for m in TABLE_METRICS if m in set(part["metric"])]
+    head = [(headers or {}).get(k, k) for k in keys] + [f"{METRIC_TITLES[m]} {arrow(m)}" for m in metrics]
+    head += ["detectable Δacc"] if "acc" in metrics else []
+    lines = [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key, rows in part.groupby(keys, sort=False):
+        by_metric = {r.metric: r for r in rows.itertuples()}
+        shown = [_entry(by_metric[m]) if m in by_metric else "" for m in metrics]
+        if "acc" in metrics:
+            detectable = getattr(by_metric.get("acc"), "detectable", float("nan"))
+            shown.append("" if pd.isna(detectable) else f"{detectable:.3f}")
+        lines.append("| " + " | ".join([*map(str, key), *shown]) + " |")
+    return [*lines, ""]
+
+
 def _entry(row) -> str:
     text = f"{row.value:+.3f} [{row.lo:+.3f}, {row.hi:+.3f}]"
-    return f"**{text}**" if row.lo > 0 or row.hi < 0 else text
+    if row.lo > 0 or row.hi < 0:
+        return f"**{text}**"
+    underpowered = getattr(row, "underpowered", False)  # a frame made elsewhere may not say
+    return f"{text} {UNDERPOWERED}" if not pd.isna(underpowered) and bool(underpowered) else text
 
 
 def write_differences(run: Run, options: EvaluationOptions, levels: Sequence[str], csv_out: str, md_out: str

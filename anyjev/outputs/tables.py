@@ -112,7 +112,8 @@ def finished_cells(run: Run) -> list[dict]:
 
 def summary_frame(run: Run, levels: Sequence[str]) -> pd.DataFrame:
     """One row per (model, task, level) of the run's finished cells, for each of LEVELS the cell has: each table
-    metric's value and interval, the tie rate, the cell's answer mass, and on L1's row its fitted temperatures."""
+    metric's value and interval, the tie rate, the cell's answer mass, the batch audit's (the cell's audited items, its
+    largest log-prob change, the level's audited decisions that change), and on L1's row its fitted temperatures."""
     entries = {(r["model"], r["task"], r["level"], r["metric"]): r for r in run.metrics.to_dict("records")}
     rows = []
     for cell in finished_cells(run):
@@ -130,6 +131,10 @@ def summary_frame(run: Run, levels: Sequence[str]) -> pd.DataFrame:
             if not _missing(cell.get("answer_mass")):  # the cell's answer mass (scoring.answer_mass), on every row
                 row["answer_mass"], row["answer_mass_lo"], row["answer_mass_hi"] = (
                     cell["answer_mass"], cell["answer_mass_lo"], cell["answer_mass_hi"])
+            if not _missing(cell.get("audit_items")):  # the batch audit: the cell's, and the level's changed decisions
+                row |= {"audit_items": cell["audit_items"], "audit_max_abs_logprob_diff": cell["audit_max_abs_logprob_diff"],
+                        "audit_changed": cell.get(f"audit_changed_{level}"), "audit_prompts": cell["audit_cost_prompts"],
+                        "audit_seconds": cell["audit_cost_seconds"]}
             if level == "L1":  # L1's fitted temperature per layout group, flagged at the search bound
                 for group in GROUPS:
                     if not _missing(cell.get(f"T_{group}")):
@@ -199,7 +204,38 @@ def summary_markdown(df: pd.DataFrame, cell: Mapping | None = None, failed: Fail
                  "| model | task | answer mass |\n|---|---|---|\n")
         note += "".join(f"| {r['model']} | {r['task']} | {_fmt(r['answer_mass'], r['answer_mass_lo'], r['answer_mass_hi'])} |\n"
                         for _, r in cells.iterrows())
+    if "audit_items" in df.columns and df["audit_items"].notna().any():
+        note += "\n" + audit_markdown(df)
     return "\n".join(lines) + "\n" + note + failed_markdown(failed or {})
+
+
+def audit_changes(df: pd.DataFrame) -> dict[tuple[str, str], dict[str, int]]:
+    """The cells whose audited decisions change under another batch: (model, task) -> {level: changed decisions}."""
+    changed = df[df["audit_changed"].fillna(0) > 0] if "audit_changed" in df.columns else df.iloc[:0]
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    for r in changed.itertuples():
+        out.setdefault((r.model, r.task), {})[r.level] = int(r.audit_changed)
+    return out
+
+
+def audit_markdown(df: pd.DataFrame) -> str:
+    """The batch audit per cell (scoring.audit), and a flag naming each cell whose audited decisions change."""
+    cells = df[df["audit_items"].notna()]
+    lines = ["Batch audit (scoring.audit; docs/metrics.md): each cell's audited test items read again one prompt per "
+             "request, one request in flight, in reverse order, without the prefix cache's blocks:", "",
+             "| model | task | items | largest \\|Δ log-prob\\| | audited decisions changed | cost |", "|---|---|---|---|---|---|"]
+    for (model, task), d in cells.groupby(["model", "task"], sort=False):
+        changed = {r.level: int(r.audit_changed) for r in d.itertuples() if not _missing(r.audit_changed)}
+        said = ", ".join(f"{level} {n}" for level, n in changed.items() if n) or "none"
+        lines.append(f"| {model} | {task} | {int(d['audit_items'].iloc[0])} | "
+                     f"{float(d['audit_max_abs_logprob_diff'].iloc[0]):.2g} | {said} | "
+                     f"{int(d['audit_prompts'].iloc[0])} prompts, {float(d['audit_seconds'].iloc[0]):.1f} s |")
+    flagged = audit_changes(df)
+    if flagged:
+        lines += ["", f"**Decisions change under another batch** in {len(flagged)} cell(s): " + "; ".join(
+            f"{m}/{t} ({', '.join(f'{lv} {n}' for lv, n in by_level.items())})" for (m, t), by_level in flagged.items())
+            + ". These cells' numbers depend on what shared the server's batch (docs/metrics.md, \"The batch audit\")."]
+    return "\n".join(lines) + "\n"
 
 
 def _temperature_text(r: pd.Series, group: str) -> str:

@@ -87,7 +87,7 @@ def load_metrics(path: str | os.PathLike) -> dict[str, Any]:
     for key in SETTINGS_KEYS:
         if key not in data["settings"]:
             raise FileFormatError(str(path), f"settings.{key}", "missing")
-    for key in ("temperature", "answer_mass"):
+    for key in ("temperature", "answer_mass", "audit"):
         if key in data:
             _check_type(path, key, data[key], dict)
     for i, note in enumerate(data["notes"]):

@@ -1,7 +1,8 @@
 """The tidy frames of a run's cells: one row per observation, the cell's ``model`` and ``task`` on every row.
 
 * :func:`cells_frame`: one row per cell, finished or failed (counts, K, settings, the notes its evaluation made for a
-  reader, answer mass, L1's temperatures, provenance essentials; the error line and log of a failed one);
+  reader, answer mass, L1's temperatures, the batch audit's numbers, provenance essentials; the error line and log of a
+  failed one);
 * :func:`metrics_frame`: one row per (cell, level, metric), with every field ``metrics.json`` holds for it;
 * :func:`level_differences_frame`: one row per (cell, level, metric): the level minus raw, with its paired interval;
 * :func:`predictions_frame`: ``predictions.csv``, one row per (cell, test item, level, layout group);
@@ -63,6 +64,8 @@ def cell_row(cell: Cell) -> dict[str, Any]:
                            "resampled": settings["resampled"], "notes": m["notes"]}
     if "answer_mass" in m:
         row |= flatten(m["answer_mass"], "answer_mass")
+    if "audit" in m:  # the batch audit: audit_items, audit_max_abs_logprob_diff, audit_changed_<level>, audit_cost_...
+        row |= flatten({k: v for k, v in m["audit"].items() if k not in ("how", "changed_items")}, "audit")
     for group, fit in (m.get("temperature") or {}).items():
         row |= {(f"T_{group}" if key == "T" else f"T_{group}_{key}"): value for key, value in flatten(fit).items()}
     git = prov.get("git") or {}

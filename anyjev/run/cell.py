@@ -21,6 +21,7 @@ from anyjev.errors import BackendError, ConfigError
 from anyjev.files import file_sha256, now_iso, writable_folder, write_json_atomic
 from anyjev.jobs import Job, to_data
 from anyjev.run import provenance
+from anyjev.run.audit import BatchAudit
 from anyjev.run.context import check_prompt_lengths
 from anyjev.run.identity import ScoringOptions, scoring_identity
 from anyjev.run.prepared import prepare_items
@@ -154,13 +155,18 @@ def server_counters(url: str, served: str, expected_requests: float | None = Non
         return None
 
 
+# What a cell sends besides its items' prompts (counts["prompts"]), each counted apart: the canary, the server check's
+# probes, the batch audit's reads.
+EXTRA_COUNTS = ("canary", "server_check", "audit")
+
+
 def server_saw(before: CacheCounters, after: CacheCounters, counts: dict[str, Any]) -> dict[str, Any]:
-    """What the server counted between BEFORE and AFTER beside what the cell sent (its prompts, the canary's and the
-    server check's); ``matches`` is False, and a warning says so, when they differ (another client on the server, or
+    """What the server counted between BEFORE and AFTER beside what the cell sent (its prompts and EXTRA_COUNTS');
+    ``matches`` is False, and a warning says so, when they differ (another client on the server, or
     a request the server did not count)."""
     saw = {"requests_ok": int(after.requests_ok - before.requests_ok),
            "prompt_tokens": int(after.prompt_tokens - before.prompt_tokens)}
-    extra = [counts["canary"], counts.get("server_check", {"prompts": 0, "prompt_tokens": 0})]
+    extra = [counts[key] for key in EXTRA_COUNTS if key in counts]
     sent = {"requests_ok": counts["prompts"] + sum(e["prompts"] for e in extra)}
     if "prompt_tokens" in counts:  # an adaptive cell does not count its tokens
         sent["prompt_tokens"] = counts["prompt_tokens"] + sum(e["prompt_tokens"] for e in extra)
@@ -246,13 +252,14 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
     before = server_counters(url, served) if handle is not None else None
     try:
         counts = score_cell(backend, tokenizer, prepared, str(out), identity, options=job.scoring,
-                            chunk_items=job.client.chunk_items, guard=guard)
+                            chunk_items=job.client.chunk_items, guard=guard,
+                            audit=BatchAudit(backend, job.scoring.audit) if job.scoring.audit else None)
     except BackendError:
         if handle is not None:
             handle.check_alive()  # raises ServerError (exit code, log tail) when the server itself is gone
         raise
     if before is not None:
-        sent = counts["prompts"] + counts["canary"]["prompts"] + counts.get("server_check", {}).get("prompts", 0)
+        sent = counts["prompts"] + sum(counts[key]["prompts"] for key in EXTRA_COUNTS if key in counts)
         after = server_counters(url, served, expected_requests=before.requests_ok + sent)
         if after is not None:
             counts["server_saw"] = server_saw(before, after, counts)

@@ -25,6 +25,7 @@ from anyjev.numbers.evaluation import item_levels as point_item_levels
 from anyjev.numbers.metrics import METRICS, top_choice
 from anyjev.numbers.options import EvaluationOptions
 from anyjev.paths import SCORES, STAGED
+from anyjev.run.audit import audit_summary
 from anyjev.run.records import cell_groups
 from anyjev.run.replicates import replicates_for, write_replicates
 from anyjev.run.store import read_cell
@@ -138,11 +139,12 @@ def check_scored_items(scores: str, records: list[dict], task_file: str, splits:
 def evaluate_cell(job: EvaluateJob, scores: str, metrics_out: str, predictions_out: str | None = None,
                   replicates_out: str | None = None, *, task_file: str | None = None,
                   figure: Callable[[Evaluation], object] | None = None) -> dict:
-    """Evaluate the scores file SCORES; write ``metrics.json`` (and the predictions CSV, and the bootstrap replicates
-    for the differences table: :mod:`anyjev.run.replicates`) atomically, ``metrics.json`` last: it marks the cell
-    finished. With the cell's TASK_FILE (the workflow gives it), the scores are first checked to hold every item of the
-    task once (:func:`check_scored_items`), and a split holding fewer items than the config asked is noted. FIGURE,
-    when given, draws from the evaluation before ``metrics.json`` is written (the cell's reliability diagram:
+    """Evaluate the scores file SCORES; write ``metrics.json`` (with the batch audit's numbers when the cell holds an
+    audit: :func:`anyjev.run.audit.audit_summary`; and the predictions CSV, and the bootstrap replicates for the
+    differences table: :mod:`anyjev.run.replicates`) atomically, ``metrics.json`` last: it marks the cell finished. With
+    the cell's TASK_FILE (the workflow gives it), the scores are first checked to hold every item of the task once
+    (:func:`check_scored_items`), and a split holding fewer items than the config asked is noted. FIGURE, when given,
+    draws from the evaluation before ``metrics.json`` is written (the cell's reliability diagram:
     :func:`anyjev.outputs.draw.evaluation_reliability`)."""
     identity, records, extras = read_cell(scores)
     header: dict = {}
@@ -158,6 +160,9 @@ def evaluate_cell(job: EvaluateJob, scores: str, metrics_out: str, predictions_o
             log.warning("%s: %s", scores, fewer)
             evaluation.notes.insert(0, {"level": None, "text": fewer})
     out = evaluation.to_json() | {"identity": identity, "metric_names": list(METRICS)}
+    audit = audit_summary(records, extras, job.evaluation, scores)
+    if audit is not None:
+        out["audit"] = audit
     if replicates_out:
         write_replicates(replicates_out, evaluation.replicates, file_sha256(scores), job.evaluation)
     if predictions_out:

@@ -10,7 +10,7 @@ from typing import Any
 from anyjev.decision.options import PromptOptions
 from anyjev.run.adaptive import rule_identity
 from anyjev.run.probes import CONTENT_FREE_PROBES
-from anyjev.schema import check_settings, setting
+from anyjev.schema import check_settings, default, setting
 
 # The "prompt_version" every cell's identity has carried since before prompt profiles, kept as it was so that the scores
 # made since are still recognised. A prompt's version is its profile's (PromptProfile.version, in "prompt_profile").
@@ -21,7 +21,8 @@ RECORDED_PROMPT_FIELD = {"prompt_version": "1.1"}
 class ScoringOptions:
     """What every cell asks the model and records per item: how its prompts are made (``prompt``), whether each item
     also reads its answer mass, full or adaptive rotations (with the stopping rule's target, confidence and round
-    size), and whether the content-free probes are read too (the evaluation's prior mode or levels need them)."""
+    size), how many test items the batch audit reads again (:mod:`anyjev.run.audit`), and whether the content-free
+    probes are read too (the evaluation's prior mode or levels need them)."""
 
     prompt: PromptOptions = field(default_factory=PromptOptions)
     answer_mass: bool = setting("scoring", "answer_mass")
@@ -29,6 +30,7 @@ class ScoringOptions:
     target_disagreement: float = setting("scoring", "target_disagreement")
     confidence: float = setting("scoring", "confidence")
     rotations_per_round: int = setting("scoring", "rotations_per_round")
+    audit: int = setting("scoring", "audit")
     content_free: bool = False
 
     def __post_init__(self) -> None:
@@ -46,4 +48,6 @@ def scoring_identity(options: ScoringOptions) -> dict[str, Any]:
         out["rotations"] = rule_identity(options.target_disagreement, options.confidence, options.rotations_per_round)
     if options.content_free:
         out["content_free"] = list(CONTENT_FREE_PROBES)
+    if options.audit != default("scoring", "audit"):  # the audit's own record changes, not the items'
+        out["audit"] = options.audit
     return out

@@ -4,7 +4,7 @@ evaluation reads a cell back into arrays per option count K (:func:`cell_groups`
 An item record holds its id, split, gold, prior group, K, labels and label ids, its question key, and per layout it
 read: the option order (caller's option indices by position), the Yes/No phrasing, the prompt hash and the label
 log-probs in position space; plus its answer mass and, when read adaptively, its ``adaptive`` summary. Other record
-types (``content_free`` probes, an adaptive ``certificate``) sit after the items (:mod:`anyjev.run.store`).
+types (``content_free`` probes, an adaptive ``certificate``, the batch ``audit``) sit after the items (:mod:`anyjev.run.store`).
 """
 
 from __future__ import annotations

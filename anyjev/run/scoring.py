@@ -1,7 +1,7 @@
 """Scoring a (model, task) cell from its prepared items (every layout rendered and its labels checked in context
 before any request is sent: :mod:`anyjev.run.prepared`): prove the server with a canary, read the content-free probes
 when asked, then read the items in full or adaptively, a chunk at a time, checkpointing items as they complete, and
-finalise the scores file."""
+finalise the scores file, after the batch audit has read a few of its items again (:mod:`anyjev.run.audit`)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 from anyjev.backends.base import Backend
 from anyjev.run.adaptive import score_adaptive
+from anyjev.run.audit import AUDIT_ID, BatchAudit
 from anyjev.run.canary import canary
 from anyjev.run.full import score_full
 from anyjev.run.identity import ScoringOptions
@@ -43,7 +44,8 @@ def finish_from_checkpoint(tokenizer, prepared: Sequence[PreparedItem], out: str
 
 
 def score_cell(backend: Backend, tokenizer, prepared: Sequence[PreparedItem], out: str, identity: dict, *,
-               options: ScoringOptions, chunk_items: int, guard: ServerGuard | None = None) -> dict[str, Any]:
+               options: ScoringOptions, chunk_items: int, guard: ServerGuard | None = None,
+               audit: BatchAudit | None = None) -> dict[str, Any]:
     """Score the PREPARED items (:func:`anyjev.run.prepared.prepare_items` under ``options.prompt``) into OUT,
     resuming a checkpoint made under the same IDENTITY (which must hold :func:`anyjev.run.identity.scoring_identity`
     of the same OPTIONS).
@@ -51,7 +53,8 @@ def score_cell(backend: Backend, tokenizer, prepared: Sequence[PreparedItem], ou
     Returns counts: items, scored now, resumed, prompts sent (the canary not counted; its prompts and tokens apart),
     the prompt tokens of a
     full-rotation cell (:func:`anyjev.run.requests.sent_counts`; none for an adaptive one) and, adaptive, the
-    certificate per layout group.
+    certificate per layout group. With AUDIT (a server's cell), the batch audit's record is added after the items
+    (once: a resumed cell keeps the one its checkpoint holds), its prompts counted apart (``audit``).
     """
     probes = prepare_content_free(tokenizer, prepared, options.prompt) if options.content_free else []
     partial = PartialScores(out, identity)
@@ -68,7 +71,8 @@ def score_cell(backend: Backend, tokenizer, prepared: Sequence[PreparedItem], ou
         canary(backend, todo[0], answer_mass=options.answer_mass)
         n_mass = int(options.answer_mass)  # the canary's answer-mass prompt is its label prompt again
         canary_counts = {"prompts": 1 + n_mass, "prompt_tokens": (1 + n_mass) * len(todo[0].layouts[0][1])}
-    if guard is not None and (todo or probes):
+    audit_due = audit is not None and AUDIT_ID not in partial.extras
+    if guard is not None and (todo or probes or audit_due):
         # Before the first new record: the server must be the one the checkpointed records were scored on.
         guard.reference = partial.bind_server(guard.read(), verify=guard.verify)
     try:
@@ -83,11 +87,17 @@ def score_cell(backend: Backend, tokenizer, prepared: Sequence[PreparedItem], ou
             prompts += sent
         else:
             prompts += score_full(backend, todo, partial, progress, chunk_items=chunk_items, answer_mass=options.answer_mass)
+        if audit_due:
+            assert audit is not None
+            partial.add([audit.run(prepared, partial.records)])
     finally:
         partial.close()
     partial.finalise(out, [p.item.id for p in prepared])
     counts: dict[str, Any] = {"items": len(prepared), "scored": len(todo), "resumed": resumed, "prompts": prompts,
                               "canary": canary_counts}
+    if audit_due:
+        cost = partial.extras[AUDIT_ID]["cost"]
+        counts["audit"] = {"prompts": cost["prompts"], "prompt_tokens": cost["prompt_tokens"]}
     if guard is not None:
         counts["server_check"] = {"prompts": guard.prompts_sent, "prompt_tokens": guard.tokens_sent}
     if certificate is not None:

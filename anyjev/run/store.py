@@ -4,12 +4,13 @@ A cell's scores are a JSON-lines file: a header line with the cell's identity (w
 task file, prompt version, layouts), then one line per item with its gold label, prior group, label
 strings and ids, and for every layout its order, prompt hash and label log-probabilities. A cell may
 also hold records of other types after its items (``certificate``: adaptive scoring's stopping threshold;
-``content_free``: the content-free probes), each with a unique ``id``; :func:`read_scores` returns the items
+``content_free``: the content-free probes; ``audit``: the batch audit, :mod:`anyjev.run.audit`), each with a unique
+``id``; :func:`read_scores` returns the items
 only, :func:`read_cell` the others too.
 
 While scoring, items are appended to ``<out>.partial`` and flushed as they complete, so a killed job
 loses at most the chunk in flight. The final file is written atomically in task order, so a resumed
-cell produces the same bytes as an uninterrupted one.
+cell produces the same bytes as an uninterrupted one (but for the time the batch audit records it took).
 """
 
 from __future__ import annotations

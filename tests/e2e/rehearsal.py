@@ -389,7 +389,8 @@ def run_plan(work: Path) -> dict:
 def compare_plan(work: Path, plan: dict) -> list[dict]:
     """PLAN (`anyjev plan` on the run's config) next to what each cell says it sent (provenance.json counts) and next
     to what its server counted (vLLM's /metrics request and prompt-token counters around the cell, less the cell's
-    canary and server-check requests): (items, prompts, prompt tokens) for plan and run, (prompts, prompt tokens) for the server."""
+    canary, server-check and batch-audit requests): (items, prompts, prompt tokens) for plan and run, (prompts, prompt
+    tokens) for the server."""
     rows = []
     for cell in plan["cells"]:
         if cell["model"] == URL_MODEL:
@@ -397,10 +398,12 @@ def compare_plan(work: Path, plan: dict) -> list[dict]:
         sent = cell_counts(work, cell["model"], cell["task"])
         saw, canary = sent.get("server_saw", {}), sent["canary"]
         check = sent.get("server_check", {"prompts": 0, "prompt_tokens": 0})
+        audit = sent.get("audit", {"prompts": 0, "prompt_tokens": 0})
         rows.append({"cell": f"{cell['model']}/{cell['task']}", "plan": (cell["items"], cell["prompts"], cell["prompt_tokens"]),
                      "run": (sent["items"], sent["prompts"], sent["prompt_tokens"]), "estimate": cell["estimate"],
-                     "server": (saw.get("requests_ok", -1) - canary["prompts"] - check["prompts"],
-                                saw.get("prompt_tokens", -1) - canary["prompt_tokens"] - check["prompt_tokens"])})
+                     "server": (saw.get("requests_ok", -1) - canary["prompts"] - check["prompts"] - audit["prompts"],
+                                saw.get("prompt_tokens", -1) - canary["prompt_tokens"] - check["prompt_tokens"]
+                                - audit["prompt_tokens"])})
     return rows
 
 

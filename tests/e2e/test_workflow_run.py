@@ -71,9 +71,10 @@ def test_provenance_records_what_made_each_cell(finished_run):
         assert prov["started"] <= prov["finished"]
         # What the cell says it sent, against what its server counted (vLLM's /metrics around the cell)
         counts = prov["counts"]
-        saw, canary, check = counts["server_saw"], counts["canary"], counts["server_check"]
-        assert saw["requests_ok"] == counts["prompts"] + canary["prompts"] + check["prompts"], counts
-        assert saw["prompt_tokens"] == counts["prompt_tokens"] + canary["prompt_tokens"] + check["prompt_tokens"], counts
+        saw, canary, check, audit = counts["server_saw"], counts["canary"], counts["server_check"], counts["audit"]
+        assert saw["requests_ok"] == counts["prompts"] + canary["prompts"] + check["prompts"] + audit["prompts"], counts
+        assert saw["prompt_tokens"] == (counts["prompt_tokens"] + canary["prompt_tokens"] + check["prompt_tokens"]
+                                        + audit["prompt_tokens"]), counts
         assert saw["matches"] is True
         # the server the cell was scored on, as the cell's scores file records it
         header = json.loads((finished_run["dir"] / f"results/cells/{MODEL}/{task}/scores.jsonl").open().readline())

@@ -93,6 +93,7 @@ CASES: dict[str, Callable[[Path], tuple[list[str], str]]] = {
                                     "--tokenizer", "tok"], "no-scores.jsonl"),
     "ls": lambda tmp: (["ls", "--config", "no-such.yaml"], "no-such.yaml"),
     "plan": lambda tmp: (["plan", "--config", write(tmp / "user.yaml", "limit: 0\n")], "user.yaml"),
+    "compare": lambda tmp: (["compare", "no-such-run", str(tmp)], "no-such-run"),
     "viewer": lambda tmp: (["viewer", "--job", "{not json"], "--job"),
 }
 

@@ -114,7 +114,9 @@ def test_plan_of_the_paper_config_offline(tmp_path: Path, monkeypatch, capsys) -
     assert len(plan["cells"]) == 9
     assert plan["total"] == {"items": 4500, "n_test": 2700, "n_calib": 1800, "layouts": 3 * (500 * 40 * 2 + 500 * 4),
                              "prompts": 3 * (500 * 40 * 2 + 500 * 2), "prompt_tokens": 0, "cells_without_tokens": 9,
-                             "cells_without_prompts": 0}
+                             "cells_without_prompts": 0,
+                             # the batch audit: scoring.audit's 4 test items a cell, each prompt of theirs read again
+                             "audit_prompts": 3 * (4 * 40 * 2 + 4 * 2)}
     assert {c["task"]: c["layouts_per_item"][0] for c in plan["cells"]} == {"banking20": 40, "newsgroups": 40, "injection": 4}
     assert all(c["tokens_note"] == "task data not fetched, tokenizer not prepared" for c in plan["cells"])
     assert plan["server_starts"]["local"] == dict.fromkeys(["Qwen3-8B", "Qwen2.5-7B-Instruct", "Qwen3-30B-A3B-Instruct-2507"], 1)

@@ -123,7 +123,8 @@ def test_the_same_server_restarted_resumes_the_cell_to_the_bytes_of_an_uninterru
     assert counts["resumed"] == 2 and counts["scored"] == N_ITEMS - 2
     whole = (whole_dir / "scores.jsonl").read_text().splitlines()
     resumed = (cut_dir / "scores.jsonl").read_text().splitlines()
-    assert resumed[1:] == whole[1:], "every item line the same bytes"
+    assert resumed[1 : 1 + N_ITEMS] == whole[1 : 1 + N_ITEMS], "every item line the same bytes"
+    assert len(resumed) == len(whole) == 2 + N_ITEMS, "then the batch audit's record, which times itself"
     header = json.loads(resumed[0])
     assert header["server"]["fingerprints"] == ["stub-fp-1"] and len(header["server"]["probe"]) == 2
 

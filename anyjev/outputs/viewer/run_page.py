@@ -1,6 +1,7 @@
 """The run page's data (inline in ``index.html``): every cell of the run, a finished one with its summary-table
 numbers per level (the rows :func:`anyjev.outputs.tables.summary_frame` makes of the run's frames, as in
-``summary.csv``) and header facts from the cells frame, a failed one with the first line of its error and its log."""
+``summary.csv``) and header facts from the cells frame (the batch audit's among them), a failed one with the first
+line of its error and its log."""
 
 from __future__ import annotations
 
@@ -32,10 +33,17 @@ def cell_summary(row: dict[str, Any], table: pd.DataFrame, levels: Sequence[str]
                    for g in GROUPS if num(row.get(f"T_{g}")) is not None}
     mass = num(row.get("answer_mass"))
     model, task = row["model"], row["task"]
+    audit = None
+    if num(row.get("audit_items")) is not None:  # the batch audit (scoring.audit): changed decisions per level
+        audit = {"items": int(row["audit_items"]), "max_dlp": num(row["audit_max_abs_logprob_diff"]),
+                 "changed": {lv: int(row[f"audit_changed_{lv}"]) for lv in metrics
+                             if num(row.get(f"audit_changed_{lv}")) is not None},
+                 "prompts": int(row["audit_cost_prompts"]), "seconds": num(row["audit_cost_seconds"])}
     return {"model": model, "task": task, "key": f"{model}/{task}", "status": "done", "n": int(row["n"]),
             "n_calib": int(row["n_calib"]), "k": row["K"], "levels": list(metrics), "metrics": metrics,
             "temperature": temperature, "notes": cell_notes(row, levels),
             "answer_mass": None if mass is None else [mass, num(row["answer_mass_lo"]), num(row["answer_mass_hi"])],
+            "audit": audit,
             "prior": f"{row['prior_mode']} ({row['prior_source']})", "interval": interval_note(row),
             "finished": _text(row.get("finished")), "prompt_profile": _text(row.get("prompt_profile")),
             "files": {"cell": f"cells/{model}/{task}.js", "items": f"cells/{model}/{task}.items.js"}}

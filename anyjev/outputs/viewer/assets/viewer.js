@@ -108,6 +108,16 @@
     return (c.notes || []).map((n) => `<div class="note">${esc(n)}</div>`).join("");
   }
 
+  // The batch audit (scoring.audit): the audited items read again under another batch; flagged when a decision changed.
+  function auditText(c) {
+    const a = c.audit;
+    if (!a) return "batch audit: –";
+    const changed = Object.keys(a.changed).filter((lv) => a.changed[lv] > 0);
+    const said = changed.length ? changed.map((lv) => `${esc(lv)} ${a.changed[lv]}`).join(", ") : "none";
+    return `<span class="audit${changed.length ? " changed" : ""}" title="${a.prompts} prompts read again alone, in ${fmt(a.seconds, 1)} s">` +
+      `batch audit: ${a.items} items, max |Δ log-prob| ${a.max_dlp === 0 ? "0" : a.max_dlp.toExponential(1)}, decisions changed: ${said}</span>`;
+  }
+
   const CARD_HEAD = '<thead><tr><th>level</th><th class="num">acc ↑</th><th class="num">NLL ↓</th><th class="num">ECE ↓</th>' +
     '<th class="num">flip ↓</th></tr></thead>';
 
@@ -125,7 +135,7 @@
         `<td class="num" data-metric="flip">${fmt(m.flip[0])}</td></tr>`;
     }).join("");
     return `<td><div class="card" data-cell="${esc(c.key)}"><h3><a href="${cellHash(c.key)}">${esc(c.model)} / ${esc(c.task)}</a></h3>` +
-      `<div class="small muted">n = ${c.n} test items, K = ${esc(c.k)}; T (L1) ${esc(tText(c))}; answer mass ${c.answer_mass ? fmt(c.answer_mass[0]) : "–"}</div>` +
+      `<div class="small muted">n = ${c.n} test items, K = ${esc(c.k)}; T (L1) ${esc(tText(c))}; answer mass ${c.answer_mass ? fmt(c.answer_mass[0]) : "–"}; ${auditText(c)}</div>` +
       notesHtml(c) + `<table>${compact ? "" : CARD_HEAD}<tbody>${rows}</tbody></table></div></td>`;
   }
 
@@ -331,7 +341,7 @@
         `<div class="facts"><span><b>${summary.n}</b> test items</span><span>K = <b>${esc(summary.k)}</b></span>` +
         `<span>label prior: <b>${esc(summary.prior)}</b></span><span>T (L1): <b>${esc(tText(summary))}</b></span>` +
         `<span>answer mass: <b>${summary.answer_mass ? fmt(summary.answer_mass[0]) : "–"}</b></span>` +
-        `<span>prompt: <b>${esc(summary.prompt_profile || "–")}</b></span><span class="muted">scored ${esc(summary.finished || "–")}</span></div>` + notesHtml(summary) +
+        `<span>prompt: <b>${esc(summary.prompt_profile || "–")}</b></span><span>${auditText(summary)}</span><span class="muted">scored ${esc(summary.finished || "–")}</span></div>` + notesHtml(summary) +
         `<h2>Reliability (forward listing)</h2><div class="rel">${cell.levels.map((lv) => reliabilitySvg(cell, summary, lv)).join("")}</div>` +
         `<p class="muted small">Test items sorted by confidence in equal-mass bins; each point is a bin's accuracy with its Wilson 95% ` +
         `interval; ticks: the items' confidences; dashed: perfect calibration. The ECE is the table's (15 equal-mass bins).</p>` +
