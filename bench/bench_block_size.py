@@ -106,7 +106,7 @@ def run_row(server: Server, w: Workload, *, staged: bool = False) -> tuple[list[
     server.reset_cache()
     records, per_item = [], []
     c0 = read_counters(server.url, server.name)
-    with VLLMBackend(server.url, server.name) as backend:
+    with VLLMBackend(server.url, server.name, api_key=server.api_key) as backend:
         for s in range(0, len(w.test), CHUNK_ITEMS):
             chunk = w.test[s : s + CHUNK_ITEMS]
             t0 = time.perf_counter()
@@ -163,7 +163,7 @@ def measure_server(name: str, server_spec: ServerSpec, workloads: list[Workload]
     with started as server:
         report["vllm_version"] = server.handle.vllm_version
         warm = workloads[0].test[0]
-        with VLLMBackend(server.url, server.name) as b:  # first-request warm-up, not measured
+        with VLLMBackend(server.url, server.name, api_key=server.api_key) as b:  # first-request warm-up, not measured
             b.label_logprobs([warm.layouts[-1][1]], warm.label_ids)
         for w in workloads:
             for key, (records, figures) in rows(server, w).items():

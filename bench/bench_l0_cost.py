@@ -157,7 +157,7 @@ def agreement(dec: np.ndarray, ref: np.ndarray) -> dict:
 class Server:
     def __init__(self, handle: ServerHandle) -> None:
         self.handle = handle
-        self.url, self.name = handle.url, handle.served_name
+        self.url, self.name, self.api_key = handle.url, handle.served_name, handle.api_key
 
     def reset_cache(self) -> None:
         if "--enable-prefix-caching" not in self.handle.argv:
@@ -213,7 +213,8 @@ def run_adaptive(backend, items: list[PreparedItem], rule: StopRule, per_round: 
 def published_decider(server: Server, adaptive: bool):
     """The published Decider on SERVER with its own client (one HTTP request per prompt, text prompts)."""
     pub = published.load_published()
-    backend = pub.backends.vllm.VLLMBackend(server.url, server.name, tokenizer_name=str(SMOL_DIR))
+    backend = pub.backends.vllm.VLLMBackend(server.url, server.name, tokenizer_name=str(SMOL_DIR),
+                                            api_key=server.api_key)
     return pub.Decider(backend, level="L0", adaptive_shifts=adaptive)
 
 
@@ -246,7 +247,7 @@ def run_workload(w: Workload, on: Server, args, ref_store: dict) -> tuple[dict, 
     ref_records = ref_store.get(w.name)
     ref = l0_decisions(ref_records) if ref_records else None
 
-    with VLLMBackend(on.url, on.name) as backend:
+    with VLLMBackend(on.url, on.name, api_key=on.api_key) as backend:
         # (b) full L0 with prefix reuse
         recs, c = on.measure(lambda: score_full_chunks(backend, w.test))
         full_b = l0_decisions(recs)
@@ -314,7 +315,7 @@ def run_workload(w: Workload, on: Server, args, ref_store: dict) -> tuple[dict, 
 
 def run_nocache(w: Workload, off: Server) -> tuple[dict, list[dict]]:
     """Row (a), and its records: the reference every other row's decisions are compared with (not itself)."""
-    with VLLMBackend(off.url, off.name) as backend:
+    with VLLMBackend(off.url, off.name, api_key=off.api_key) as backend:
         recs, c = off.measure(lambda: score_full_chunks(backend, w.test))
     print(f"  [{w.name}] (a) full_nocache: {c['computed_tokens'] / len(w.test):.0f} computed tokens/item, {c['wall_s']:.0f} s",
           flush=True)
@@ -430,12 +431,12 @@ def run_full_only(args, workloads: list[Workload], json_path: Path, logs: Path, 
         try:
             server = Server(handle)
             later |= {"vllm_version": handle.vllm_version, "block_size": int(handle.argv[handle.argv.index("--block-size") + 1])}
-            with VLLMBackend(server.url, server.name) as b:
+            with VLLMBackend(server.url, server.name, api_key=server.api_key) as b:
                 warm = workloads[0].test[0]
                 b.label_logprobs([warm.layouts[-1][1]], warm.label_ids)  # first-request warm-up, not measured
             for w in workloads:
                 rows = report["workloads"][w.name]["rows"]
-                with VLLMBackend(server.url, server.name) as backend:
+                with VLLMBackend(server.url, server.name, api_key=server.api_key) as backend:
                     recs, c = server.measure(lambda backend=backend, w=w: score_full_chunks(backend, w.test))
                 key = f"{'full_cache' if cache else 'full_nocache'}@{stamp}"
                 ref = rows.get(f"full_nocache@{stamp}", {}).get("_decisions") if cache else None
@@ -532,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
         report["vllm_version"] = handle.vllm_version
         off = Server(handle)
         warm = workloads[0].test[0]
-        with VLLMBackend(off.url, off.name) as b:
+        with VLLMBackend(off.url, off.name, api_key=off.api_key) as b:
             b.label_logprobs([warm.layouts[-1][1]], warm.label_ids)  # first-request warm-up, not measured
         for w in workloads:
             r, ref_store[w.name] = run_nocache(w, off)
@@ -544,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
                             log_path=logs / "l0cost-cache.log")
     try:
         on = Server(handle)
-        with VLLMBackend(on.url, on.name) as b:
+        with VLLMBackend(on.url, on.name, api_key=on.api_key) as b:
             b.label_logprobs([warm.layouts[-1][1]], warm.label_ids)
         for w in workloads:
             rows, not_run = run_workload(w, on, args, ref_store)

@@ -5,7 +5,8 @@
 It answers what a cell asks: ``/health``, ``/version``, ``/v1/models`` (the served name, the model folder, the context),
 ``/metrics`` (the prompt-token and request counters and the KV-cache settings a cell records) and
 ``POST /v1/completions`` with label log-probs that are a deterministic function of the prompt ids
-(:func:`tests.stub_http.completion`, the tests' stub). Every start appends a line to the file named by
+(:func:`tests.stub_http.completion`, the tests' stub). Like vLLM, it refuses a ``/v1`` request without the key in
+``VLLM_API_KEY`` (the run's own, which every request of the run carries). Every start appends a line to the file named by
 ``ANYJEV_STAND_IN_STARTS`` (the benchmark counts server starts from it).
 """
 
@@ -73,7 +74,7 @@ def metrics_text(counters: Counters, served: str, args: argparse.Namespace) -> s
 
 
 def main() -> None:
-    from tests.stub_http import completion
+    from tests.stub_http import UNAUTHORIZED, completion, refused
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -87,6 +88,7 @@ def main() -> None:
     served = args.served_model_name
     counters = Counters()
     card = {"id": served, "object": "model", "root": args.model, "max_model_len": args.max_model_len}
+    api_key = os.environ.get("VLLM_API_KEY")
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -102,7 +104,15 @@ def main() -> None:
             self.end_headers()
             self.wfile.write(data)
 
+        def refuse(self) -> bool:
+            if refused(self.path, self.headers.get("Authorization"), api_key):
+                self.send(401, UNAUTHORIZED)
+                return True
+            return False
+
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            if self.refuse():
+                return
             if self.path == "/health":
                 self.send(200, "")
             elif self.path == "/version":
@@ -116,6 +126,8 @@ def main() -> None:
 
         def do_POST(self) -> None:  # noqa: N802
             payload = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"null")
+            if self.refuse():
+                return
             if self.path != "/v1/completions":
                 self.send(404, json.dumps({"error": {"message": f"no {self.path} here"}}))
                 return
