@@ -15,6 +15,8 @@ action per request; when it runs out, ``default`` answers (a normal completion).
   (counted in ``stub.abandoned``), or for ``seconds`` at most (a stuck server)
 * ``Reset()``: read the request, then close the socket without a byte of answer (RST)
 
+With ``api_key`` set, it refuses a request to vLLM's guarded routes without that key (401), as vLLM does.
+
 The normal answer is keyed ``token_id:<id>`` like a server asked for ``return_tokens_as_token_ids``, and
 its label log-probs are ``model_logprobs(prompt, labels)``: a deterministic function of the prompt ids,
 renormalised over the labels like ``--logprobs-mode processed_logprobs``.
@@ -35,6 +37,15 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 FINGERPRINT = "stub-fp-1"
+# The routes vLLM 0.32 guards with its API key (vllm/entrypoints/serve/middleware/authenticate.py); /health, /version
+# and /metrics stay open.
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+UNAUTHORIZED = '{"error": "Unauthorized"}'  # vLLM's 401 body
+
+
+def refused(path: str, authorization: str | None, api_key: str | None) -> bool:
+    """Whether a server started with API_KEY (None: without one) answers a request for PATH with 401, as vLLM does."""
+    return bool(api_key) and path.startswith(GUARDED_PREFIXES) and authorization != f"Bearer {api_key}"
 
 
 def model_logprobs(prompt: Sequence[int], labels: Sequence[int]) -> list[float]:
@@ -136,6 +147,8 @@ class StubCompletions:
         self.in_flight = 0
         self.max_in_flight = 0
         self.abandoned = 0  # hanging requests whose client closed the connection (it gave up waiting)
+        self.api_key: str | None = None  # a server started with this key (vLLM's --api-key / VLLM_API_KEY)
+        self.refused = 0  # requests answered 401
         self._lock = threading.Lock()
         self._stop = threading.Event()
         stub = self
@@ -147,11 +160,14 @@ class StubCompletions:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                stub._answer_get(self)
+                if not stub._refuse(self):
+                    stub._answer_get(self)
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length", "0"))
                 payload = json.loads(self.rfile.read(length) or b"null")
+                if stub._refuse(self):
+                    return
                 with stub._lock:
                     stub.requests.append(payload)
                     stub.paths.append(self.path)
@@ -188,6 +204,15 @@ class StubCompletions:
         self.stop()
 
     # -- behaviour ---------------------------------------------------------------------------------
+    def _refuse(self, h: BaseHTTPRequestHandler) -> bool:
+        """Answer 401 (True) when the stub has a key and the request does not carry it."""
+        if not refused(h.path, h.headers.get("Authorization"), self.api_key):
+            return False
+        with self._lock:
+            self.refused += 1
+        self._send(h, 401, UNAUTHORIZED)
+        return True
+
     def _answer_get(self, h: BaseHTTPRequestHandler) -> None:
         if h.path == "/version":
             self._send(h, 200, json.dumps({"version": self.version}))
@@ -264,12 +289,16 @@ class Forwarder:
     """An HTTP forwarder on 127.0.0.1 (free port) to a real server: what a client sees as one server on one URL while
     the test replaces what stands behind it (``target``, another server) or stops it answering completions after
     ``completions_left`` of them (HTTP 503, as a server going down). The model is served under PUBLIC_NAME whatever
-    the target's own name (rewritten in requests and in /v1/models)."""
+    the target's own name (rewritten in requests and in /v1/models). KEYS: each target's API key (by its URL), which the
+    forwarder sends it, so that its own clients need none."""
 
-    def __init__(self, target: str, target_name: str, public_name: str) -> None:
+    def __init__(self, target: str, target_name: str, public_name: str, keys: dict[str, str | None] | None = None) -> None:
         import httpx
 
+        from anyjev.serving.health import bearer
+
         self.target, self.target_name, self.public_name = target.rstrip("/"), target_name, public_name
+        self.keys = keys or {}
         self.completions_left: int | None = None
         self.switch_after: tuple[int, str, str] | None = None  # (completions, target, target_name)
         self.completions = 0
@@ -284,7 +313,7 @@ class Forwarder:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                resp = fwd._http.get(fwd.target + self.path)
+                resp = fwd._http.get(fwd.target + self.path, headers=bearer(fwd.keys.get(fwd.target)))
                 text = resp.text
                 if self.path == "/v1/models":
                     body = resp.json()
@@ -308,7 +337,7 @@ class Forwarder:
                             return
                         fwd.completions_left -= 1
                 payload["model"] = fwd.target_name
-                resp = fwd._http.post(fwd.target + self.path, json=payload)
+                resp = fwd._http.post(fwd.target + self.path, json=payload, headers=bearer(fwd.keys.get(fwd.target)))
                 StubCompletions._send(self, resp.status_code, resp.text)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

@@ -11,6 +11,7 @@ STUB_DIE_WHEN   die_after_ready mode: die once this file exists (it is removed f
 STUB_FAIL_ONCE  addr_in_use mode only: fail only if this file does not exist yet (then create it)
 STUB_IGNORE_TERM=1  ignore SIGTERM (tests the SIGKILL escalation)
 STUB_CHILD=1 (default) also start a child process in the group, like vLLM's EngineCore
+VLLM_API_KEY    as vLLM: every /v1 request must carry it as ``Authorization: Bearer``, else 401
 """
 
 from __future__ import annotations
@@ -74,7 +75,10 @@ def main() -> int:
             self.wfile.write(data)
 
         def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            if self.path == "/health":
+            key = os.environ.get("VLLM_API_KEY")
+            if key and self.path.startswith("/v1") and self.headers.get("Authorization") != f"Bearer {key}":
+                self._send(401, {"error": "Unauthorized"})
+            elif self.path == "/health":
                 self._send(200, {})
             elif self.path == "/version":
                 self._send(200, {"version": "stub-0.0"})

@@ -28,13 +28,13 @@ import pytest
 from anyjev.errors import ConfigError, ServerError
 from anyjev.serving.argv import API_MODULE
 from anyjev.serving.build import resolve_server
-from anyjev.serving.health import ServerHandle
+from anyjev.serving.health import ServerHandle, bearer
 from anyjev.serving.launch import JOB_THREAD_LIMITS, start_server, supervisor_env
 from anyjev.serving.lease import acquire_server, release_server
 from anyjev.serving.proc import group_pids, proc_cmdline, proc_environ
 from anyjev.serving.spec import ServerSpec
 from anyjev.serving.state import read_record
-from anyjev.serving.stop import stop_server, stop_servers, vllm_process_pids
+from anyjev.serving.stop import forget_ended, stop_server, stop_servers, vllm_process_pids
 from anyjev.serving.supervisor import CHILD_PYTHONPATH_ENV, _child_env
 from tests.conftest import REPO, interruptible
 from tests.waiting import HANG_GUARD, settle, wait_for
@@ -148,9 +148,9 @@ def acquire(spec: ServerSpec, workdir: Path, owner: int | None = None) -> Server
     )
 
 
-def served_names(url: str) -> list[str]:
-    with httpx.Client(trust_env=False) as client:
-        return [m["id"] for m in client.get(f"{url}/v1/models").json()["data"]]
+def served_names(handle: ServerHandle) -> list[str]:
+    with httpx.Client(trust_env=False, headers=bearer(handle.api_key)) as client:
+        return [m["id"] for m in client.get(f"{handle.url}/v1/models").json()["data"]]
 
 
 # --------------------------------------------------------------------------- lease
@@ -171,7 +171,7 @@ def test_second_acquire_by_same_owner_reuses_the_server(make_spec: Callable[...,
     assert first.pgid == first.pid and first.supervisor_pid not in (None, first.pid)
     assert first.argv[1:3] == ["-m", API_MODULE] and "processed_logprobs" in first.argv
     assert json.loads(json.dumps(first.to_dict()))["port"] == first.port
-    assert served_names(first.url) == [spec.served_name]
+    assert served_names(first) == [spec.served_name]
     log = Path(first.log_path).read_text()
     assert "starting server" in log and "--logprobs-mode processed_logprobs" in log  # header with the argv
     first.check_alive()
@@ -225,7 +225,7 @@ def test_two_models_distinct_ports_and_served_name_is_verified(make_spec: Callab
     a = acquire(spec_a, workdir)
     b = acquire(spec_b, workdir)
     assert a.port != b.port and a.pid != b.pid
-    assert served_names(a.url) == [spec_a.served_name] and served_names(b.url) == [spec_b.served_name]
+    assert served_names(a) == [spec_a.served_name] and served_names(b) == [spec_b.served_name]
 
     # A handle pointed at the other model's server is refused.
     with pytest.raises(ServerError, match=spec_a.served_name):
@@ -241,7 +241,7 @@ def test_two_models_distinct_ports_and_served_name_is_verified(make_spec: Callab
     state_b.write_text(json.dumps(forged))
     b2 = acquire(spec_b, workdir)
     assert not b2.reused and b2.port != a.port
-    assert served_names(b2.url) == [spec_b.served_name]
+    assert served_names(b2) == [spec_b.served_name]
     a.check_alive()
     assert sorted(stop_servers(workdir / "state")) == sorted([spec_a.name, spec_b.name])
 
@@ -254,6 +254,38 @@ def test_server_gets_the_specs_environment(make_spec: Callable[..., ServerSpec],
     assert env["PYTHONPATH"] == str(stub_root)  # spec.server_env's, without the project dir the supervisor needed
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2" and CHILD_PYTHONPATH_ENV not in env
     stop_server(handle)
+
+
+def test_each_start_has_a_fresh_key_in_the_servers_environment_and_a_private_file_only(
+        make_spec: Callable[..., ServerSpec], workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's key reaches it through its environment (VLLM_API_KEY, readable by its own user only), never its
+    command line (readable by every local user), and is kept in a file of mode 0600 beside the record, which names the
+    file and never holds the key; a request without it is refused, one with it served; each start has its own, and the
+    key goes with the record once the server is gone. A VLLM_API_KEY of the caller's own is not the server's."""
+    monkeypatch.setenv("VLLM_API_KEY", "the-callers-own-key")
+    spec = make_spec()
+    handle = acquire(spec, workdir)
+    key = handle.api_key
+    assert key and len(key) >= 32 and key != "the-callers-own-key"
+    key_file = Path(handle.api_key_file)
+    assert key_file == workdir / "state" / f"{spec.name}.key" and key_file.read_text() == key
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert proc_environ(handle.pid)["VLLM_API_KEY"] == key
+    processes = [handle.pid, handle.supervisor_pid, *group_pids(handle.pgid)]
+    assert all(key not in " ".join(proc_cmdline(pid)) for pid in processes)
+    record_text = Path(handle.state_file).read_text()
+    assert key not in record_text and json.loads(record_text)["api_key_file"] == str(key_file)
+    assert key not in json.dumps(handle.to_dict()) and key not in repr(handle)
+    with httpx.Client(trust_env=False) as client:
+        assert client.get(f"{handle.url}/v1/models").status_code == 401
+        assert client.get(f"{handle.url}/health").status_code == 200
+    assert served_names(handle) == [spec.served_name]
+    stop_server(handle)
+    again = acquire(spec, workdir)
+    assert again.api_key not in (None, key) and Path(again.api_key_file).read_text() == again.api_key
+    stop_server(again)
+    assert forget_ended(workdir / "state") == [spec.name]
+    assert not key_file.exists()
 
 
 def test_the_jobs_thread_limits_stay_with_the_job_unless_the_spec_sets_them(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -557,8 +589,6 @@ def test_a_record_whose_server_is_gone_is_forgotten(make_spec: Callable[..., Ser
                                                      owner_proc: subprocess.Popen[bytes]) -> None:
     """A server whose owner, supervisor and process group are all gone (nothing recorded its end): its record goes
     at the next sweep; a live server's record of another owner stays."""
-    from anyjev.serving.stop import forget_ended
-
     gone, alive = make_spec("gone"), make_spec("alive")
     h_gone = acquire(gone, workdir, owner=owner_proc.pid)
     h_alive = acquire(alive, workdir)
@@ -597,7 +627,7 @@ def test_real_vllm_cpu_server_lifecycle(vllm_fp32, smollm2_dir: Path) -> None:
     assert set(group_pids(handle.pgid)) <= set(census)
     handle.check_alive()
     assert handle.vllm_version and handle.vllm_version.startswith("0.32")
-    assert served_names(handle.url) == [handle.served_name] == ["smollm2-fp32"]
+    assert served_names(handle) == [handle.served_name] == ["smollm2-fp32"]
     assert handle.url == f"http://127.0.0.1:{handle.port}" and handle.pgid == handle.pid
     assert handle.owner_pid == os.getpid() and handle.host == socket.gethostname()
     assert "--logprobs-mode" in handle.argv and "--enforce-eager" in handle.argv
@@ -606,11 +636,16 @@ def test_real_vllm_cpu_server_lifecycle(vllm_fp32, smollm2_dir: Path) -> None:
     again = acquire_server(spec, state_dir=Path(handle.state_file).parent, owner_pid=os.getpid(),
                            log_path=Path(handle.state_file).parent / "again.log")
     assert again.reused and again.pid == handle.pid
+    request = {"model": handle.served_name, "prompt": "The capital of France is", "max_tokens": 1, "temperature": 0,
+               "logprobs": 2, "allowed_token_ids": [330, 331], "return_tokens_as_token_ids": True}
     with httpx.Client(trust_env=False, timeout=HANG_GUARD) as client:
-        resp = client.post(f"{handle.url}/v1/completions", json={
-            "model": handle.served_name, "prompt": "The capital of France is", "max_tokens": 1,
-            "temperature": 0, "logprobs": 2, "allowed_token_ids": [330, 331], "return_tokens_as_token_ids": True,
-        })  # fmt: skip
+        # the run's key guards vLLM's /v1 routes; /health stays open, and so does /invocations, which serves the same
+        # completions (vLLM 0.32; docs/servers.md, "Who can use a server", says so)
+        refused = client.post(f"{handle.url}/v1/completions", json=request)
+        assert (refused.status_code, client.get(f"{handle.url}/health").status_code) == (401, 200), refused.text
+        open_route = client.post(f"{handle.url}/invocations", json=request)
+        assert open_route.status_code == 200 and open_route.json()["object"] == "text_completion", open_route.text
+        resp = client.post(f"{handle.url}/v1/completions", json=request, headers=bearer(handle.api_key))
     assert resp.status_code == 200, resp.text
     top = resp.json()["choices"][0]["logprobs"]["top_logprobs"][0]
     assert len(top) == 2  # processed_logprobs: exactly the allowed ids
