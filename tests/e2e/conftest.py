@@ -65,8 +65,9 @@ def while_scoring(work: Path) -> dict:
     key and with it, and to /health, the names it serves; and the processes whose command line holds the key."""
     record = read_record(work / STATE_DIR / f"{MODEL}.json")
     assert record is not None and record.state == "ready", record
-    key = read_api_key(record.api_key_file)
-    assert key, f"no key in {record.api_key_file}"
+    key_file = work / record.api_key_file  # relative to the run's folder, where its jobs run
+    key = read_api_key(key_file)
+    assert key, f"no key in {key_file}"
     # A completion with the key would be counted by the server in the cell's requests (provenance: counts.server_saw);
     # one without it is refused before it reaches the engine, and /v1/models is counted by no one.
     request = {"model": MODEL, "prompt": [1, 2, 3], "max_tokens": 1}
@@ -77,7 +78,7 @@ def while_scoring(work: Path) -> dict:
                    "/v1/models with the key": models.status_code,
                    "/health without the key": client.get(f"{record.url}/health").status_code}
         served = [m["id"] for m in models.json()["data"]] if models.status_code == 200 else None
-    return {"key": key, "key_file_mode": Path(record.api_key_file).stat().st_mode & 0o777, "answers": answers,
+    return {"key": key, "key_file_mode": key_file.stat().st_mode & 0o777, "answers": answers,
             "served": served, "command_lines": command_lines_holding(key)}
 
 
