@@ -34,7 +34,7 @@ from anyjev.data.builtin import mmlu  # noqa: E402
 from anyjev.decision.labels import LabelChecker  # noqa: E402
 from anyjev.decision.options import PromptOptions  # noqa: E402
 from anyjev.run.prepared import PreparedItem, prepare_item  # noqa: E402
-from anyjev.serving.health import ServerHandle  # noqa: E402
+from anyjev.serving.health import ServerHandle, bearer  # noqa: E402
 from anyjev.serving.lease import acquire_server  # noqa: E402
 from anyjev.serving.stop import stop_server  # noqa: E402
 from bench.common import SMOL_DIR, run_record, smollm2_spec, write_json  # noqa: E402
@@ -68,7 +68,7 @@ def measure_one(name: str, reserved: str | None, items: list[PreparedItem], repe
         read_items(handle, items[:1])  # warm-up
         passes, reads = [], None
         for _ in range(repeats):
-            httpx.post(handle.url + "/reset_prefix_cache", timeout=30).raise_for_status()
+            httpx.post(handle.url + "/reset_prefix_cache", timeout=30, headers=bearer(handle.api_key)).raise_for_status()
             reads, seconds = read_items(handle, items)
             passes.append(seconds)
         return {"start_s": round(start_s, 1), "pass_s": [round(s, 2) for s in passes],

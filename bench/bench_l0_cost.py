@@ -67,7 +67,7 @@ from anyjev.run.full import score_prepared  # noqa: E402
 from anyjev.run.prepared import PreparedItem, prepare_item  # noqa: E402
 from anyjev.run.records import item_record, layout_arrays  # noqa: E402
 from anyjev.schema import default  # noqa: E402
-from anyjev.serving.health import ServerHandle  # noqa: E402
+from anyjev.serving.health import ServerHandle, bearer  # noqa: E402
 from anyjev.serving.lease import acquire_server  # noqa: E402
 from anyjev.serving.metrics import read_counters  # noqa: E402
 from anyjev.serving.spec import ServerSpec  # noqa: E402
@@ -162,16 +162,16 @@ class Server:
     def reset_cache(self) -> None:
         if "--enable-prefix-caching" not in self.handle.argv:
             return
-        r = httpx.post(self.url + "/reset_prefix_cache", timeout=60)
+        r = httpx.post(self.url + "/reset_prefix_cache", timeout=60, headers=bearer(self.api_key))
         if r.status_code != 200:
             raise SystemExit(f"POST {self.url}/reset_prefix_cache answered HTTP {r.status_code}: {r.text[:200]}")
 
     def measure(self, fn: Callable[[], object]) -> tuple[object, dict]:
         self.reset_cache()
-        c0, t0 = read_counters(self.url, self.name), time.perf_counter()
+        c0, t0 = read_counters(self.url, self.name, api_key=self.api_key), time.perf_counter()
         out = fn()
         wall = time.perf_counter() - t0
-        d = read_counters(self.url, self.name).minus(c0)
+        d = read_counters(self.url, self.name, api_key=self.api_key).minus(c0)
         return out, d.as_dict() | {"wall_s": round(wall, 2), "loadavg_1m_after": round(os.getloadavg()[0], 2)}
 
 

@@ -66,11 +66,11 @@ def read_all(url: str, served: str, api_key: str | None, items: list[tuple[str, 
     labels, vocabs, counters, wall = [], [], {}, {}
     try:
         for kind in dict.fromkeys(k for k, _ in items):
-            c0, t0 = read_counters(url, served), time.perf_counter()
+            c0, t0 = read_counters(url, served, api_key=api_key), time.perf_counter()
             for k, p in items:
                 if k == kind:
                     labels.append(backend.label_logprobs([ids for _, ids in p.layouts], p.label_ids))
-            counters[kind] = read_counters(url, served).minus(c0).as_dict()
+            counters[kind] = read_counters(url, served, api_key=api_key).minus(c0).as_dict()
             wall[kind] = round(time.perf_counter() - t0, 2)
         if vocab:
             for _, p in items:

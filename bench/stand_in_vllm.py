@@ -6,13 +6,15 @@ It answers what a cell asks: ``/health``, ``/version``, ``/v1/models`` (the serv
 ``/metrics`` (the prompt-token and request counters and the KV-cache settings a cell records) and
 ``POST /v1/completions`` with label log-probs that are a deterministic function of the prompt ids
 (:func:`tests.stub_http.completion`, the tests' stub). Like vLLM, it refuses a ``/v1`` request without the key in
-``VLLM_API_KEY`` (the run's own, which every request of the run carries). Every start appends a line to the file named by
+``VLLM_API_KEY`` (the run's own, which every request of the run carries), and every other request the middleware of
+its ``--middleware`` refuses (the run's key guard: all but ``/health``). Every start appends a line to the file named by
 ``ANYJEV_STAND_IN_STARTS`` (the benchmark counts server starts from it).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -84,7 +86,10 @@ def main() -> None:
     ap.add_argument("--max-model-len", type=int, default=2048)
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=False)
+    ap.add_argument("--middleware", action="append", default=[])
     args, _ = ap.parse_known_args()
+    # vLLM imports each --middleware by its path (the run's key guard, anyjev.serving.argv.KEY_GUARD); its rule applies
+    guards = [importlib.import_module(path.rsplit(".", 1)[0]) for path in args.middleware]
     served = args.served_model_name
     counters = Counters()
     card = {"id": served, "object": "model", "root": args.model, "max_model_len": args.max_model_len}
@@ -105,7 +110,10 @@ def main() -> None:
             self.wfile.write(data)
 
         def refuse(self) -> bool:
-            if refused(self.path, self.headers.get("Authorization"), api_key):
+            authorization = self.headers.get("Authorization")
+            scope = {"type": "http", "path": self.path.split("?", 1)[0],
+                     "headers": [(b"authorization", authorization.encode())] if authorization else []}
+            if refused(self.path, authorization, api_key) or not all(guard.admitted(scope) for guard in guards):
                 self.send(401, UNAUTHORIZED)
                 return True
             return False

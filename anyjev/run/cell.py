@@ -163,15 +163,16 @@ def context_length(spec_max_model_len: int | None, model_dir: str | os.PathLike[
     return json.loads(config.read_text()).get("max_position_embeddings")
 
 
-def server_counters(url: str, served: str, expected_requests: float | None = None) -> CacheCounters | None:
+def server_counters(url: str, served: str, api_key: str | None, expected_requests: float | None = None) -> CacheCounters | None:
     """The managed server's own request and prompt-token counters (vLLM's /metrics), read around a cell so that what
-    the server saw can be compared with what the cell sent and what `anyjev plan` counts: an independent count. With
+    the server saw can be compared with what the cell sent and what `anyjev plan` counts: an independent count (asked
+    with the run's API_KEY, which the server's key guard wants on /metrics too). With
     EXPECTED_REQUESTS, read once the server has counted that many or has settled (:func:`settled_counters`). None (and
     a warning) when /metrics cannot be read."""
     try:
         if expected_requests is None:
-            return read_counters(url, served)
-        return settled_counters(url, served, expected_requests=expected_requests)
+            return read_counters(url, served, api_key=api_key)
+        return settled_counters(url, served, expected_requests=expected_requests, api_key=api_key)
     except BackendError as exc:
         log.warning("the server's counters are not recorded: %s", exc)
         return None
@@ -256,7 +257,7 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
     backend = VLLMBackend.from_options(url, served, job.client, api_key=api_key, decode=lambda i: tokenizer.decode([i]),
                                        request_lock=lock)
     guard = ServerGuard(backend, prepared[0], where=f"{job.model}/{job.task}") if prepared else None
-    before = server_counters(url, served) if handle is not None else None
+    before = server_counters(url, served, api_key) if handle is not None else None
     try:
         counts = score_cell(backend, tokenizer, prepared, str(out), identity, options=job.scoring,
                             chunk_items=job.client.chunk_items, guard=guard)
@@ -270,7 +271,7 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
         raise
     if before is not None:
         sent = counts["prompts"] + counts["canary"]["prompts"] + counts.get("server_check", {}).get("prompts", 0)
-        after = server_counters(url, served, expected_requests=before.requests_ok + sent)
+        after = server_counters(url, served, api_key, expected_requests=before.requests_ok + sent)
         if after is not None:
             counts["server_saw"] = server_saw(before, after, counts)
     if provenance_path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 from anyjev.errors import ConfigError
 from anyjev.serving.spec import ServerSpec
@@ -16,6 +17,11 @@ API_MODULE = "vllm.entrypoints.openai.api_server"
 # The environment variable vLLM reads its API key from (vllm/envs.py): a run hands its server a fresh key there, never
 # on the command line, which every local user can read (ps, /proc/<pid>/cmdline).
 API_KEY_ENV = "VLLM_API_KEY"
+# vLLM guards only some routes with that key; this middleware of ours refuses every request without it but /health
+# (anyjev/serving/vllm_site/anyjev_key_guard.py). Its folder goes on the server's PYTHONPATH (anyjev.serving.launch):
+# the server's interpreter has no anyjev, and the folder holds that one module only.
+KEY_GUARD = "anyjev_key_guard.RunKeyGuard"
+KEY_GUARD_DIR = Path(__file__).resolve().parent / "vllm_site"
 
 # Flags the project pins and a config may never override, with the reason given in the error message.
 PINNED_FLAGS: dict[str, str] = {
@@ -40,6 +46,9 @@ PINNED_FLAGS: dict[str, str] = {
     "--model": "the weights come from models.<name>.source (with its repo, path or url)",
     "--api-key": "each run gives its server a fresh key through the environment (a key on the command line is "
     "visible to every local user in ps): docs/servers.md, \"Who can use a server\"",
+    "--middleware": "the run's key guard is the server's one middleware: it refuses every request without the key but "
+    "/health, where vLLM's own check leaves /invocations, /metrics and others open: docs/servers.md, \"Who can use a "
+    "server\"",
     "--hf-overrides": "it carries the pinned lm-head dtype (head_dtype float32, so label log-probs are not "
     "rounded to bf16 steps that tie); set models.<name>.fp32_head instead, so it is recorded with the scores",
 }
@@ -138,6 +147,7 @@ def build_argv(spec: ServerSpec, port: int) -> list[str]:
         "--enable-prefix-caching" if spec.prefix_caching else "--no-enable-prefix-caching",
         "--block-size", str(spec.block_size),
         "--hf-overrides", json.dumps(hf_overrides(spec)),
+        "--middleware", KEY_GUARD,
     ]  # fmt: skip
     if spec.max_model_len is not None:
         argv += ["--max-model-len", str(spec.max_model_len)]

@@ -18,13 +18,13 @@ import httpx
 
 from anyjev.errors import ServerError
 from anyjev.files import now_iso
-from anyjev.serving.argv import API_KEY_ENV, build_argv
+from anyjev.serving.argv import API_KEY_ENV, KEY_GUARD_DIR, build_argv
 from anyjev.serving.health import START_MARK, ServerHandle, health, http_client, log_tail, served_names
 from anyjev.serving.proc import NAME_ENV, SUPERVISOR_MODULE, TOKEN_ENV, pid_alive, proc_start_time
 from anyjev.serving.spec import ServerSpec
 from anyjev.serving.state import ServerRecord, new_api_key, read_record, update_record, write_record
 from anyjev.serving.stop import stop_record
-from anyjev.serving.supervisor import CHILD_PYTHONPATH_ENV, UNSET
+from anyjev.serving.supervisor import CHILD_PYTHONPATH_ENV
 
 POLL_SECONDS = 0.5
 PORT_RETRIES = 3
@@ -69,7 +69,8 @@ def supervisor_env(spec: ServerSpec, api_key: str | None = None) -> dict[str, st
     only, a command line by every local user), or no key at all.
 
     The server's own PYTHONPATH (spec.server_env's, else ours) travels in CHILD_PYTHONPATH_ENV and is restored by the
-    supervisor, so the project directory never leaks onto the server's import path.
+    supervisor, so the project directory never leaks onto the server's import path; the key guard's folder goes first on
+    it (the server loads the guard from there: ``--middleware``, :data:`anyjev.serving.argv.KEY_GUARD`).
     """
     env = {k: v for k, v in os.environ.items() if k not in JOB_THREAD_LIMITS}
     env.update(dict(spec.server_env))
@@ -79,7 +80,7 @@ def supervisor_env(spec: ServerSpec, api_key: str | None = None) -> dict[str, st
     env.pop(TOKEN_ENV, None)
     env.pop(NAME_ENV, None)
     child_pp = env.get("PYTHONPATH")
-    env[CHILD_PYTHONPATH_ENV] = child_pp if child_pp is not None else UNSET
+    env[CHILD_PYTHONPATH_ENV] = str(KEY_GUARD_DIR) + (os.pathsep + child_pp if child_pp else "")
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = package_root + (os.pathsep + child_pp if child_pp else "")
     return env

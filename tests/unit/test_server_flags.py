@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from anyjev.errors import ConfigError
-from anyjev.serving.argv import API_MODULE, PINNED_FLAGS, REFUSED_FLAGS, build_argv
+from anyjev.serving.argv import API_MODULE, KEY_GUARD, PINNED_FLAGS, REFUSED_FLAGS, build_argv
 from anyjev.serving.build import resolve_server
 from anyjev.serving.spec import ServerSpec
 
@@ -52,6 +52,7 @@ def test_argv_shape_and_pinned_defaults() -> None:
         "--max-logprobs": "26",
         "--dtype": "bfloat16",
         "--tensor-parallel-size": "1",
+        "--middleware": KEY_GUARD,  # the run's key guard (tests/unit/test_key_guard.py)
     }
     for flag, value in expected.items():
         assert flags.get(flag) == [value], (flag, flags.get(flag))
