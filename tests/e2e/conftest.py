@@ -74,6 +74,8 @@ def while_scoring(work: Path) -> dict:
     with httpx.Client(trust_env=False, timeout=HANG_GUARD) as client:
         models = client.get(f"{record.url}/v1/models", headers=bearer(key))
         answers = {"completion without the key": client.post(f"{record.url}/v1/completions", json=request).status_code,
+                   "/invocations without the key": client.post(f"{record.url}/invocations", json=request).status_code,
+                   "/metrics without the key": client.get(f"{record.url}/metrics").status_code,
                    "/v1/models without the key": client.get(f"{record.url}/v1/models").status_code,
                    "/v1/models with the key": models.status_code,
                    "/health without the key": client.get(f"{record.url}/health").status_code}

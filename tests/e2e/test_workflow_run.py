@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from anyjev.serving.argv import KEY_GUARD
 from tests.e2e.conftest import MODEL
 from tests.e2e.workflow_helpers import env, files_holding, leftover_vllm, run_snakemake, snakemake_cmd
 
@@ -67,6 +68,7 @@ def test_provenance_records_what_made_each_cell(finished_run):
         argv = prov["server"]["argv"]
         assert argv[argv.index("--logprobs-mode") + 1] == "processed_logprobs"
         assert argv[argv.index("--generation-config") + 1] == "vllm"
+        assert argv[argv.index("--middleware") + 1] == KEY_GUARD  # the run's key guard, recorded with the scores
         assert prov["server"]["system_fingerprint"]
         assert prov["started"] <= prov["finished"]
         # What the cell says it sent, against what its server counted (vLLM's /metrics around the cell)
@@ -168,12 +170,14 @@ def test_noop_rerun_and_report(finished_run, report):
 
 
 def test_only_the_run_can_use_its_server_and_its_key_is_nowhere_it_wrote(finished_run, report):
-    """The run's server, started through the workflow, refuses a request without the run's key (vLLM's /v1 routes;
-    /health stays open) while the run scores with it; the key was on no process's command line, its file readable by
-    its owner only, and once the run has ended no file the run wrote (results/ with the report and the viewer, logs/,
-    .anyjev/, Snakemake's own .snakemake/) and nothing it printed holds it. The provenance says a key was required."""
+    """The run's server, started through the workflow, refuses a request without the run's key (vLLM's /v1 routes, and
+    the run's key guard every other but /health: /invocations, /metrics) while the run scores with it; the key was on
+    no process's command line, its file readable by its owner only, and once the run has ended no file the run wrote
+    (results/ with the report and the viewer, logs/, .anyjev/, Snakemake's own .snakemake/) and nothing it printed
+    holds it. The provenance says a key was required."""
     seen = finished_run["while_scoring"]
-    assert seen["answers"] == {"completion without the key": 401, "/v1/models without the key": 401,
+    assert seen["answers"] == {"completion without the key": 401, "/invocations without the key": 401,
+                               "/metrics without the key": 401, "/v1/models without the key": 401,
                                "/v1/models with the key": 200, "/health without the key": 200}, seen["answers"]
     assert seen["served"] == [MODEL] and seen["key_file_mode"] == 0o600
     assert seen["command_lines"] == [], "the key was on a command line"
