@@ -153,7 +153,10 @@ def cmd_serve(args: argparse.Namespace) -> None:
     try:
         handle = acquire_server(job.managed.spec, state_dir=job.managed.state_dir, owner_pid=os.getpid(),
                                 log_path=job.managed.log)
-        print(json.dumps(handle.to_dict(), indent=1), flush=True)
+        log.info("requests to %s/v1 need the header 'Authorization: Bearer <key>', the key in %s (readable by you only), "
+                 "e.g. curl -H \"Authorization: Bearer $(cat %s)\" %s/v1/models", handle.url, handle.api_key_file,
+                 handle.api_key_file, handle.url)
+        print(json.dumps(handle.to_dict(), indent=1), flush=True)  # the handle says where the key is, never the key
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

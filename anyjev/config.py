@@ -27,7 +27,7 @@ from anyjev.jobs import from_data
 from anyjev.numbers.certificate import min_certification_items
 from anyjev.paths import RunPaths, run_paths
 from anyjev.schema import schema, validate
-from anyjev.serving.argv import check_extra_flags
+from anyjev.serving.argv import check_extra_flags, check_server_env
 from anyjev.serving.spec import check_server_python
 
 
@@ -107,6 +107,10 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
                 raise ConfigError(f"models.{name}.tokenizer", f"{model['tokenizer']!r}: {exc.why}") from None
         check_extra_flags(model["server_flags"], f"models.{name}.server_flags")
         ChatTemplate.read(model["chat_template"], key=f"models.{name}.chat_template", workdir=workdir)
+        check_server_env(model["server_env"], f"models.{name}.server_env")
+        if "api_key_env" in model and src != "url":
+            raise ConfigError(f"models.{name}.api_key_env", f"applies to source url only: the workflow starts this "
+                              f"{src!r} model's server with a fresh key of its own (docs/servers.md)")
     _check_distinct_servers(models)
     if config["evaluation"]["prior_batch_size"] is not None and config["evaluation"]["prior_mode"] != "streaming":
         raise ConfigError("evaluation.prior_batch_size", "applies to prior_mode streaming only (batch uses the whole "

@@ -109,6 +109,10 @@ class BackendError(AnyjevError):
     """A backend could not deliver scores (transport failure, HTTP error, malformed response)."""
 
 
+class UnauthorizedError(BackendError):
+    """A server answered 401 Unauthorized: it requires an API key, and the request carried none or another."""
+
+
 class ServerError(AnyjevError):
     """A model server could not be started, became unhealthy, or is not the expected model."""
 

@@ -73,14 +73,16 @@ def _temporary(folder: Path, prefix: str, suffix: str) -> tuple[int, str]:
         raise
 
 
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
+def write_text_atomic(path: str | os.PathLike[str], text: str, *, private: bool = False) -> Path:
     """Write TEXT (UTF-8) to PATH atomically, creating the parent folder. The file gets the mode a plain
-    ``open(path, "w")`` would give it (0666 less the umask): mkstemp's private 0600 would hide results from a group."""
+    ``open(path, "w")`` would give it (0666 less the umask): mkstemp's private 0600 would hide results from a group.
+    PRIVATE keeps mkstemp's 0600 (a secret: readable by this user only, from the moment it exists)."""
     p = Path(path)
     writable_folder(p)
     fd, tmp = _temporary(p.parent, f".{p.name}.", ".tmp")
     try:
-        os.fchmod(fd, 0o666 & ~current_umask())
+        if not private:
+            os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()

@@ -44,7 +44,7 @@ from anyjev.numbers.power import accuracy_half_width, correctness, detectable_di
 from anyjev.results import CellLayout, Run, read_layout
 from anyjev.run.allocation import score_jobs_mode
 from anyjev.run.audit import audited
-from anyjev.run.cell import check_max_model_len, context_length
+from anyjev.run.cell import api_key_from_env, check_max_model_len, context_length
 from anyjev.run.prepared import PreparedItem, prepare_items
 from anyjev.run.probes import CONTENT_FREE_PROBES, prepare_content_free
 from anyjev.run.requests import sent_counts
@@ -206,7 +206,7 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
                 cell["context_source"] = f"models.{model}.max_model_len, or the model's own"
             else:
                 if model not in url_contexts:
-                    url_contexts[model] = url_context(str(m.url), m.served_name or model)
+                    url_contexts[model] = url_context(str(m.url), m.served_name or model, api_key_from_env(m.api_key_env))
                 limit, cell["context_source"] = url_contexts[model]
                 if limit is None:
                     cell["context_unknown"] = cell["context_source"]
@@ -255,11 +255,11 @@ def plan_config(config_path: str | os.PathLike, *, models_dir: str, hub_cache: s
     }
 
 
-def url_context(url: str, served_name: str) -> tuple[int | None, str]:
-    """A url model's context as its server reports it, and where that comes from; None when the server does not
-    answer (the plan still counts, the run checks again before its first request)."""
+def url_context(url: str, served_name: str, api_key: str | None = None) -> tuple[int | None, str]:
+    """A url model's context as its server reports it (asked with API_KEY), and where that comes from; None when the
+    server does not answer (the plan still counts, the run checks again before its first request)."""
     try:
-        limit = describe_server(url, served_name, timeout=URL_TIMEOUT).max_model_len
+        limit = describe_server(url, served_name, api_key=api_key, timeout=URL_TIMEOUT).max_model_len
     except BackendError as exc:
         return None, f"the server at {url} ({exc})"
     return limit, f"the max_model_len the server at {url} reports"

@@ -66,6 +66,7 @@ class ModelSettings:
     url: str | None = None
     served_name: str | None = None
     tokenizer: str | None = None
+    api_key_env: str | None = None
     dtype: str = setting("models", "*", "dtype")
     max_model_len: int | None = setting("models", "*", "max_model_len")
     tensor_parallel_size: int = setting("models", "*", "tensor_parallel_size")
@@ -198,7 +199,8 @@ class Settings:
         """Everything one cell's score job needs besides its files; the paths are the rule's."""
         m = self.models[model]
         managed = ManagedServer(self.server_spec(model, models_dir), server_log, state_dir) if m.managed else None
-        external = None if m.managed else ExternalServer(str(m.url), m.served_name or model, state_dir)
+        external = None if m.managed else ExternalServer(str(m.url), m.served_name or model, state_dir,
+                                                                  m.api_key_env)
         return ScoreJob(model=model, task=task, tokenizer=self.model_dir(model, models_dir), client=self.client,
                         scoring=self.model_scoring[model], managed=managed, external=external)
 

@@ -50,7 +50,7 @@ from anyjev.decision.labels import LabelChecker
 from anyjev.decision.options import PromptOptions  # noqa: E402
 from anyjev.errors import BackendError
 from anyjev.run.prepared import prepare_item
-from anyjev.serving.health import ServerHandle
+from anyjev.serving.health import ServerHandle, bearer
 from anyjev.serving.proc import group_pids, proc_stat
 from anyjev.serving.spec import ServerSpec
 from bench.common import REPO, SERVER_PYTHON, SMOL_DIR, run_record, run_under_limit, serving, smollm2, smollm2_spec, write_json  # noqa: E402
@@ -156,6 +156,11 @@ def _parser(url: str, model: str) -> VLLMBackend:
     return VLLMBackend(url, model, prompts_per_request=1, max_concurrency=1)
 
 
+def _http(api_key: str | None, **kw) -> httpx.Client:
+    """The bench's own clients' HTTP client, carrying the server's key (anyjev's managed servers require one)."""
+    return httpx.Client(timeout=httpx.Timeout(600.0, connect=10.0), headers=bearer(api_key), **kw)
+
+
 def _check_choices(body: dict, n: int, url: str) -> list[dict]:
     choices = body.get("choices") if isinstance(body, dict) else None
     if not isinstance(choices, list) or len(choices) != n:
@@ -174,13 +179,14 @@ def _post_json(client: httpx.Client, url: str, payload: dict) -> dict:
 class BackendClient(Client):
     """VLLMBackend itself (defaults unless prompts_per_request / max_concurrency are given)."""
 
-    def __init__(self, url: str, model: str, prompts_per_request: int | None = None, max_concurrency: int | None = None):
+    def __init__(self, url: str, model: str, api_key: str | None, prompts_per_request: int | None = None,
+                 max_concurrency: int | None = None):
         kw = {}
         if prompts_per_request is not None:
             kw["prompts_per_request"] = prompts_per_request
         if max_concurrency is not None:
             kw["max_concurrency"] = max_concurrency
-        self.backend = VLLMBackend(url, model, **kw)
+        self.backend = VLLMBackend(url, model, api_key=api_key, **kw)
         ppr, mc = self.backend.prompts_per_request, self.backend.max_concurrency
         default = not kw
         self.key = "vllm_backend" if default else f"vllm_backend_ppr{ppr}_c{mc}"
@@ -209,12 +215,11 @@ class PerPromptPool(Client):
     key = "per_prompt_pool16"
     threads = 16
 
-    def __init__(self, url: str, model: str):
+    def __init__(self, url: str, model: str, api_key: str | None):
         self.title = f"one request per prompt, {self.threads} threads"
         self.parser = _parser(url, model)
         self.url = self.parser.url
-        self.http = httpx.Client(timeout=httpx.Timeout(600.0, connect=10.0),
-                                 limits=httpx.Limits(max_connections=self.threads, max_keepalive_connections=self.threads))
+        self.http = _http(api_key, limits=httpx.Limits(max_connections=self.threads, max_keepalive_connections=self.threads))
 
     def run(self, prompts, labels):
         def one(i: int) -> np.ndarray:
@@ -241,10 +246,10 @@ class SingleRequest(Client):
     key = "single_request"
     title = "one request holding every prompt"
 
-    def __init__(self, url: str, model: str):
+    def __init__(self, url: str, model: str, api_key: str | None):
         self.parser = _parser(url, model)
         self.url = self.parser.url
-        self.http = httpx.Client(timeout=httpx.Timeout(600.0, connect=10.0))
+        self.http = _http(api_key)
 
     def run(self, prompts, labels):
         body = _post_json(self.http, self.url, self.parser.request_body(list(prompts), labels))
@@ -414,8 +419,9 @@ def run_case(case: Case, prompts: list[list[int]], labels: list[int], args: argp
         }
         clients: list[Client] = []
         try:
-            clients = [BackendClient(handle.url, case.served_name), PerPromptPool(handle.url, case.served_name),
-                       SingleRequest(handle.url, case.served_name)]
+            key = handle.api_key
+            clients = [BackendClient(handle.url, case.served_name, key),
+                       PerPromptPool(handle.url, case.served_name, key), SingleRequest(handle.url, case.served_name, key)]
             results = run_round_robin(clients, prompts, labels, handle, case.repeats, case.warmup_prompts, case.key)
             out["clients"] = {k: r.summary() for k, r in results.items()}
             out["ratios"] = ratio_block(results, "vllm_backend")
@@ -433,8 +439,9 @@ def run_case(case: Case, prompts: list[list[int]], labels: list[int], args: argp
 def explore(case: Case, handle: ServerHandle, prompts: list[list[int]], labels: list[int], args: argparse.Namespace) -> dict:
     grid = explore_grid(len(prompts), args.quick)  # the server is warm from the main section: no second warm-up
     print(f"\n   exploring prompts_per_request x max_concurrency on {case.key}: {grid}", flush=True)
-    clients: list[Client] = [PerPromptPool(handle.url, case.served_name), SingleRequest(handle.url, case.served_name)]
-    clients += [BackendClient(handle.url, case.served_name, ppr, mc) for ppr, mc in grid]
+    key = handle.api_key
+    clients: list[Client] = [PerPromptPool(handle.url, case.served_name, key), SingleRequest(handle.url, case.served_name, key)]
+    clients += [BackendClient(handle.url, case.served_name, key, ppr, mc) for ppr, mc in grid]
     try:
         results = run_round_robin(clients, prompts, labels, handle, args.explore_repeats, 0, "explore")
     finally:

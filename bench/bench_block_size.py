@@ -101,14 +101,14 @@ def run_row(server: Server, w: Workload, *, staged: bool = False) -> tuple[list[
     """Full L0 on W's test items, chunk by chunk, the cache emptied first: records and figures."""
     server.reset_cache()
     records, per_item = [], []
-    c0 = read_counters(server.url, server.name)
-    with VLLMBackend(server.url, server.name) as backend:
+    c0 = read_counters(server.url, server.name, api_key=server.api_key)
+    with VLLMBackend(server.url, server.name, api_key=server.api_key) as backend:
         for s in range(0, len(w.test), CHUNK_ITEMS):
             chunk = w.test[s : s + CHUNK_ITEMS]
             t0 = time.perf_counter()
             records += send_chunk(backend, chunk, staged)
             per_item.append((time.perf_counter() - t0) / len(chunk))
-    c = read_counters(server.url, server.name).minus(c0)
+    c = read_counters(server.url, server.name, api_key=server.api_key).minus(c0)
     n = len(w.test)
     return records, {"items": n, "prompts_per_item": round(c.requests_ok / n, 2),
                      "prompt_tokens_per_item": round(c.prompt_tokens / n, 1),

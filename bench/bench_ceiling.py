@@ -138,7 +138,8 @@ def engine_pass(server: Server, cell: Cell, *, tail: int | None = None, in_fligh
     chunks = [dataclasses.replace(cell, prepared=cell.prepared[i:i + step]) for i in range(0, len(cell.prepared), step)]
 
     def send() -> None:
-        with VLLMBackend(server.url, server.name, prompts_per_request=32, max_concurrency=in_flight) as b:
+        with VLLMBackend(server.url, server.name, prompts_per_request=32, max_concurrency=in_flight,
+                         api_key=server.api_key) as b:
             for chunk in chunks:
                 for labels, prompts in chunk.engine_requests():
                     b.label_logprobs([p[-tail:] for p in prompts] if tail else prompts, labels)
@@ -157,7 +158,7 @@ def run_pass(server: Server, cell: Cell, settings, tokenizer, variant: dict, wor
     out = Path(tempfile.mkdtemp(dir=work)) / "scores.jsonl"
 
     def score() -> None:
-        backend = VLLMBackend.from_options(server.url, server.name, settings.client,
+        backend = VLLMBackend.from_options(server.url, server.name, settings.client, api_key=server.api_key,
                                            decode=lambda i: tokenizer.decode([i]),
                                            request_lock=request_lock(str(work / "state"), server.name))
         with backend:

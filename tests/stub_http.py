@@ -15,6 +15,8 @@ action per request; when it runs out, ``default`` answers (a normal completion).
   (counted in ``stub.abandoned``), or for ``seconds`` at most (a stuck server)
 * ``Reset()``: read the request, then close the socket without a byte of answer (RST)
 
+With ``api_key`` set, it refuses a request to vLLM's guarded routes without that key (401), as vLLM does.
+
 The normal answer is testbed.replies's (the stand-in vLLM server's too): keyed ``token_id:<id>`` like a server asked for
 ``return_tokens_as_token_ids``, its label log-probs ``model_logprobs(prompt, labels)``, a deterministic function of the
 prompt ids, renormalised over the labels like ``--logprobs-mode processed_logprobs``.
@@ -32,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from testbed.replies import FINGERPRINT, completion, models, not_here, send
+from testbed.replies import FINGERPRINT, UNAUTHORIZED, completion, models, not_here, refused, send
 
 
 @dataclass
@@ -86,6 +88,8 @@ class StubCompletions:
         self.in_flight = 0
         self.max_in_flight = 0
         self.abandoned = 0  # hanging requests whose client closed the connection (it gave up waiting)
+        self.api_key: str | None = None  # a server started with this key (vLLM's --api-key / VLLM_API_KEY)
+        self.refused = 0  # requests answered 401
         self._lock = threading.Lock()
         self._stop = threading.Event()
         stub = self
@@ -97,11 +101,14 @@ class StubCompletions:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                stub._answer_get(self)
+                if not stub._refuse(self):
+                    stub._answer_get(self)
 
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length", "0"))
                 payload = json.loads(self.rfile.read(length) or b"null")
+                if stub._refuse(self):
+                    return
                 with stub._lock:
                     stub.requests.append(payload)
                     stub.paths.append(self.path)
@@ -138,6 +145,15 @@ class StubCompletions:
         self.stop()
 
     # -- behaviour ---------------------------------------------------------------------------------
+    def _refuse(self, h: BaseHTTPRequestHandler) -> bool:
+        """Answer 401 (True) when the stub has a key and the request does not carry it."""
+        if not refused(h.path, h.headers.get("Authorization"), self.api_key):
+            return False
+        with self._lock:
+            self.refused += 1
+        self._send(h, 401, UNAUTHORIZED)
+        return True
+
     def _answer_get(self, h: BaseHTTPRequestHandler) -> None:
         if h.path == "/version":
             self._send(h, 200, json.dumps({"version": self.version}))
@@ -206,12 +222,16 @@ class Forwarder:
     """An HTTP forwarder on 127.0.0.1 (free port) to a real server: what a client sees as one server on one URL while
     the test replaces what stands behind it (``target``, another server) or stops it answering completions after
     ``completions_left`` of them (HTTP 503, as a server going down). The model is served under PUBLIC_NAME whatever
-    the target's own name (rewritten in requests and in /v1/models)."""
+    the target's own name (rewritten in requests and in /v1/models). KEYS: each target's API key (by its URL), which the
+    forwarder sends it, so that its own clients need none."""
 
-    def __init__(self, target: str, target_name: str, public_name: str) -> None:
+    def __init__(self, target: str, target_name: str, public_name: str, keys: dict[str, str | None] | None = None) -> None:
         import httpx
 
+        from anyjev.serving.health import bearer
+
         self.target, self.target_name, self.public_name = target.rstrip("/"), target_name, public_name
+        self.keys = keys or {}
         self.completions_left: int | None = None
         self.switch_after: tuple[int, str, str] | None = None  # (completions, target, target_name)
         self.completions = 0
@@ -226,7 +246,7 @@ class Forwarder:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-                resp = fwd._http.get(fwd.target + self.path)
+                resp = fwd._http.get(fwd.target + self.path, headers=bearer(fwd.keys.get(fwd.target)))
                 text = resp.text
                 if self.path == "/v1/models":
                     body = resp.json()
@@ -250,7 +270,7 @@ class Forwarder:
                             return
                         fwd.completions_left -= 1
                 payload["model"] = fwd.target_name
-                resp = fwd._http.post(fwd.target + self.path, json=payload)
+                resp = fwd._http.post(fwd.target + self.path, json=payload, headers=bearer(fwd.keys.get(fwd.target)))
                 StubCompletions._send(self, resp.status_code, resp.text)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

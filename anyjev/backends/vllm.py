@@ -24,9 +24,10 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from anyjev.errors import BackendError, BatchCollisionError, LabelTokenError, one_line
+from anyjev.errors import BackendError, BatchCollisionError, LabelTokenError, UnauthorizedError, one_line
 from anyjev.numbers.logprobs import log_softmax
 from anyjev.schema import default, setting
+from anyjev.serving.health import bearer
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,8 @@ class VLLMBackend:
 
     Prompts are sent ``prompts_per_request`` at a time, with at most ``max_concurrency`` requests in
     flight. Every request is greedy and explicit (``temperature=0, top_p=1, top_k=0, min_p=0``,
-    ``max_tokens=1``) so a model's ``generation_config.json`` cannot change the numbers.
+    ``max_tokens=1``) so a model's ``generation_config.json`` cannot change the numbers. With ``api_key`` every
+    request carries it (``Authorization: Bearer``), as a server started with an API key requires.
     """
 
     name = "vllm"
@@ -108,6 +110,7 @@ class VLLMBackend:
         decode: Callable[[int], str] | None = None,
         transport: httpx.BaseTransport | None = None,
         request_lock: str | os.PathLike[str] | None = None,
+        api_key: str | None = None,
     ) -> None:
         if prompts_per_request < 1 or max_concurrency < 1:
             raise ValueError("prompts_per_request and max_concurrency must be >= 1")
@@ -125,15 +128,17 @@ class VLLMBackend:
         # Shared by every client of one server: label requests hold it shared, answer-mass requests exclusive,
         # so a logprob_token_ids request never shares an engine batch with a label request (see vocab_logprobs).
         self.request_lock = Path(request_lock) if request_lock is not None else None
+        self.api_key = api_key  # never in describe(): what a cell records of its client
         self._client = httpx.Client(
             timeout=httpx.Timeout(timeout, connect=10.0),
             limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
             transport=transport,
+            headers=bearer(api_key),
         )
 
     @classmethod
     def from_options(cls, base_url: str, model: str, options: ClientOptions, **kwargs) -> VLLMBackend:
-        """A client with the config's ``client.*`` settings (KWARGS: decode, transport, request_lock)."""
+        """A client with the config's ``client.*`` settings (KWARGS: api_key, decode, transport, request_lock)."""
         return cls(base_url, model, prompts_per_request=options.prompts_per_request, max_concurrency=options.max_concurrency,
                    timeout=options.timeout, retries=options.retries, **kwargs)
 
@@ -265,6 +270,9 @@ class VLLMBackend:
         except httpx.TransportError as exc:  # connection refused / reset, protocol errors
             raise _Transient(f"{type(exc).__name__}: {exc}") from exc
         self.requests_sent += 1
+        if resp.status_code == 401:
+            raise UnauthorizedError(f"POST {self.url} answered HTTP 401 ({_server_message(resp)}): the server requires an "
+                                    f"API key, and this request carried {'another' if self.api_key else 'none'}")
         if resp.status_code >= 500:
             raise _Transient(f"HTTP {resp.status_code}: {_server_message(resp)}")
         if resp.status_code >= 400:

@@ -17,7 +17,7 @@ from anyjev.backends.vllm import ClientOptions, VLLMBackend
 from anyjev.data.taskfile import load_task_file
 from anyjev.decision.labels import check_label_capacity
 from anyjev.decision.tokenizer import load_tokenizer
-from anyjev.errors import BackendError, ConfigError
+from anyjev.errors import BackendError, ConfigError, UnauthorizedError
 from anyjev.files import file_sha256, now_iso, writable_folder, write_json_atomic
 from anyjev.jobs import Job, to_data
 from anyjev.run import provenance
@@ -52,15 +52,38 @@ class ManagedServer:
 
 @dataclass(frozen=True)
 class ExternalServer:
-    """A vLLM server the user runs (``source: url``); other clients may share it."""
+    """A vLLM server the user runs (``source: url``); other clients may share it. ``api_key_env`` names the environment
+    variable holding its API key (the job holds the name, never the key)."""
 
     url: str
     served_name: str
     state_dir: str
+    api_key_env: str | None = None
 
     @property
     def request_lock(self) -> Path:
         return request_lock(self.state_dir, "url-" + hashlib.sha256(self.url.rstrip("/").encode()).hexdigest()[:16])
+
+    def api_key(self) -> str | None:
+        """The key, read from the environment now (when a job starts); None when no variable is named, or it is unset."""
+        return api_key_from_env(self.api_key_env)
+
+    def key_refused(self, model: str) -> ConfigError:
+        """The one line for a 401 from this server: which variable MODEL names for its key, and whether it is set."""
+        said = f"the server at {self.url} answered 401 Unauthorized"
+        if self.api_key_env is None:
+            return ConfigError(f"models.{model}.api_key_env", f"is not set, and {said}: it requires an API key; set "
+                               "api_key_env to the name of the environment variable that holds it")
+        if self.api_key() is None:
+            return ConfigError(f"models.{model}.api_key_env", f"names {self.api_key_env}, which is not set in this job's "
+                               f"environment, and {said}: set {self.api_key_env} to the server's key where the run starts")
+        return ConfigError(f"models.{model}.api_key_env", f"names {self.api_key_env}, which is set, but {said} to its "
+                           f"value: set {self.api_key_env} to the key the server was started with")
+
+
+def api_key_from_env(name: str | None) -> str | None:
+    """The value of environment variable NAME (a url model's ``api_key_env``); None when NAME is None or unset."""
+    return (os.environ.get(name) or None) if name else None
 
 
 def request_lock(state_dir: str, server: str) -> Path:
@@ -141,15 +164,16 @@ def context_length(spec_max_model_len: int | None, model_dir: str | os.PathLike[
     return json.loads(config.read_text()).get("max_position_embeddings")
 
 
-def server_counters(url: str, served: str, expected_requests: float | None = None) -> CacheCounters | None:
+def server_counters(url: str, served: str, api_key: str | None, expected_requests: float | None = None) -> CacheCounters | None:
     """The managed server's own request and prompt-token counters (vLLM's /metrics), read around a cell so that what
-    the server saw can be compared with what the cell sent and what `anyjev plan` counts: an independent count. With
+    the server saw can be compared with what the cell sent and what `anyjev plan` counts: an independent count (asked
+    with the run's API_KEY, which the server's key guard wants on /metrics too). With
     EXPECTED_REQUESTS, read once the server has counted that many or has settled (:func:`settled_counters`). None (and
     a warning) when /metrics cannot be read."""
     try:
         if expected_requests is None:
-            return read_counters(url, served)
-        return settled_counters(url, served, expected_requests=expected_requests)
+            return read_counters(url, served, api_key=api_key)
+        return settled_counters(url, served, expected_requests=expected_requests, api_key=api_key)
     except BackendError as exc:
         log.warning("the server's counters are not recorded: %s", exc)
         return None
@@ -233,34 +257,47 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
                                            origin=task.source.get("origin"))
             log.info("longest prompt: %d tokens (context %d)", longest, limit)
         handle = acquire_server(spec, state_dir=job.managed.state_dir, owner_pid=owner_pid, log_path=job.managed.log)
-        url, served = handle.url, handle.served_name
-        server_record: dict[str, Any] = handle.to_dict() | {"spec": spec.to_dict()}
+        url, served, api_key = handle.url, handle.served_name, handle.api_key
+        # the server required a key (its own, fresh for the run): recorded, the key never
+        server_record: dict[str, Any] = handle.to_dict() | {"spec": spec.to_dict(), "api_key_required": bool(handle.api_key_file)}
         lock = job.managed.request_lock
     else:
-        assert job.external is not None
-        url, served = job.external.url, job.external.served_name
-        server_record = {"url": url, "served_name": served, "external": True}
-        lock = job.external.request_lock
+        external = job.external
+        assert external is not None
+        url, served, api_key = external.url, external.served_name, external.api_key()
+        if external.api_key_env and api_key is None:
+            log.warning("models.%s.api_key_env names %s, which is not set: requests carry no key", job.model,
+                        external.api_key_env)
+        server_record = {"url": url, "served_name": served, "external": True, "api_key_env": external.api_key_env,
+                         "api_key_sent": api_key is not None}
+        lock = external.request_lock
         # The user's server says its own context: every prompt is checked against it before the first request.
-        limit = describe_server(url, served).max_model_len
+        try:
+            limit = describe_server(url, served, api_key=api_key).max_model_len
+        except UnauthorizedError:
+            raise external.key_refused(job.model) from None
         if limit is not None:
             check_prompt_lengths(prepared, limit, source=task_path, model=job.model, origin=task.source.get("origin"),
                                  limit_name=f"the context of the server at {url} (its --max-model-len)")
-    backend = VLLMBackend.from_options(url, served, job.client, decode=lambda i: tokenizer.decode([i]),
+    backend = VLLMBackend.from_options(url, served, job.client, api_key=api_key, decode=lambda i: tokenizer.decode([i]),
                                        request_lock=lock)
     guard = ServerGuard(backend, prepared[0], where=f"{job.model}/{job.task}") if prepared else None
-    before = server_counters(url, served) if handle is not None else None
+    before = server_counters(url, served, api_key) if handle is not None else None
     try:
         counts = score_cell(backend, tokenizer, prepared, str(out), identity, options=job.scoring,
                             chunk_items=job.client.chunk_items, guard=guard,
                             audit=BatchAudit(backend, job.scoring.audit) if job.scoring.audit else None)
+    except UnauthorizedError:
+        if job.external is not None:
+            raise job.external.key_refused(job.model) from None
+        raise
     except BackendError:
         if handle is not None:
             handle.check_alive()  # raises ServerError (exit code, log tail) when the server itself is gone
         raise
     if before is not None:
         sent = counts["prompts"] + sum(counts[key]["prompts"] for key in EXTRA_COUNTS if key in counts)
-        after = server_counters(url, served, expected_requests=before.requests_ok + sent)
+        after = server_counters(url, served, api_key, expected_requests=before.requests_ok + sent)
         if after is not None:
             counts["server_saw"] = server_saw(before, after, counts)
     if provenance_path:

@@ -96,7 +96,7 @@ class ServerGuard:
 
     def read(self) -> ServerIdentity:
         """The server's identity now (four GETs and the probe's prompts)."""
-        description = describe_server(self.backend.base_url, self.backend.model)
+        description = describe_server(self.backend.base_url, self.backend.model, api_key=self.backend.api_key)
         probe = self._probe(self.prompts)
         return ServerIdentity(description.as_dict(), sorted(self.backend.system_fingerprints), probe)
 

@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
 from anyjev.errors import ConfigError
 from anyjev.serving.spec import ServerSpec
 
 API_MODULE = "vllm.entrypoints.openai.api_server"
+# The environment variable vLLM reads its API key from (vllm/envs.py): a run hands its server a fresh key there, never
+# on the command line, which every local user can read (ps, /proc/<pid>/cmdline).
+API_KEY_ENV = "VLLM_API_KEY"
+# vLLM guards only some routes with that key; this middleware of ours refuses every request without it but /health
+# (anyjev/serving/vllm_site/anyjev_key_guard.py). Its folder goes on the server's PYTHONPATH (anyjev.serving.launch):
+# the server's interpreter has no anyjev, and the folder holds that one module only.
+KEY_GUARD = "anyjev_key_guard.RunKeyGuard"
+KEY_GUARD_DIR = Path(__file__).resolve().parent / "vllm_site"
 
 # Flags the project pins and a config may never override, with the reason given in the error message.
 PINNED_FLAGS: dict[str, str] = {
@@ -36,6 +45,11 @@ PINNED_FLAGS: dict[str, str] = {
     "--block-size": "the KV-cache block size is pinned per vLLM build, chosen by measurement (prefix caching reuses "
     "whole blocks; results/bench/block_size.json), and recorded with the scores",
     "--model": "the weights come from models.<name>.source (with its repo, path or url)",
+    "--api-key": "each run gives its server a fresh key through the environment (a key on the command line is "
+    "visible to every local user in ps): docs/servers.md, \"Who can use a server\"",
+    "--middleware": "the run's key guard is the server's one middleware: it refuses every request without the key but "
+    "/health, where vLLM's own check leaves /invocations, /metrics and others open: docs/servers.md, \"Who can use a "
+    "server\"",
     "--hf-overrides": "it carries the pinned lm-head dtype (head_dtype float32, so label log-probs are not "
     "rounded to bf16 steps that tie); set models.<name>.fp32_head instead, so it is recorded with the scores",
 }
@@ -90,6 +104,15 @@ def check_extra_flags(flags: tuple[str, ...] | list[str], key: str) -> None:
                 )
 
 
+def check_server_env(env: dict[str, str] | tuple[tuple[str, str], ...], key: str) -> None:
+    """Refuse a server environment that sets the server's API key (KEY names the config key): each run gives its
+    server a fresh one, which would override it unseen."""
+    names = env.keys() if isinstance(env, dict) else [name for name, _ in env]
+    if API_KEY_ENV in names:
+        raise ConfigError(f"{key}.{API_KEY_ENV}", "is set by the run: each run starts its server with a fresh random "
+                          "key of its own (docs/servers.md, \"Who can use a server\"); remove it")
+
+
 def hf_overrides(spec: ServerSpec) -> dict:
     """The pinned ``--hf-overrides``: the lm-head dtype. ``float32`` computes the head (and so every
     log-prob) in fp32 whatever the model dtype; ``model`` is vLLM's default for generation models."""
@@ -107,6 +130,7 @@ def build_argv(spec: ServerSpec, port: int) -> list[str]:
         raise ValueError(f"the server spec of {spec.name!r} is not resolved (dtype {spec.dtype!r}, prefix_caching "
                          f"{spec.prefix_caching!r}, block_size {spec.block_size}): resolve_server() it first")
     check_extra_flags(spec.server_flags, f"models.{spec.name}.server_flags")
+    check_server_env(spec.server_env, f"models.{spec.name}.server_env")
     if spec.max_logprobs < 1:
         raise ConfigError("server.max_logprobs", f"must be >= 1 (the largest label count), got {spec.max_logprobs}")
     argv = [
@@ -125,6 +149,7 @@ def build_argv(spec: ServerSpec, port: int) -> list[str]:
         "--enable-prefix-caching" if spec.prefix_caching else "--no-enable-prefix-caching",
         "--block-size", str(spec.block_size),
         "--hf-overrides", json.dumps(hf_overrides(spec)),
+        "--middleware", KEY_GUARD,
     ]  # fmt: skip
     if spec.max_model_len is not None:
         argv += ["--max-model-len", str(spec.max_model_len)]

@@ -13,7 +13,8 @@ from typing import Any
 
 import httpx
 
-from anyjev.errors import BackendError
+from anyjev.errors import BackendError, UnauthorizedError
+from anyjev.serving.health import bearer
 
 # The KV-cache settings that change what a server computes (cache_config_info holds more: memory, block counts).
 CACHE_KEYS = ("block_size", "cache_dtype", "enable_prefix_caching")
@@ -40,11 +41,14 @@ class ServerDescription:
                 "dtype": self.model_dtype, **{f"cache.{k}": self.cache.get(k) for k in CACHE_KEYS}}
 
 
-def describe_server(base_url: str, served_name: str, *, timeout: float = 10.0) -> ServerDescription:
-    """Ask the server at BASE_URL what it is (four GETs). The model must be listed as SERVED_NAME; an endpoint that
-    does not answer leaves its fields None, but a server that answers none of them raises BackendError."""
+def describe_server(base_url: str, served_name: str, *, api_key: str | None = None,
+                    timeout: float = 10.0) -> ServerDescription:
+    """Ask the server at BASE_URL what it is (four GETs, carrying API_KEY). The model must be listed as SERVED_NAME;
+    an endpoint that does not answer leaves its fields None, but a server that answers none of them raises
+    BackendError, and one that refuses the key (401: vLLM's /v1/models) :class:`UnauthorizedError`."""
     base = base_url.rstrip("/")
-    with httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)), trust_env=False) as client:
+    with httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)), trust_env=False,
+                      headers=bearer(api_key)) as client:
         version = _get_json(client, f"{base}/version")
         models = _get_json(client, f"{base}/v1/models")
         metrics = _get_text(client, f"{base}/metrics")
@@ -118,4 +122,8 @@ def _get_text(client: httpx.Client, url: str) -> str | None:
         resp = client.get(url)
     except httpx.HTTPError:
         return None
+    if resp.status_code == 401:
+        carried = "another" if "Authorization" in client.headers else "none"
+        raise UnauthorizedError(f"GET {url} answered HTTP 401: the server requires an API key, and this request "
+                                f"carried {carried}")
     return resp.text if resp.status_code == 200 else None

@@ -14,7 +14,7 @@ import httpx
 
 from anyjev.errors import ServerError
 from anyjev.serving.proc import pid_alive
-from anyjev.serving.state import ServerRecord, read_record
+from anyjev.serving.state import ServerRecord, read_api_key, read_record
 
 LOG_TAIL_LINES = 30
 # The last line of a Python exception ("RuntimeError: ..."), also behind vLLM's "(Worker pid=1) ERROR ... [f.py:9] "
@@ -24,9 +24,15 @@ EARLIER_EXCEPTIONS = 5
 START_MARK = "=== anyjev "  # begins the line written to the (appended) log before each start
 
 
-def http_client() -> httpx.Client:
+def bearer(api_key: str | None) -> dict[str, str]:
+    """The header that carries API_KEY to a server started with one (vLLM's ``--api-key`` / ``VLLM_API_KEY``), or none."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def http_client(api_key: str | None = None) -> httpx.Client:
+    """The probes' client; with API_KEY every request carries it (vLLM guards /v1/models, not /health)."""
     # trust_env=False: an HTTP(S)_PROXY in the environment must never route 127.0.0.1 elsewhere.
-    return httpx.Client(timeout=httpx.Timeout(5.0, connect=2.0), trust_env=False)
+    return httpx.Client(timeout=httpx.Timeout(5.0, connect=2.0), trust_env=False, headers=bearer(api_key))
 
 
 def served_names(client: httpx.Client, url: str) -> list[str] | None:
@@ -90,16 +96,25 @@ class ServerHandle:
     vllm_version: str | None
     state_file: str
     token: str = ""
+    api_key_file: str = ""
+    api_key: str | None = field(default=None, repr=False, compare=False)  # read from api_key_file; never in to_dict
     reused: bool = field(default=False, compare=False)
 
+    def __post_init__(self) -> None:
+        if self.api_key is None and self.api_key_file:
+            self.api_key = read_api_key(self.api_key_file)
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict (JSON-ready), e.g. to record the server next to the scores."""
-        return dataclasses.asdict(self)
+        """Plain dict (JSON-ready), e.g. to record the server next to the scores: where its key is kept, never the
+        key. ``ServerHandle(**to_dict())`` is the same handle, its key read again from its file."""
+        data = dataclasses.asdict(self)
+        del data["api_key"]
+        return data
 
     @classmethod
     def from_record(cls, record: ServerRecord, *, reused: bool = False) -> ServerHandle:
-        """Handle from a state record."""
-        names = [f.name for f in dataclasses.fields(cls) if f.name != "reused"]
+        """Handle from a state record, with the key from the file the record names."""
+        names = [f.name for f in dataclasses.fields(cls) if f.name not in ("reused", "api_key")]
         data = record.to_json()
         return cls(**{k: data[k] for k in names}, reused=reused)
 
@@ -125,7 +140,7 @@ class ServerHandle:
             while time.monotonic() < deadline and getattr(read_record(self.state_file), "exit_code", None) is None:
                 time.sleep(0.1)
             raise self._fail("the server process is gone")
-        with http_client() as client:
+        with http_client(self.api_key) as client:
             status = health(client, self.url)
             if status != 200:
                 raise self._fail(f"GET /health answered {status if status is not None else 'nothing'}")

@@ -18,14 +18,14 @@ import httpx
 
 from anyjev.errors import ServerError
 from anyjev.files import now_iso
-from anyjev.serving.argv import build_argv
+from anyjev.serving.argv import API_KEY_ENV, KEY_GUARD_DIR, build_argv
 from anyjev.serving.build import cuda_build_line
 from anyjev.serving.health import START_MARK, ServerHandle, health, http_client, log_tail, served_names
 from anyjev.serving.proc import NAME_ENV, SUPERVISOR_MODULE, TOKEN_ENV, pid_alive, proc_start_time
 from anyjev.serving.spec import ServerSpec
-from anyjev.serving.state import ServerRecord, read_record, update_record, write_record
+from anyjev.serving.state import ServerRecord, new_api_key, read_record, update_record, write_record
 from anyjev.serving.stop import stop_record
-from anyjev.serving.supervisor import CHILD_PYTHONPATH_ENV, UNSET
+from anyjev.serving.supervisor import CHILD_PYTHONPATH_ENV
 
 POLL_SECONDS = 0.5
 PORT_RETRIES = 3
@@ -64,19 +64,24 @@ JOB_THREAD_LIMITS = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREAD
                      "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 
 
-def supervisor_env(spec: ServerSpec) -> dict[str, str]:
+def supervisor_env(spec: ServerSpec, api_key: str | None = None) -> dict[str, str]:
     """Environment for the supervisor: ours less the job's thread limits, plus spec.server_env, with anyjev importable
-    by the supervisor.
+    by the supervisor, and API_KEY as the server's key (``VLLM_API_KEY``: an environment is readable by its own user
+    only, a command line by every local user), or no key at all.
 
     The server's own PYTHONPATH (spec.server_env's, else ours) travels in CHILD_PYTHONPATH_ENV and is restored by the
-    supervisor, so the project directory never leaks onto the server's import path.
+    supervisor, so the project directory never leaks onto the server's import path; the key guard's folder goes first on
+    it (the server loads the guard from there: ``--middleware``, :data:`anyjev.serving.argv.KEY_GUARD`).
     """
     env = {k: v for k, v in os.environ.items() if k not in JOB_THREAD_LIMITS}
     env.update(dict(spec.server_env))
+    env.pop(API_KEY_ENV, None)  # a key of the caller's own environment is not this server's
+    if api_key:
+        env[API_KEY_ENV] = api_key
     env.pop(TOKEN_ENV, None)
     env.pop(NAME_ENV, None)
     child_pp = env.get("PYTHONPATH")
-    env[CHILD_PYTHONPATH_ENV] = child_pp if child_pp is not None else UNSET
+    env[CHILD_PYTHONPATH_ENV] = str(KEY_GUARD_DIR) + (os.pathsep + child_pp if child_pp else "")
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = package_root + (os.pathsep + child_pp if child_pp else "")
     return env
@@ -87,6 +92,7 @@ def _start_once(spec: ServerSpec, port: int, log_path: Path, owner_pid: int, sta
     argv = build_argv(spec, port)
     url = f"http://{spec.host}:{port}"
     token = uuid.uuid4().hex
+    api_key, key_file = new_api_key(state_file)  # this start's own: only this run's clients can use the server
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a") as log:
         offset = log.tell()
@@ -95,7 +101,8 @@ def _start_once(spec: ServerSpec, port: int, log_path: Path, owner_pid: int, sta
             log.write(f"anyjev: {note}\n")
     record = ServerRecord(
         name=spec.name, token=token, url=url, port=port, served_name=spec.served_name, argv=argv,
-        log_path=str(log_path), state_file=str(state_file), host=socket.gethostname(), owner_pid=owner_pid,
+        log_path=str(log_path), state_file=str(state_file), api_key_file=str(key_file), host=socket.gethostname(),
+        owner_pid=owner_pid,
         owner_start=proc_start_time(owner_pid), spec_hash=spec.spec_hash(), stop_grace=spec.stop_grace,
         started_at=now_iso(),
     )  # fmt: skip
@@ -114,7 +121,7 @@ def _start_once(spec: ServerSpec, port: int, log_path: Path, owner_pid: int, sta
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=supervisor_env(spec),
+            env=supervisor_env(spec, api_key),
             start_new_session=True,  # Ctrl-C to the terminal's process group must not reach it directly
         )
     deadline = t0 + spec.start_timeout
@@ -127,7 +134,7 @@ def _start_once(spec: ServerSpec, port: int, log_path: Path, owner_pid: int, sta
 
     foreign: list[str] = []
     try:
-        with http_client() as client:
+        with http_client(api_key) as client:
             while True:
                 supervisor.poll()
                 rec = read_record(state_file)

@@ -22,7 +22,7 @@ from anyjev.serving.health import ServerHandle, health, http_client, served_name
 from anyjev.serving.launch import start_server
 from anyjev.serving.proc import is_our_supervisor, owner_alive, pid_alive, proc_start_time
 from anyjev.serving.spec import ServerSpec
-from anyjev.serving.state import ServerRecord, read_record
+from anyjev.serving.state import ServerRecord, read_api_key, read_record
 from anyjev.serving.stop import stop_record
 
 
@@ -50,7 +50,10 @@ def _reuse_problem(record: ServerRecord, spec: ServerSpec, owner_pid: int, owner
         return f"it serves {record.served_name!r}, not {spec.served_name!r}", True
     if not pid_alive(record.pid) or not is_our_supervisor(record.supervisor_pid or 0, record.token):
         return "its processes are gone", True
-    with http_client() as client:
+    api_key = read_api_key(record.api_key_file) if record.api_key_file else None
+    if record.api_key_file and api_key is None:
+        return f"its API key file {record.api_key_file} is gone", True
+    with http_client(api_key) as client:
         if health(client, record.url) != 200:
             return "/health is not 200", True
         names = served_names(client, record.url)

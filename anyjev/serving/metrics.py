@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import httpx
 
 from anyjev.errors import BackendError
+from anyjev.serving.health import bearer
 
 COUNTERS = {
     "prompt_tokens": "vllm:prompt_tokens_total",
@@ -84,11 +85,11 @@ def parse_in_flight(text: str, served_name: str | None = None) -> float:
     return total if seen else float("nan")
 
 
-def read_metrics(base_url: str, timeout: float = 10.0) -> str:
-    """The text of BASE_URL/metrics."""
+def read_metrics(base_url: str, timeout: float = 10.0, *, api_key: str | None = None) -> str:
+    """The text of BASE_URL/metrics, asked with API_KEY (a managed server answers /metrics only to its run's key)."""
     url = base_url.rstrip("/") + "/metrics"
     try:
-        resp = httpx.get(url, timeout=timeout)
+        resp = httpx.get(url, timeout=timeout, headers=bearer(api_key), trust_env=False)
     except httpx.HTTPError as exc:
         raise BackendError(f"GET {url} failed: {type(exc).__name__}: {exc}") from exc
     if resp.status_code != 200:
@@ -96,19 +97,21 @@ def read_metrics(base_url: str, timeout: float = 10.0) -> str:
     return resp.text
 
 
-def read_counters(base_url: str, served_name: str | None = None, *, timeout: float = 10.0) -> CacheCounters:
-    """Read the counters from BASE_URL/metrics."""
-    return parse_counters(read_metrics(base_url, timeout), served_name)
+def read_counters(base_url: str, served_name: str | None = None, *, api_key: str | None = None,
+                  timeout: float = 10.0) -> CacheCounters:
+    """Read the counters from BASE_URL/metrics (asked with API_KEY)."""
+    return parse_counters(read_metrics(base_url, timeout, api_key=api_key), served_name)
 
 
-def settled_counters(base_url: str, served_name: str, *, expected_requests: float) -> CacheCounters:
+def settled_counters(base_url: str, served_name: str, *, expected_requests: float,
+                     api_key: str | None = None) -> CacheCounters:
     """The counters once the server has counted EXPECTED_REQUESTS (a total) or has settled: nothing in flight and the
     request count unchanged between two readings. A request's success is counted just after its response is sent, so
     a reading taken as the last response arrives can miss it; waiting on the count itself, not on a clock, reads it
     once it is there, and stops when nothing more is coming."""
     previous: CacheCounters | None = None
     while True:
-        text = read_metrics(base_url)
+        text = read_metrics(base_url, api_key=api_key)
         now = parse_counters(text, served_name)
         idle = not parse_in_flight(text, served_name) > 0  # a server that does not say counts as idle
         if now.requests_ok >= expected_requests or (idle and previous is not None and

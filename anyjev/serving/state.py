@@ -1,16 +1,19 @@
 """The server state record: one JSON file per model (``<state_dir>/<model>.json``) shared by the job that starts
-the server, the jobs that reuse it, and the supervisor that watches it. Standard library only."""
+the server, the jobs that reuse it, and the supervisor that watches it; and beside it the server's API key
+(``<state_dir>/<model>.key``, readable by its owner only), which the record names but never holds, so that nothing that
+reads, prints or copies a record can give the key away. Standard library only."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from anyjev.files import flock, write_json_atomic
+from anyjev.files import flock, write_json_atomic, write_text_atomic
 from anyjev.serving.proc import STOP_GRACE
 
 
@@ -28,6 +31,7 @@ class ServerRecord:
     argv: list[str] = dataclasses.field(default_factory=list)
     log_path: str = ""
     state_file: str = ""
+    api_key_file: str = ""  # the file holding the key every request to the server's /v1 routes carries ("" none)
     host: str = ""
     owner_pid: int | None = None
     owner_start: int | None = None
@@ -94,3 +98,23 @@ def update_record(state_file: str | os.PathLike[str], token: str, **fields: Any)
             setattr(record, key, value)
         write_json_atomic(path, record.to_json(), indent=2)
         return True
+
+
+def api_key_file(state_file: str | os.PathLike[str]) -> Path:
+    """Where the key of the server recorded in STATE_FILE is kept: ``<model>.key`` beside ``<model>.json``."""
+    return Path(state_file).with_suffix(".key")
+
+
+def new_api_key(state_file: str | os.PathLike[str]) -> tuple[str, Path]:
+    """A fresh random key for the server recorded in STATE_FILE, written (mode 0600 from the moment it exists) to
+    :func:`api_key_file`; the key and that file. Each start makes its own, so a key never outlives its server's run."""
+    key = secrets.token_urlsafe(32)
+    return key, write_text_atomic(api_key_file(state_file), key, private=True)
+
+
+def read_api_key(path: str | os.PathLike[str]) -> str | None:
+    """The key in PATH (:func:`new_api_key`), or None when it is missing or unreadable."""
+    try:
+        return Path(path).read_text().strip() or None
+    except OSError:
+        return None

@@ -20,7 +20,7 @@ from anyjev.serving.proc import (
     signal_quietly,
     terminate,
 )
-from anyjev.serving.state import ServerRecord, read_record, update_record
+from anyjev.serving.state import ServerRecord, api_key_file, read_record, update_record
 
 SUPERVISOR_EXTRA_GRACE = 2.0  # the supervisor stops the group itself within its grace, then records why
 
@@ -114,10 +114,10 @@ def stop_servers(state_dir: str | os.PathLike[str], owner_pid: int | None = None
 
 
 def forget_ended(state_dir: str | os.PathLike[str]) -> list[str]:
-    """Remove the records in STATE_DIR of servers that are no longer running: stopped or exited (as a stop or the
-    supervisor recorded), or, on this host, with their owner, supervisor and process group all gone. A record is a
-    lease on a running server; what a server did stays in its log. Each is removed under the model's lease lock, so
-    an acquire never reads half of it. The lock files stay (a process may be waiting on one). Names removed."""
+    """Remove the records in STATE_DIR of servers that are no longer running, and their API keys: stopped or exited (as
+    a stop or the supervisor recorded), or, on this host, with their owner, supervisor and process group all gone. A
+    record is a lease on a running server; what a server did stays in its log. Each is removed under the model's lease
+    lock, so an acquire never reads half of it. The lock files stay (a process may be waiting on one). Names removed."""
     state_dir = Path(state_dir)
     host = socket.gethostname()
     forgotten: list[str] = []
@@ -128,6 +128,7 @@ def forget_ended(state_dir: str | os.PathLike[str]) -> list[str]:
                 continue
             state_file.unlink(missing_ok=True)
             state_file.with_name(state_file.name + ".wlock").unlink(missing_ok=True)
+            api_key_file(state_file).unlink(missing_ok=True)  # the key of a server that is gone opens nothing
             forgotten.append(record.name or state_file.stem)
     return forgotten
 

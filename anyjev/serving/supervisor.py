@@ -33,7 +33,6 @@ from anyjev.serving.state import update_record
 POLL_SECONDS = 0.5
 # The server interpreter must see the PYTHONPATH its spec asked for, not the one used to import this module.
 CHILD_PYTHONPATH_ENV = "ANYJEV_CHILD_PYTHONPATH"
-UNSET = "<anyjev:unset>"  # marks "no PYTHONPATH" (environment values cannot hold NUL)
 
 
 def _set_parent_death_signal() -> None:
@@ -50,10 +49,7 @@ def _child_env(name: str, token: str) -> dict[str, str]:
     env = dict(os.environ)
     wanted = env.pop(CHILD_PYTHONPATH_ENV, None)
     if wanted is not None:
-        if wanted == UNSET:
-            env.pop("PYTHONPATH", None)
-        else:
-            env["PYTHONPATH"] = wanted
+        env["PYTHONPATH"] = wanted
     env[NAME_ENV] = name
     env[TOKEN_ENV] = token
     return env

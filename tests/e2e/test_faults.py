@@ -851,7 +851,7 @@ def test_two_models_served_at_once_get_their_own_servers(tmp_path_factory, smoll
     t0 = time.monotonic()
     # each cell's first request waits on its model's request lock, held by the test until both wait: then both are
     # scored while both servers run
-    proc, waited = run_holding_request_locks(work, [request_lock(work, m) for m in (a, b)], 2, "-j", "2",
+    proc, waited, _ = run_holding_request_locks(work, [request_lock(work, m) for m in (a, b)], 2, "-j", "2",
                                              *(f"results/cells/{m}/{TASK}/scores.jsonl" for m in (a, b)))
     seconds = time.monotonic() - t0
     left, _ = processes_left(work)

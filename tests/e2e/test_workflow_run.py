@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 import yaml
 
+from anyjev.serving.argv import KEY_GUARD
 from tests.e2e.conftest import MODEL
-from tests.e2e.workflow_helpers import env, leftover_vllm, run_snakemake, snakemake_cmd
+from tests.e2e.workflow_helpers import env, files_holding, leftover_vllm, run_snakemake, snakemake_cmd
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -67,6 +68,7 @@ def test_provenance_records_what_made_each_cell(finished_run):
         argv = prov["server"]["argv"]
         assert argv[argv.index("--logprobs-mode") + 1] == "processed_logprobs"
         assert argv[argv.index("--generation-config") + 1] == "vllm"
+        assert argv[argv.index("--middleware") + 1] == KEY_GUARD  # the run's key guard, recorded with the scores
         assert prov["server"]["system_fingerprint"]
         assert prov["started"] <= prov["finished"]
         # What the cell says it sent, against what its server counted (vLLM's /metrics around the cell)
@@ -150,16 +152,42 @@ def test_vs_published_shows_only_matching_cells(finished_run):
     assert f"| {MODEL} | rotten_tomatoes | L0 | flip ↓ | 0.000 [0.000, 0.000] | 0.000 | +0.000 | yes |" in md
 
 
-def test_noop_rerun_and_report(finished_run):
+@pytest.fixture(scope="module")
+def report(finished_run):
+    """The run's HTML report (`snakemake --report`), built once."""
+    report = finished_run["dir"] / "results/report.html"
+    proc = run_snakemake(finished_run["dir"], "--report", str(report))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return report
+
+
+def test_noop_rerun_and_report(finished_run, report):
     t0 = time.monotonic()
     dry = run_snakemake(finished_run["dir"], "-n")
     assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr
     print(f"no-op dry rerun: {time.monotonic() - t0:.1f} s; full reduced run: {finished_run['seconds']:.0f} s")
-    report = finished_run["dir"] / "results/report.html"
-    proc = run_snakemake(finished_run["dir"], "--report", str(report))
-    assert proc.returncode == 0, proc.stderr[-3000:]
     html = report.read_text(errors="replace")
     assert len(html) > 100_000 and "summary.csv" in html and "reliability" in html.lower()
+
+
+def test_only_the_run_can_use_its_server_and_its_key_is_nowhere_it_wrote(finished_run, report):
+    """The run's server, started through the workflow, refuses a request without the run's key (vLLM's /v1 routes, and
+    the run's key guard every other but /health: /invocations, /metrics) while the run scores with it; the key was on
+    no process's command line, its file readable by its owner only, and once the run has ended no file the run wrote
+    (results/ with the report and the viewer, logs/, .anyjev/, Snakemake's own .snakemake/) and nothing it printed
+    holds it. The provenance says a key was required."""
+    seen = finished_run["while_scoring"]
+    assert seen["answers"] == {"completion without the key": 401, "/invocations without the key": 401,
+                               "/metrics without the key": 401, "/v1/models without the key": 401,
+                               "/v1/models with the key": 200, "/health without the key": 200}, seen["answers"]
+    assert seen["served"] == [MODEL] and seen["key_file_mode"] == 0o600
+    assert seen["command_lines"] == [], "the key was on a command line"
+    key, work = seen["key"], finished_run["dir"]
+    assert report.is_file() and (work / "results/viewer/index.html").is_file()
+    assert files_holding(work, key) == [] and key not in finished_run["proc"].stdout
+    for task in ("mmlu", "socialiqa", "rotten_tomatoes"):
+        server = json.loads((work / f"results/cells/{MODEL}/{task}/provenance.json").read_text())["server"]
+        assert server["api_key_required"] is True and server["api_key_file"].endswith(f"{MODEL}.key")
 
 
 def test_a_smoke_run_writes_only_under_smoke(finished_run, fault_seen):

@@ -7,8 +7,10 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
 
@@ -23,6 +25,7 @@ from tests.waiting import HANG_GUARD, lock_waiters, settle, wait_for
 SNAKEMAKE = REPO / ".venv" / "bin" / "snakemake"
 SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
 SNAKEFILE = REPO / "workflow" / "Snakefile"
+T = TypeVar("T")
 
 
 def smollm2_model(**extra) -> dict:
@@ -90,18 +93,22 @@ def url_request_lock(workdir: Path, url: str) -> Path:
     return ExternalServer(url, "", str(workdir / STATE_DIR)).request_lock
 
 
-def run_holding_request_locks(workdir: Path, locks: list[Path], cells: int,
-                              *args: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
-    """Snakemake on WORKDIR with ARGS while the test holds the request locks LOCKS (exclusively), from before the run
-    until CELLS scoring jobs wait on them at once: those cells are then scored side by side, whatever the scheduler
-    would have done. Returns the finished run (its output in stdout) and the waiting processes' `argv[1:4]`."""
+def run_holding_request_locks(workdir: Path, locks: list[Path], cells: int, *args: str, extra_env: dict | None = None,
+                              while_held: Callable[[], T] | None = None,
+                              ) -> tuple[subprocess.CompletedProcess, list[list[str]], T | None]:
+    """Snakemake on WORKDIR with ARGS (and EXTRA_ENV in its environment) while the test holds the request locks LOCKS
+    (exclusively), from before the run until CELLS scoring jobs wait on them at once: those cells are then scored side
+    by side, whatever the scheduler would have done. WHILE_HELD runs then, before the locks are released: every server
+    the waiting jobs leased is up and nothing has been scored yet. Returns the finished run (its output in stdout), the
+    waiting processes' `argv[1:4]` and what WHILE_HELD returned."""
     out_path = workdir.parent / f"{workdir.name}-held.out"
     with ExitStack() as stack:
         for lock in locks:
             lock.parent.mkdir(parents=True, exist_ok=True)
             fcntl.flock(stack.enter_context(open(lock, "a")), fcntl.LOCK_EX)  # released when the stack closes
         output = stack.enter_context(open(out_path, "w"))
-        run = subprocess.Popen(snakemake_cmd(workdir, *args), stdout=output, stderr=subprocess.STDOUT, env=env())
+        run = subprocess.Popen(snakemake_cmd(workdir, *args), stdout=output, stderr=subprocess.STDOUT,
+                               env=env() | (extra_env or {}))
 
         def waiting() -> list[int] | None:
             pids = sorted(pid for lock in locks for pid in lock_waiters(lock))
@@ -112,8 +119,33 @@ def run_holding_request_locks(workdir: Path, locks: list[Path], cells: int,
 
         pids = wait_for(waiting, f"{cells} scoring jobs waiting on their request locks", unless=exited)
         commands = [proc_cmdline(pid)[1:4] for pid in pids]
+        seen, failed = None, None
+        try:
+            seen = while_held() if while_held is not None else None
+        except BaseException as exc:  # noqa: BLE001 - raised once the run has ended: nothing of it is left running
+            failed = exc
     run.wait(HANG_GUARD)
-    return subprocess.CompletedProcess(run.args, run.returncode, out_path.read_text(), ""), commands
+    if failed is not None:
+        raise failed
+    return subprocess.CompletedProcess(run.args, run.returncode, out_path.read_text(), ""), commands, seen
+
+
+def files_holding(root: Path, secret: str) -> list[str]:
+    """The files under ROOT (links not followed: a run's model folder links to the shared one) whose bytes hold SECRET,
+    relative to ROOT."""
+    found = []
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = Path(folder) / name
+            if path.is_file() and not path.is_symlink() and secret.encode() in path.read_bytes():
+                found.append(str(path.relative_to(root)))
+    return sorted(found)
+
+
+def command_lines_holding(secret: str) -> list[int]:
+    """The processes of this machine whose command line (/proc/<pid>/cmdline, which every local user can read) holds
+    SECRET."""
+    return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if secret in " ".join(proc_cmdline(pid))]
 
 
 def processes_in(work: Path) -> list[int]:

@@ -85,7 +85,7 @@ def test_fp32_server_matches_transformers_to_1e4_with_answer_mass(vllm_fp32, smo
 
     reference = HFBackend(str(smollm2_dir), dtype="float32", batch_size=8)
     total = 0
-    with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, prompts_per_request=16) as client:
+    with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, prompts_per_request=16, api_key=vllm_fp32.api_key) as client:
         for prompts, labels in short_prompts(smollm2_tokenizer, tasks=(mmlu, socialiqa, rotten_tomatoes)):
             served, ref = client.label_logprobs(prompts, labels), reference.label_logprobs(prompts, labels)
             assert served.shape == ref.shape == (len(prompts), len(labels))
@@ -107,7 +107,7 @@ def test_bf16_ties_without_the_fp32_head_none_with_it_and_the_distance_to_fp32(v
     prompts, labels = mmlu_raw(smollm2_tokenizer, 24)
     read = {}
     for name, handle in (("fp32", vllm_fp32), ("bf16+head", vllm_bf16[True]), ("bf16", vllm_bf16[False])):
-        with VLLMBackend(handle.url, handle.served_name, prompts_per_request=16) as client:
+        with VLLMBackend(handle.url, handle.served_name, prompts_per_request=16, api_key=handle.api_key) as client:
             read[name] = client.label_logprobs(prompts, labels)
     ties = {name: top_ties(lp) for name, lp in read.items()}
     gap = {name: np.abs(read[name] - read["fp32"]) for name in ("bf16+head", "bf16")}
@@ -124,7 +124,8 @@ def test_bf16_server_with_the_fp32_head_against_transformers_bf16_with_it(vllm_b
     from anyjev.backends.hf import HFBackend
 
     reference = HFBackend(str(smollm2_dir), dtype="bfloat16", batch_size=8, fp32_head=True)
-    with VLLMBackend(vllm_bf16[True].url, vllm_bf16[True].served_name, prompts_per_request=16) as client:
+    with VLLMBackend(vllm_bf16[True].url, vllm_bf16[True].served_name, prompts_per_request=16,
+                     api_key=vllm_bf16[True].api_key) as client:
         deltas = []
         for prompts, labels in short_prompts(smollm2_tokenizer, 6):  # bf16 is slow on a CPU without AVX512-BF16
             deltas.append(np.abs(client.label_logprobs(prompts, labels) - reference.label_logprobs(prompts, labels)).max())
@@ -143,7 +144,8 @@ def test_a_url_cell_never_mixes_two_real_servers(vllm_fp32, vllm_bf16, smollm2_d
     from tests.unit.test_server_check import MODEL, checkpointed, requests_for_chunks, url_job
 
     bf16 = vllm_bf16[True]
-    with Forwarder(vllm_fp32.url, vllm_fp32.served_name, MODEL) as fwd:
+    keys = {vllm_fp32.url: vllm_fp32.api_key, bf16.url: bf16.api_key}
+    with Forwarder(vllm_fp32.url, vllm_fp32.served_name, MODEL, keys) as fwd:
         job, task_file = url_job(tmp_path, fwd.url, smollm2_dir)
         out = tmp_path / "scores.jsonl"
         fwd.completions_left = requests_for_chunks(2)

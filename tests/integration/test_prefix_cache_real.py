@@ -65,13 +65,14 @@ def test_prefix_cache_hits_and_stays_within_fp32_parity(vllm_fp32, vllm_fp32_opp
     assert min(shared) >= 2 * block, f"shared prefixes {shared} tokens: the items do not share two blocks"
 
     url, name = cached_server.url, cached_server.served_name
-    with VLLMBackend(url, name) as cached:
-        before = read_counters(url, name)
+    with VLLMBackend(url, name, api_key=cached_server.api_key) as cached:
+        key = cached_server.api_key
+        before = read_counters(url, name, api_key=key)
         cold = score_prepared(cached, prepared, answer_mass=False)
-        first = read_counters(url, name).minus(before)
+        first = read_counters(url, name, api_key=key).minus(before)
         warm = score_prepared(cached, prepared, answer_mass=False)
-        second = read_counters(url, name).minus(before).minus(first)
-    with VLLMBackend(plain_server.url, plain_server.served_name) as plain:
+        second = read_counters(url, name, api_key=key).minus(before).minus(first)
+    with VLLMBackend(plain_server.url, plain_server.served_name, api_key=plain_server.api_key) as plain:
         reference = score_prepared(plain, prepared, answer_mass=False)
 
     # every later rotation of an item is served its shared full blocks from the item's first rotation

@@ -58,6 +58,9 @@ def test_serve_stopped_leaves_no_record_and_no_process(stop, stub_root: Path, tm
                 break
         handle = json.loads(printed)
         assert handle["served_name"] == name and [p.name for p in state.glob("*.json")] == [f"{name}.json"]
+        key_file = Path(handle["api_key_file"])  # where the key is (readable by this user only), never the key
+        key = key_file.read_text()
+        assert key and key not in printed and "api_key" not in handle
         proc.send_signal(stop)
         _, err = proc.communicate(timeout=120)
         records, processes = sorted(p.name for p in state.glob("*.json")), vllm_process_pids(name)
@@ -69,5 +72,7 @@ def test_serve_stopped_leaves_no_record_and_no_process(stop, stub_root: Path, tm
     assert proc.returncode == 0, err
     assert "Traceback" not in err, err
     assert not records, f"records left: {records}"
+    assert key not in err and f"Bearer $(cat {key_file})" in err, err
+    assert not key_file.exists(), sorted(p.name for p in state.iterdir())
     assert not processes, "server processes left"
     fault_seen(f"(no message) `anyjev serve` stopped by {stop.name}: server stopped, record removed, 0 processes left")

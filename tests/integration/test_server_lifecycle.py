@@ -25,15 +25,15 @@ import httpx
 import pytest
 
 from anyjev.errors import ConfigError, ServerError
-from anyjev.serving.argv import API_MODULE
+from anyjev.serving.argv import API_MODULE, KEY_GUARD, KEY_GUARD_DIR
 from anyjev.serving.build import resolve_server
-from anyjev.serving.health import ServerHandle
+from anyjev.serving.health import ServerHandle, bearer
 from anyjev.serving.launch import JOB_THREAD_LIMITS, start_server, supervisor_env
 from anyjev.serving.lease import acquire_server, release_server
 from anyjev.serving.proc import group_pids, proc_cmdline, proc_environ
 from anyjev.serving.spec import ServerSpec
 from anyjev.serving.state import read_record
-from anyjev.serving.stop import stop_server, stop_servers
+from anyjev.serving.stop import forget_ended, stop_server, stop_servers
 from anyjev.serving.supervisor import CHILD_PYTHONPATH_ENV, _child_env
 from testbed import vllm_server
 from tests.conftest import REPO, interruptible
@@ -146,9 +146,9 @@ def acquire(spec: ServerSpec, workdir: Path, owner: int | None = None) -> Server
     )
 
 
-def served_names(url: str) -> list[str]:
-    with httpx.Client(trust_env=False) as client:
-        return [m["id"] for m in client.get(f"{url}/v1/models").json()["data"]]
+def served_names(handle: ServerHandle) -> list[str]:
+    with httpx.Client(trust_env=False, headers=bearer(handle.api_key)) as client:
+        return [m["id"] for m in client.get(f"{handle.url}/v1/models").json()["data"]]
 
 
 # --------------------------------------------------------------------------- lease
@@ -169,7 +169,7 @@ def test_second_acquire_by_same_owner_reuses_the_server(make_spec: Callable[...,
     assert first.pgid == first.pid and first.supervisor_pid not in (None, first.pid)
     assert first.argv[1:3] == ["-m", API_MODULE] and "processed_logprobs" in first.argv
     assert json.loads(json.dumps(first.to_dict()))["port"] == first.port
-    assert served_names(first.url) == [spec.served_name]
+    assert served_names(first) == [spec.served_name]
     log = Path(first.log_path).read_text()
     assert "starting server" in log and "--logprobs-mode processed_logprobs" in log  # header with the argv
     first.check_alive()
@@ -223,7 +223,7 @@ def test_two_models_distinct_ports_and_served_name_is_verified(make_spec: Callab
     a = acquire(spec_a, workdir)
     b = acquire(spec_b, workdir)
     assert a.port != b.port and a.pid != b.pid
-    assert served_names(a.url) == [spec_a.served_name] and served_names(b.url) == [spec_b.served_name]
+    assert served_names(a) == [spec_a.served_name] and served_names(b) == [spec_b.served_name]
 
     # A handle pointed at the other model's server is refused.
     with pytest.raises(ServerError, match=spec_a.served_name):
@@ -239,7 +239,7 @@ def test_two_models_distinct_ports_and_served_name_is_verified(make_spec: Callab
     state_b.write_text(json.dumps(forged))
     b2 = acquire(spec_b, workdir)
     assert not b2.reused and b2.port != a.port
-    assert served_names(b2.url) == [spec_b.served_name]
+    assert served_names(b2) == [spec_b.served_name]
     a.check_alive()
     assert sorted(stop_servers(workdir / "state")) == sorted([spec_a.name, spec_b.name])
 
@@ -249,9 +249,42 @@ def test_server_gets_the_specs_environment(make_spec: Callable[..., ServerSpec],
     spec = make_spec(env={"VLLM_CPU_KVCACHE_SPACE": "2"})
     handle = acquire(spec, workdir)
     env = proc_environ(handle.pid)
-    assert env["PYTHONPATH"] == vllm_server.server_path(stub_root)  # spec.server_env's, not the supervisor's own
+    # spec.server_env's, after the key guard's folder (--middleware), without the project dir the supervisor needed
+    assert env["PYTHONPATH"] == os.pathsep.join([str(KEY_GUARD_DIR), vllm_server.server_path(stub_root)])
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2" and CHILD_PYTHONPATH_ENV not in env
     stop_server(handle)
+
+
+def test_each_start_has_a_fresh_key_in_the_servers_environment_and_a_private_file_only(
+        make_spec: Callable[..., ServerSpec], workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's key reaches it through its environment (VLLM_API_KEY, readable by its own user only), never its
+    command line (readable by every local user), and is kept in a file of mode 0600 beside the record, which names the
+    file and never holds the key; a request without it is refused, one with it served; each start has its own, and the
+    key goes with the record once the server is gone. A VLLM_API_KEY of the caller's own is not the server's."""
+    monkeypatch.setenv("VLLM_API_KEY", "the-callers-own-key")
+    spec = make_spec()
+    handle = acquire(spec, workdir)
+    key = handle.api_key
+    assert key and len(key) >= 32 and key != "the-callers-own-key"
+    key_file = Path(handle.api_key_file)
+    assert key_file == workdir / "state" / f"{spec.name}.key" and key_file.read_text() == key
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert proc_environ(handle.pid)["VLLM_API_KEY"] == key
+    processes = [handle.pid, handle.supervisor_pid, *group_pids(handle.pgid)]
+    assert all(key not in " ".join(proc_cmdline(pid)) for pid in processes)
+    record_text = Path(handle.state_file).read_text()
+    assert key not in record_text and json.loads(record_text)["api_key_file"] == str(key_file)
+    assert key not in json.dumps(handle.to_dict()) and key not in repr(handle)
+    with httpx.Client(trust_env=False) as client:
+        assert client.get(f"{handle.url}/v1/models").status_code == 401
+        assert client.get(f"{handle.url}/health").status_code == 200
+    assert served_names(handle) == [spec.served_name]
+    stop_server(handle)
+    again = acquire(spec, workdir)
+    assert again.api_key not in (None, key) and Path(again.api_key_file).read_text() == again.api_key
+    stop_server(again)
+    assert forget_ended(workdir / "state") == [spec.name]
+    assert not key_file.exists()
 
 
 def test_the_jobs_thread_limits_stay_with_the_job_unless_the_spec_sets_them(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -265,14 +298,15 @@ def test_the_jobs_thread_limits_stay_with_the_job_unless_the_spec_sets_them(monk
     assert env["OMP_NUM_THREADS"] == "4" and "MKL_NUM_THREADS" not in env
 
 
-def test_server_without_pythonpath_gets_none(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_server_without_pythonpath_gets_the_key_guards_folder_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PYTHONPATH", raising=False)
     spec = ServerSpec(name="m", model="x", served_name="x", python=sys.executable, dtype="float32", block_size=128)
     sup_env = supervisor_env(spec)
-    assert str(REPO) in sup_env["PYTHONPATH"] and "\0" not in sup_env[CHILD_PYTHONPATH_ENV]
+    assert str(REPO) in sup_env["PYTHONPATH"]
     monkeypatch.setattr(os, "environ", sup_env)
     child = _child_env("m", "tok")
-    assert "PYTHONPATH" not in child and CHILD_PYTHONPATH_ENV not in child
+    assert child["PYTHONPATH"] == str(KEY_GUARD_DIR) and CHILD_PYTHONPATH_ENV not in child
+    assert sorted(p.name for p in KEY_GUARD_DIR.iterdir() if p.suffix == ".py") == [KEY_GUARD.split(".")[0] + ".py"]
 
 
 def test_config_error_starts_nothing(make_spec: Callable[..., ServerSpec], workdir: Path) -> None:
@@ -557,8 +591,6 @@ def test_a_record_whose_server_is_gone_is_forgotten(make_spec: Callable[..., Ser
                                                      owner_proc: subprocess.Popen[bytes]) -> None:
     """A server whose owner, supervisor and process group are all gone (nothing recorded its end): its record goes
     at the next sweep; a live server's record of another owner stays."""
-    from anyjev.serving.stop import forget_ended
-
     gone, alive = make_spec("gone"), make_spec("alive")
     h_gone = acquire(gone, workdir, owner=owner_proc.pid)
     h_alive = acquire(alive, workdir)
@@ -597,7 +629,7 @@ def test_real_vllm_cpu_server_lifecycle(vllm_fp32, smollm2_dir: Path) -> None:
     assert set(group_pids(handle.pgid)) <= set(census)
     handle.check_alive()
     assert handle.vllm_version and handle.vllm_version.startswith("0.32")
-    assert served_names(handle.url) == [handle.served_name] == ["smollm2-fp32"]
+    assert served_names(handle) == [handle.served_name] == ["smollm2-fp32"]
     assert handle.url == f"http://127.0.0.1:{handle.port}" and handle.pgid == handle.pid
     assert handle.owner_pid == os.getpid() and handle.host == socket.gethostname()
     assert "--logprobs-mode" in handle.argv and "--enforce-eager" in handle.argv
@@ -606,11 +638,26 @@ def test_real_vllm_cpu_server_lifecycle(vllm_fp32, smollm2_dir: Path) -> None:
     again = acquire_server(spec, state_dir=Path(handle.state_file).parent, owner_pid=os.getpid(),
                            log_path=Path(handle.state_file).parent / "again.log")
     assert again.reused and again.pid == handle.pid
+    request = {"model": handle.served_name, "prompt": "The capital of France is", "max_tokens": 1, "temperature": 0,
+               "logprobs": 2, "allowed_token_ids": [330, 331], "return_tokens_as_token_ids": True}
+    assert handle.argv[handle.argv.index("--middleware") + 1] == KEY_GUARD
     with httpx.Client(trust_env=False, timeout=HANG_GUARD) as client:
-        resp = client.post(f"{handle.url}/v1/completions", json={
-            "model": handle.served_name, "prompt": "The capital of France is", "max_tokens": 1,
-            "temperature": 0, "logprobs": 2, "allowed_token_ids": [330, 331], "return_tokens_as_token_ids": True,
-        })  # fmt: skip
+        # The run's key guard (--middleware) refuses every route without the key, the readiness probe's /health
+        # excepted: vLLM's own check covers /v1 only, and /invocations serves the same completions
+        # (docs/servers.md, "Who can use a server").
+        without_key = {"POST /v1/completions": client.post(f"{handle.url}/v1/completions", json=request),
+                       "POST /invocations": client.post(f"{handle.url}/invocations", json=request),
+                       **{f"GET {route}": client.get(f"{handle.url}{route}")
+                          for route in ("/metrics", "/version", "/health")}}
+        answers = {route: resp.status_code for route, resp in without_key.items()}
+        assert answers == {"POST /v1/completions": 401, "POST /invocations": 401, "GET /metrics": 401,
+                           "GET /version": 401, "GET /health": 200}, answers
+        assert without_key["POST /invocations"].json() == {"error": "Unauthorized"}
+        # with the key, the same routes answer (/invocations serves the completion: the 401 was the guard's)
+        keyed = client.post(f"{handle.url}/invocations", json=request, headers=bearer(handle.api_key))
+        assert keyed.status_code == 200 and keyed.json()["object"] == "text_completion", keyed.text
+        assert client.get(f"{handle.url}/version", headers=bearer(handle.api_key)).json()["version"] == handle.vllm_version
+        resp = client.post(f"{handle.url}/v1/completions", json=request, headers=bearer(handle.api_key))
     assert resp.status_code == 200, resp.text
     top = resp.json()["choices"][0]["logprobs"]["top_logprobs"][0]
     assert len(top) == 2  # processed_logprobs: exactly the allowed ids

@@ -24,6 +24,7 @@ from anyjev.decision.labels import LabelChecker
 from anyjev.decision.options import PromptOptions
 from anyjev.errors import BackendError, BatchCollisionError, LabelTokenError
 from anyjev.run.prepared import prepare_item
+from anyjev.serving.health import bearer
 from tests.integration.test_fidelity_real import FP32_TOL
 from tests.waiting import lock_waiters, wait_for
 
@@ -61,7 +62,7 @@ def test_raw_logprobs_server_is_refused_with_missing_ids(vllm_raw, smollm2_token
 def test_logprobs_above_server_cap_fails_at_once_quoting_server(vllm_fp32, smollm2_tokenizer):
     (prompts, _), _ = real_prompts(smollm2_tokenizer, n_mmlu=1, n_rt=1)
     too_many = list(range(100, 130))  # 30 labels > the pinned --max-logprobs 26
-    client = VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, retries=3)
+    client = VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, api_key=vllm_fp32.api_key, retries=3)
     with pytest.raises(BackendError) as info:
         client.label_logprobs(prompts[:1], too_many)
     assert "HTTP 400" in str(info.value)
@@ -74,8 +75,10 @@ class AnswerMassStream:
     closed, streamed: from its first token to its close it is in every engine batch, so every label request the engine
     samples meanwhile shares a batch with it. Closed, vLLM aborts it."""
 
-    def __init__(self, url: str, served_name: str, prompt: list[int], labels: list[int], max_tokens: int) -> None:
+    def __init__(self, url: str, served_name: str, api_key: str | None, prompt: list[int], labels: list[int],
+                 max_tokens: int) -> None:
         payload = VLLMBackend(url, served_name).request_body([prompt], labels, vocab=True)
+        self.headers = {"Content-Type": "application/json"} | bearer(api_key)
         self.body = json.dumps(payload | {"max_tokens": max_tokens, "ignore_eos": True, "stream": True})
         self.netloc = urlsplit(url).netloc
         self.tokens = 0
@@ -83,7 +86,7 @@ class AnswerMassStream:
 
     def __enter__(self) -> AnswerMassStream:
         self.conn = http.client.HTTPConnection(self.netloc)
-        self.conn.request("POST", "/v1/completions", self.body, {"Content-Type": "application/json"})
+        self.conn.request("POST", "/v1/completions", self.body, self.headers)
         resp = self.conn.getresponse()
         assert resp.status == 200, resp.read()[:3000]
         self.reader = threading.Thread(target=self._read, args=(resp,), daemon=True)
@@ -136,12 +139,12 @@ def test_answer_mass_beside_label_requests_never_corrupts_a_label_read(vllm_fp32
     lock.touch()
 
     def stream() -> AnswerMassStream:
-        return AnswerMassStream(vllm_fp32.url, vllm_fp32.served_name, stream_prompt, labels,
+        return AnswerMassStream(vllm_fp32.url, vllm_fp32.served_name, vllm_fp32.api_key, stream_prompt, labels,
                                 max_tokens=max_model_len - len(stream_prompt))
 
     def engine_without_the_stream() -> bool:
         """A label request of its own came back whole (a collision says the stream is still in the engine)."""
-        with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, retries=0) as probe:
+        with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, api_key=vllm_fp32.api_key, retries=0) as probe:
             try:
                 probe.label_logprobs(prompts_of(200, 201, slice(0, 1)), labels)
             except BatchCollisionError:
@@ -168,7 +171,7 @@ def test_answer_mass_beside_label_requests_never_corrupts_a_label_read(vllm_fp32
         return out["values"]
 
     def alone(prompts: list[list[int]]) -> np.ndarray:
-        with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, prompts_per_request=4) as client:
+        with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, api_key=vllm_fp32.api_key, prompts_per_request=4) as client:
             return client.label_logprobs(prompts, labels)
 
     def assert_same_read(values: np.ndarray, reference: np.ndarray) -> None:
@@ -179,8 +182,8 @@ def test_answer_mass_beside_label_requests_never_corrupts_a_label_read(vllm_fp32
 
     def client() -> VLLMBackend:
         # two requests of 4 prompts, sent at once, each resent at most once
-        return VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, prompts_per_request=4, max_concurrency=2, retries=1,
-                           backoff=0.01, request_lock=lock)
+        return VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, api_key=vllm_fp32.api_key, prompts_per_request=4,
+                           max_concurrency=2, retries=1, backoff=0.01, request_lock=lock)
 
     # (a) beside the stream of a client that does not share the lock
     prompts = prompts_of(60, 64, slice(0, 2))

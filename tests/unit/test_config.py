@@ -90,6 +90,16 @@ def test_pinned_server_flag_cannot_be_overridden():
     check(edit(models__m2__server_flags=["--seed=3"]), "models.m2.server_flags", "--seed")
 
 
+def test_a_managed_servers_key_is_the_runs_own():
+    """Each run starts its managed servers with a fresh key in their environment: a key on the command line (readable
+    by every local user), one in server_env, or api_key_env on a managed model is refused naming the key."""
+    check(edit(models__m1__server_flags=["--api-key", "secret"]), "models.m1.server_flags", "--api-key")
+    check(edit(models__m1__server_env={"VLLM_API_KEY": "secret"}), "models.m1.server_env.VLLM_API_KEY", "fresh")
+    check(edit(models__m2__api_key_env="MY_KEY"), "models.m2.api_key_env", "source url only")
+    check(edit(models__m1={"source": "url", "url": "http://h:8000", "tokenizer": "t", "api_key_env": "MY-KEY"}),
+          "models.m1.api_key_env", "does not match")
+
+
 def test_grid_names_defined_models_and_tasks():
     check(edit(grid=[{"model": "m3", "tasks": ["mmlu"]}]), "grid[0].model", "not defined")
     check(edit(grid=[{"model": "m1", "tasks": ["mmlu", "nope"]}]), "grid[0].tasks[1]", "not defined")

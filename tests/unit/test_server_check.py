@@ -32,15 +32,15 @@ def stub():
         yield s
 
 
-def url_job(root: Path, url: str, tokenizer: Path) -> tuple[ScoreJob, Path]:
-    """A url cell of N_ITEMS Yes/No items, checkpointed two items at a time."""
+def url_job(root: Path, url: str, tokenizer: Path, **model: str) -> tuple[ScoreJob, Path]:
+    """A url cell of N_ITEMS Yes/No items, checkpointed two items at a time; MODEL: more of the model's keys."""
     task_file = root / "t.jsonl"
     rows = [{"id": f"i{i}", "state": f"Statement {i}.", "question": "Is it true?", "kind": "noul", "gold": i % 2}
             for i in range(N_ITEMS)]
     task_file.write_text("".join(json.dumps(r) + "\n" for r in rows))
     config = root / "config.yaml"
     config.write_text(yaml.safe_dump({
-        "models": {MODEL: {"source": "url", "url": url, "tokenizer": str(tokenizer)}},
+        "models": {MODEL: {"source": "url", "url": url, "tokenizer": str(tokenizer), **model}},
         "tasks": {"t": {"source": "file", "path": str(task_file), "n_test": 6, "n_calib": 2}},
         "scoring": {"answer_mass": False}, "client": {"chunk_items": 2, "retries": 0}, "published": None}))
     settings = Settings.load(config)

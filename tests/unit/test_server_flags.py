@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from anyjev.errors import ConfigError
-from anyjev.serving.argv import API_MODULE, PINNED_FLAGS, REFUSED_FLAGS, build_argv
+from anyjev.serving.argv import API_MODULE, KEY_GUARD, PINNED_FLAGS, REFUSED_FLAGS, build_argv
 from anyjev.serving.build import resolve_server
 from anyjev.serving.spec import ServerSpec
 
@@ -53,6 +53,7 @@ def test_argv_shape_and_pinned_defaults() -> None:
         "--dtype": "bfloat16",
         "--tensor-parallel-size": "1",
         "--data-parallel-size": "1",
+        "--middleware": KEY_GUARD,  # the run's key guard (tests/unit/test_key_guard.py)
     }
     for flag, value in expected.items():
         assert flags.get(flag) == [value], (flag, flags.get(flag))
@@ -76,12 +77,14 @@ def test_argv_follows_spec_values() -> None:
 
 
 def test_every_pinned_flag_is_in_argv_exactly_once() -> None:
+    """... but --api-key, pinned by its absence: the key goes through the server's environment, never its command
+    line (docs/servers.md, "Who can use a server")."""
     for prefix_caching in (False, True):
         argv = build_argv(make_spec(max_model_len=1024, prefix_caching=prefix_caching), 8000)
         for flag in PINNED_FLAGS:
             spellings = [flag, "--no-" + flag[2:]] if flag == "--enable-prefix-caching" else [flag]
             count = sum(tok in spellings for tok in argv)
-            assert count == 1, (flag, argv)
+            assert count == (0 if flag == "--api-key" else 1), (flag, argv)
 
 
 def test_harmless_extra_flags_pass_through_after_pinned_ones() -> None:
