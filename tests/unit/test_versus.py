@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from anyjev.cli import main
-from anyjev.numbers.bootstrap import resample_index
+from anyjev.numbers.bootstrap import resample_rows
 from anyjev.numbers.metrics import interval, jackknife_acceleration
 from anyjev.numbers.power import detectable_from_interval
 from anyjev.outputs.versus import compare_runs
@@ -70,7 +70,7 @@ def test_run_b_minus_run_a_equals_a_direct_computation(two_runs):
     ca, cb = (raw_correct(s) for s in scores)
     _, records, extras = read_cell(scores[0])
     groups = cell_groups(records, extras, FAST.prior_mode, "a").groups
-    rows = resample_index(groups, [True] * len(groups), FAST)[0][0]  # the test items each resample draws
+    rows = resample_rows(groups, [True] * len(groups), FAST).test  # the test items each resample draws (one K group)
     boot = cb[rows].mean(axis=1) - ca[rows].mean(axis=1)
     n = len(ca)
     jack = (cb.sum() - cb) / (n - 1) - (ca.sum() - ca) / (n - 1)
