@@ -29,12 +29,15 @@ def finish_from_checkpoint(tokenizer, prepared: Sequence[PreparedItem], out: str
                            options: ScoringOptions) -> tuple[dict[str, Any], dict | None] | None:
     """A checkpoint under IDENTITY that holds every item (and every content-free probe the cell reads) finalised as
     OUT without a request (its final write failed before: a folder that could not be written): the counts and the
-    server the items were scored on, or None when something is left to read (an adaptive cell asks its server)."""
+    server the items were scored on, or None when something is left to read (an adaptive cell asks its server, and so
+    does a batch audit the checkpoint does not hold yet)."""
     if options.rotations == "adaptive":
         return None
     partial = PartialScores(out, identity)
     probes = prepare_content_free(tokenizer, prepared, options.prompt) if options.content_free else []
     if any(p.item.id not in partial.records for p in prepared) or any(p.item.id not in partial.extras for _, p in probes):
+        return None
+    if options.audit and AUDIT_ID not in partial.extras:
         return None
     server = partial.recorded_server
     partial.finalise(out, [p.item.id for p in prepared])

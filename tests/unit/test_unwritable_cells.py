@@ -63,7 +63,9 @@ def test_a_final_write_that_fails_keeps_every_item_and_the_rerun_needs_no_server
     with pytest.raises(NotWritableError) as exc:
         score_job(job, task_file, out, provenance, owner_pid=0)
     assert str(exc.value).startswith(f"{out.parent} cannot be written (Permission denied)") and "\n" not in str(exc.value)
-    assert len(partial_path(out).read_text().splitlines()) == 1 + N_ITEMS, "every item stays checkpointed"
+    lines = partial_path(out).read_text().splitlines()
+    assert sum('"type":"item"' in line for line in lines) == N_ITEMS, "every item stays checkpointed"
+    assert '"type":"audit"' in lines[-1], "and the batch audit read after them"
     assert not out.exists()
 
     monkeypatch.setattr(files.tempfile, "mkstemp", mkstemp)  # the folder is writable again
