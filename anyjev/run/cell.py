@@ -16,7 +16,7 @@ from typing import Any
 from anyjev.backends.vllm import ClientOptions, VLLMBackend
 from anyjev.data.taskfile import load_task_file
 from anyjev.decision.labels import check_label_capacity
-from anyjev.decision.tokenizer import load_tokenizer
+from anyjev.decision.tokenizer import Tokenizers
 from anyjev.errors import BackendError, ConfigError
 from anyjev.files import file_sha256, now_iso, write_json_atomic
 from anyjev.jobs import Job, to_data
@@ -178,12 +178,14 @@ def cell_identity(job: ScoreJob, task, task_path: str | os.PathLike[str]) -> dic
 
 
 def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.PathLike[str],
-              provenance_path: str | os.PathLike[str] | None, owner_pid: int) -> dict[str, Any]:
-    """Score the cell described by JOB into OUT; returns the scoring counts."""
+              provenance_path: str | os.PathLike[str] | None, owner_pid: int, *,
+              tokenizers: Tokenizers | None = None) -> dict[str, Any]:
+    """Score the cell described by JOB into OUT; returns the scoring counts. TOKENIZERS: the tokenizers (and their label
+    checks) already loaded by the job that scores the model's other cells, which a cell of the same tokenizer reuses."""
     started, t0 = now_iso(), time.monotonic()
     job = job.resolved()
     task = load_task_file(task_path)
-    tokenizer = load_tokenizer(job.tokenizer)
+    tokenizer, checker = (tokenizers or Tokenizers()).get(job.tokenizer)
     identity = cell_identity(job, task, task_path)
     if scored_under(out, identity) and (provenance_path is None or Path(provenance_path).is_file()):
         # A job that scores several cells (score_jobs: model) and is rerun skips the cells it already finished,
@@ -193,7 +195,7 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
         return {"items": n, "scored": 0, "resumed": n, "prompts": 0}
     # Every item's layouts rendered and its labels checked before any server starts: a label that is not one token,
     # or a prompt longer than the context, fails the cell at once; scoring sends exactly these prompts.
-    prepared = prepare_items(tokenizer, task.items, task.prior_groups(), job.scoring.prompt)
+    prepared = prepare_items(tokenizer, task.items, task.prior_groups(), job.scoring.prompt, checker=checker)
     handle = None
     if job.managed is not None:
         from anyjev.serving.lease import acquire_server
