@@ -27,6 +27,7 @@ import numpy as np
 from anyjev.errors import BackendError, BatchCollisionError, LabelTokenError, one_line
 from anyjev.numbers.logprobs import log_softmax
 from anyjev.schema import default, setting
+from anyjev.serving.health import tls_context
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,7 @@ class VLLMBackend:
             timeout=httpx.Timeout(timeout, connect=10.0),
             limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
             transport=transport,
+            verify=tls_context(),
         )
 
     @classmethod

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from anyjev.errors import BackendError
+from anyjev.serving.health import http_client
 
 # The KV-cache settings that change what a server computes (cache_config_info holds more: memory, block counts).
 CACHE_KEYS = ("block_size", "cache_dtype", "enable_prefix_caching")
@@ -42,7 +43,7 @@ def describe_server(base_url: str, served_name: str, *, timeout: float = 10.0) -
     """Ask the server at BASE_URL what it is (three GETs). The model must be listed as SERVED_NAME; an endpoint that
     does not answer leaves its fields None, but a server that answers none of them raises BackendError."""
     base = base_url.rstrip("/")
-    with httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)), trust_env=False) as client:
+    with http_client(timeout, connect=min(timeout, 5.0)) as client:
         version = _get_json(client, f"{base}/version")
         models = _get_json(client, f"{base}/v1/models")
         metrics = _get_text(client, f"{base}/metrics")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import httpx
 
 from anyjev.errors import BackendError
+from anyjev.serving.health import tls_context
 
 COUNTERS = {
     "prompt_tokens": "vllm:prompt_tokens_total",
@@ -88,7 +89,7 @@ def read_metrics(base_url: str, timeout: float = 10.0) -> str:
     """The text of BASE_URL/metrics."""
     url = base_url.rstrip("/") + "/metrics"
     try:
-        resp = httpx.get(url, timeout=timeout)
+        resp = httpx.get(url, timeout=timeout, verify=tls_context())
     except httpx.HTTPError as exc:
         raise BackendError(f"GET {url} failed: {type(exc).__name__}: {exc}") from exc
     if resp.status_code != 200:

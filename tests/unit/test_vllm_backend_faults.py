@@ -52,6 +52,30 @@ def top_of(body: dict, choice: int = 0) -> dict:
 # ------------------------------------------------------------------------------------------ happy path
 
 
+def test_the_clients_of_a_process_load_the_certificates_once(stub: StubCompletions, monkeypatch) -> None:
+    """Every HTTP client a scoring job makes (its backend, the server's description, health probes, /metrics) verifies
+    with one TLS context: loading the certificates costs about 25 ms of CPU a client."""
+    import ssl
+
+    from anyjev.serving import health
+    from anyjev.serving.describe import describe_server
+    from anyjev.serving.metrics import read_metrics
+
+    made = []
+    real = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context", lambda *a, **kw: made.append(1) or real(*a, **kw))
+    health.tls_context.cache_clear()
+    for _ in range(3):
+        with make_backend(stub.url) as backend:
+            backend.label_logprobs(prompts(1), LABELS)
+        describe_server(stub.url, "m")
+        with health.http_client() as client:
+            client.get(stub.url + "/health")
+        with pytest.raises(BackendError):
+            read_metrics(stub.url)  # the stub has no /metrics
+    assert len(made) == 1
+
+
 def test_many_prompts_split_into_requests_and_mapped_back_by_id_and_index(stub: StubCompletions) -> None:
     rng = random.Random(0)
     reordered = []
