@@ -17,12 +17,13 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import numpy as np
+import orjson
 
 from anyjev.errors import BackendError, BatchCollisionError, LabelTokenError, one_line
 from anyjev.numbers.logprobs import log_softmax
@@ -50,6 +51,7 @@ MASKED = -9000.0  # the response clamps -inf to -9999
 # A processed-logprobs response sums to one over the labels up to float32 rounding.
 SUM_TOLERANCE = 1e-3
 TOKEN_ID_PREFIX = "token_id:"
+JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,7 @@ class VLLMBackend:
         # Shared by every client of one server: label requests hold it shared, answer-mass requests exclusive,
         # so a logprob_token_ids request never shares an engine batch with a label request (see vocab_logprobs).
         self.request_lock = Path(request_lock) if request_lock is not None else None
+        self._pool: ThreadPoolExecutor | None = None  # made at the first call with several requests, kept until close
         self._client = httpx.Client(
             timeout=httpx.Timeout(timeout, connect=10.0),
             limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
@@ -140,6 +143,9 @@ class VLLMBackend:
                    timeout=options.timeout, retries=options.retries, **kwargs)
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         self._client.close()
 
     def __enter__(self) -> VLLMBackend:
@@ -203,9 +209,12 @@ class VLLMBackend:
             for chunk in chunks:
                 run(chunk)
         else:
-            with ThreadPoolExecutor(self.max_concurrency) as pool:
-                for fut in [pool.submit(run, c) for c in chunks]:
-                    fut.result()
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="vllm-request")
+            futures = [self._pool.submit(run, c) for c in chunks]
+            wait(futures)  # every request of the call ends before the first error is raised
+            for fut in futures:
+                fut.result()
         return out
 
     # -- one request ----------------------------------------------------------------------------
@@ -220,7 +229,7 @@ class VLLMBackend:
         salt = {"cache_salt": cache_salt} if cache_salt is not None else {}
         return salt | {
             "model": self.model,
-            "prompt": [list(map(int, p)) for p in prompts],
+            "prompt": [p if type(p) is list else list(map(int, p)) for p in prompts],
             "max_tokens": 1,
             "temperature": 0.0,
             "top_p": 1.0,
@@ -261,7 +270,8 @@ class VLLMBackend:
 
     def _post_once(self, payload: dict) -> dict:
         try:
-            resp = self._client.post(self.url, json=payload)
+            resp = self._client.post(self.url, content=orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY),
+                                     headers=JSON_HEADERS)
         except httpx.TimeoutException as exc:
             raise _Transient(f"timed out ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:  # connection refused / reset, protocol errors
@@ -278,7 +288,7 @@ class VLLMBackend:
                                    f"with `--max-logprobs {wanted}` or more (the server said: {said})")
             raise BackendError(f"POST {self.url} answered HTTP {resp.status_code}: {said}")
         try:
-            return resp.json()
+            return orjson.loads(resp.content)
         except ValueError as exc:
             raise BackendError(f"POST {self.url} returned malformed JSON: {_quote(resp.text, 200)!r}") from exc
 
@@ -324,6 +334,10 @@ class VLLMBackend:
             raise BackendError(f"POST {self.url}: {got} choices for {len(prompts)} prompts (response: {_quote(json.dumps(body), 300)})")
         if fp := body.get("system_fingerprint"):
             self.system_fingerprints.add(str(fp))
+        if not vocab:
+            values = self._label_rows(choices, labels)
+            if values is not None:
+                return values
         out = np.empty((len(prompts), len(labels)))
         seen: set[int] = set()
         for pos, choice in enumerate(choices):
@@ -334,6 +348,28 @@ class VLLMBackend:
             read = self._read_vocab if vocab else self.read_labels
             out[idx] = read(choice, labels, prompt_number=first_index + idx)
         return out
+
+    @staticmethod
+    def _label_rows(choices: list, labels: list[int]) -> np.ndarray | None:
+        """The label log-probs of a response whose every choice is as it must be (index i at position i, exactly the
+        labels, finite, unmasked, summing to one), all at once: what :meth:`read_labels` gives each. None at the first
+        sign of anything else, which :meth:`read_labels`, choice by choice, then names."""
+        keys = [TOKEN_ID_PREFIX + str(i) for i in labels]
+        rows = []
+        try:
+            for pos, choice in enumerate(choices):
+                top = choice["logprobs"]["top_logprobs"][0]
+                if choice.get("index", pos) != pos or len(top) != len(keys):
+                    return None
+                rows.append([top[k] for k in keys])
+            values = np.array(rows, dtype=np.float64)
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError):
+            return None
+        if values.ndim != 2 or not np.all(np.isfinite(values)) or np.any(values <= -9000):
+            return None
+        if np.any(np.abs(np.logaddexp.reduce(values, axis=1)) > SUM_TOLERANCE):
+            return None
+        return log_softmax(values)
 
     def _returned(self, choice: dict, prompt_number: int) -> dict[int, float]:
         """``top_logprobs[0]`` of one choice, keyed by token id."""

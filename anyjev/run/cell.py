@@ -234,6 +234,8 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
         if handle is not None:
             handle.check_alive()  # raises ServerError (exit code, log tail) when the server itself is gone
         raise
+    finally:
+        backend.close()  # its connections and request threads (what it recorded stays readable)
     if before is not None:
         sent = counts["prompts"] + counts["canary"]["prompts"] + counts.get("server_check", {}).get("prompts", 0)
         after = server_counters(url, served, expected_requests=before.requests_ok + sent)
