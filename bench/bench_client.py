@@ -157,7 +157,7 @@ def run_job(job: Path, out: Path, *, sampled: Path | None = None) -> dict:
     if sampled is not None:
         head = [sys.executable, "-c", "import sys; from bench.bench_client import sampled; sampled(sys.argv[1:])",
                 str(sampled)]
-    env = dict(os.environ) | {"PYTHONPATH": str(REPO)}
+    env = dict(os.environ) | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     log = run / "logs" / f"score_model-{'sampled' if sampled else 'plain'}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -211,7 +211,7 @@ def sampled(argv: list[str]) -> None:
     import runpy
 
     out, args = argv[0], argv[1:]
-    stacks: collections.Counter = collections.Counter()
+    stacks: dict[tuple, float] = {}
     last = [time.process_time()]
 
     def sample(signum, frame) -> None:
@@ -220,7 +220,8 @@ def sampled(argv: list[str]) -> None:
         while frame is not None:
             codes.append(frame.f_code)
             frame = frame.f_back
-        stacks[tuple(codes)] += now - last[0]  # a long call into C delivers one signal: weigh it by the CPU it took
+        key = tuple(codes)  # a long call into C delivers one signal: weigh each sample by the CPU since the last
+        stacks[key] = stacks.get(key, 0.0) + now - last[0]
         last[0] = now
 
     signal.signal(signal.SIGPROF, sample)
@@ -233,7 +234,7 @@ def sampled(argv: list[str]) -> None:
         code = exc.code
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0, 0)
-        stacks[()] += time.process_time() - last[0]
+        stacks[()] = stacks.get((), 0.0) + time.process_time() - last[0]
         Path(out).write_text(json.dumps(summarise(stacks), indent=1))
     sys.exit(code)
 
@@ -262,7 +263,7 @@ def part_of(codes: tuple) -> str:
     return "other" if any(c.co_name == "score_model_job" for c in codes) else "startup"
 
 
-def summarise(stacks: collections.Counter, top: int = 40) -> dict:
+def summarise(stacks: dict[tuple, float], top: int = 40) -> dict:
     """The parts' CPU seconds and shares, and the top functions by their own CPU and by the CPU under them."""
     total = sum(stacks.values())
     parts: collections.Counter = collections.Counter()
