@@ -5,7 +5,8 @@
         backend = VLLMBackend(stub.url, "m", ...)
 
 Every request body is recorded (``stub.requests``) before the action runs. ``script`` is consumed one
-action per request; when it runs out, ``default`` answers (a normal completion). Actions:
+action per request; when it runs out, ``default`` answers (a normal completion); ``decide``, when set, picks each
+request's action from its body instead (requests sent side by side arrive in any order). Actions:
 
 * ``Reply(mutate=..., first=...)``: a vLLM-shaped completion of every prompt; ``first()`` runs before it is made,
   ``mutate(body, payload)`` may edit it
@@ -135,6 +136,7 @@ class StubCompletions:
         self.paths: list[str] = []
         self.script: list[Action] = []
         self.default: Action = Reply()
+        self.decide: Callable[[dict], Action] | None = None  # when set: each request's action, from its body
         # What the stub says it is (GET /version, /v1/models, /metrics) and how it computes: change them to stand in
         # for another server on the same port.
         self.version = "0.32.0"
@@ -165,7 +167,10 @@ class StubCompletions:
                 with stub._lock:
                     stub.requests.append(payload)
                     stub.paths.append(self.path)
-                    action = stub.script.pop(0) if stub.script else stub.default
+                    if stub.decide is not None:
+                        action = stub.decide(payload)
+                    else:
+                        action = stub.script.pop(0) if stub.script else stub.default
                     stub.in_flight += 1
                     stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
                 try:

@@ -129,6 +129,7 @@ class VLLMBackend:
         # so a logprob_token_ids request never shares an engine batch with a label request (see vocab_logprobs).
         self.request_lock = Path(request_lock) if request_lock is not None else None
         self._pool: ThreadPoolExecutor | None = None  # made at the first call with several requests, kept until close
+        self._exclusive = False  # this client holds the request lock exclusively (exclusive()): its requests go on
         self._client = httpx.Client(
             timeout=httpx.Timeout(timeout, connect=10.0),
             limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
@@ -183,8 +184,27 @@ class VLLMBackend:
         Caution (vLLM 0.32): a logprob_token_ids request turns the label requests of its engine batch into
         their sampled token plus padding (``COLLISION_CAUSE``). Clients that share ``request_lock`` never overlap
         the two kinds (label requests hold it shared, these exclusive); a label request that collides anyway (a
-        client outside the lock) is recognised by that signature and resent (:meth:`_request`)."""
-        return self._batched(prompts, self._labels(label_ids), vocab=True)
+        client outside the lock) is recognised by that signature and resent (:meth:`_request`). The call's requests
+        run side by side, the lock held once for all of them (:meth:`exclusive`): two logprob_token_ids requests in one
+        engine batch each get their own ids (the sampler pads each request's list to the longest)."""
+        labels = self._labels(label_ids)
+        with self.exclusive():
+            return self._batched(prompts, labels, vocab=True)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """The server to this client's answer-mass requests alone: the request lock held exclusively until the block
+        ends (every client that shares it waits), its vocab_logprobs calls inside sent without taking it again. A cell
+        reads all its answer masses in one such window instead of one a chunk."""
+        if self._exclusive:
+            yield
+            return
+        with self._server_lock(exclusive=True):
+            self._exclusive = True
+            try:
+                yield
+            finally:
+                self._exclusive = False
 
     @staticmethod
     def _labels(label_ids: Sequence[int]) -> list[int]:
@@ -243,7 +263,7 @@ class VLLMBackend:
 
     @contextlib.contextmanager
     def _server_lock(self, *, exclusive: bool) -> Iterator[None]:
-        if self.request_lock is None:
+        if self.request_lock is None or self._exclusive:  # held already (exclusive()): nothing else runs meanwhile
             yield
             return
         self.request_lock.parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,8 @@ also hold records of other types after its items (``certificate``: adaptive scor
 only, :func:`read_cell` the others too.
 
 While scoring, items are appended to ``<out>.partial`` and flushed as they complete, so a killed job
-loses at most the chunk in flight. The final file is written atomically in task order, so a resumed
+loses at most the chunks in flight (the chunk being read, and the one read before it while the server check for it
+is out: :func:`anyjev.run.full.score_full`). The final file is written atomically in task order, so a resumed
 cell produces the same bytes as an uninterrupted one.
 """
 

@@ -172,6 +172,11 @@ class _Recorder:
         self.sent.extend(list(p) for p in prompts)
         return np.full((len(prompts), len(label_ids)), -3.0)
 
+    def exclusive(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
     def describe(self) -> dict:
         return {"backend": self.name}
 

@@ -411,6 +411,35 @@ def test_answer_mass_requests_wait_for_label_requests_on_the_same_server(tmp_pat
     worker.join()
 
 
+def test_an_answer_mass_call_holds_the_lock_once_and_sends_its_requests_side_by_side(stub: StubCompletions, tmp_path,
+                                                                                      monkeypatch) -> None:
+    """The answer masses of a cell go in one exclusive window: the request lock is taken once for the call (and once for
+    a window around several calls), and its requests go side by side inside it, as logprob_token_ids requests may
+    (vLLM pads each request's ids to the longest list of the batch); each request's own label set comes back."""
+    import fcntl
+    import threading
+
+    from anyjev.backends import vllm
+
+    taken = []
+    real_flock = fcntl.flock
+    monkeypatch.setattr(vllm.fcntl, "flock", lambda fh, op: (taken.append(op), real_flock(fh, op))[1])
+    arrived = threading.Barrier(4)
+    stub.default = Reply(first=lambda: arrived.wait(HANG_GUARD))  # each waits until all four are in flight
+    with make_backend(stub.url, prompts_per_request=2, max_concurrency=4, request_lock=tmp_path / "lock") as backend:
+        values = backend.vocab_logprobs(prompts(8), LABELS)
+        assert backend.requests_sent == 4 and values.shape == (8, 4)
+        assert [op for op in taken if op != fcntl.LOCK_UN] == [fcntl.LOCK_EX]
+        taken.clear()
+        stub.default = Reply()
+        with backend.exclusive():
+            backend.vocab_logprobs(prompts(3), LABELS)
+            backend.vocab_logprobs(prompts(2), LABELS[:2])
+        assert [op for op in taken if op != fcntl.LOCK_UN] == [fcntl.LOCK_EX]
+    for payload in stub.requests:
+        assert "allowed_token_ids" not in payload and payload["logprob_token_ids"] in (LABELS, LABELS[:2])
+
+
 # ------------------------------------------------------------ a batch shared with a logprob_token_ids request
 
 
