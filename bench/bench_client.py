@@ -13,6 +13,8 @@ Two jobs, one model each (SmolLM2's files; the stand-in computes nothing):
 Per job (medians of ``--reps`` runs): the wall time, the job process's own CPU time (user + sys, read from /proc once it
 has exited and before it is reaped: not the server's, nor the server supervisor's), the prompts its cells sent (what
 ``anyjev plan`` counts; the canary's and the server check's apart), CPU ms per prompt and prompts per second of wall.
+A third job scores one cell of one test and one calibration item: what every job costs whatever it scores (its start,
+imports, tokenizer, server start), and what a prompt costs beyond that.
 Then each job once more under a stack sampler (CPU time: ``setitimer(ITIMER_PROF)``, each sample weighted by the CPU
 time since the one before; ``client.max_concurrency: 1`` so that every request runs on the sampled thread): the share
 of each part (startup, prepare, tokenise, request, parse, guard, checkpoint, records, ...) and the top functions.
@@ -94,6 +96,9 @@ def build(work: Path, grid_tasks: int, items: int, n_test: int) -> dict[str, Pat
     configs["default"].write_text(yaml.safe_dump(default, sort_keys=False))
     configs["grid"] = build_grid(work / "grid", 1, grid_tasks, items=items, n_test=n_test, server_python=server_python,
                                  starts=work / "grid" / "server-starts.log")
+    # what a job costs whatever it scores: one cell of one test and one calibration item
+    configs["fixed"] = build_grid(work / "fixed", 1, 1, items=2, n_test=1, server_python=server_python,
+                                  starts=work / "fixed" / "server-starts.log")
     for config in configs.values():
         prepare_tasks(config)
     return configs
@@ -144,6 +149,9 @@ def own_cpu_s(proc: subprocess.Popen) -> float:
     return cpu
 
 
+CODE: list[Path] = [REPO]  # the checkout whose anyjev the jobs run (--code)
+
+
 def run_job(job: Path, out: Path, *, sampled: Path | None = None) -> dict:
     """One run of the scoring job JOB from nothing (its staged cells removed), its outcome record OUT: wall, own CPU,
     prompts sent. With SAMPLED, under the stack sampler, whose profile is written there."""
@@ -157,7 +165,8 @@ def run_job(job: Path, out: Path, *, sampled: Path | None = None) -> dict:
     if sampled is not None:
         head = [sys.executable, "-c", "import sys; from bench.bench_client import sampled; sampled(sys.argv[1:])",
                 str(sampled)]
-    env = dict(os.environ) | {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    path = [str(CODE[0])] + ([str(REPO)] if sampled is not None else [])  # the sampler is this checkout's
+    env = dict(os.environ) | {"PYTHONPATH": os.pathsep.join(filter(None, [*path, os.environ.get("PYTHONPATH")]))}
     log = run / "logs" / f"score_model-{'sampled' if sampled else 'plain'}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -306,7 +315,14 @@ def markdown(report: dict) -> str:
         row(f"part: {part} (share of the sampled CPU)",
             lambda j, p=part: f"{j['profile']['parts'].get(p, {}).get('share', 0):.1%}")
     lines += ["", f"All jobs: {report['job_cpu_ms_per_prompt']:.3f} job CPU ms a prompt "
-                  f"({report['prompts']:,} prompts, {report['cpu_s']:.1f} CPU s)."]
+                  f"({report['prompts']:,} prompts, {report['cpu_s']:.1f} CPU s); a job that scores one item costs "
+                  f"{report['fixed_cpu_s']:.2f} CPU s, and beyond that a prompt costs "
+                  f"{report['marginal_cpu_ms_per_prompt']:.3f} ms."]
+    if report.get("steps"):
+        lines += ["", "| step | commit | job CPU ms a prompt | beyond a job's fixed cost | fixed CPU s a job |",
+                  "|---|---|---:|---:|---:|"]
+        lines += [f"| {s['step']} | {s['run'].get('code_commit', s['run']['commit'])} | {s['job_cpu_ms_per_prompt']:.3f} | "
+                  f"{s['marginal_cpu_ms_per_prompt']:.3f} | {s['fixed_cpu_s']:.2f} |" for s in report["steps"]]
     return "\n".join(lines)
 
 
@@ -321,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "client.json"))
     ap.add_argument("--step", metavar="WHAT",
                     help="only the plain runs, recorded as a row of the existing JSON's steps (what a change won)")
+    ap.add_argument("--code", metavar="CHECKOUT", help="run the jobs with the anyjev of this checkout (another commit's, "
+                    "for --step), measured the same way")
     ap.add_argument("--report", metavar="JSON", help="only print the docs block of an earlier run")
     args = ap.parse_args(argv)
     if args.report:
@@ -331,6 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     git = lambda *a: subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True).stdout.strip()  # noqa: E731
     record = run_record() | {"commit": git("rev-parse", "--short", "HEAD"),
                              "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    if args.code:
+        CODE[0] = Path(args.code).resolve()
+        record["code_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=CODE[0], capture_output=True,
+                                               text=True).stdout.strip()
     out = Path(args.out)
     earlier = json.loads(out.read_text()) if out.is_file() else {}
     measured: dict = {}
@@ -343,13 +365,17 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.workdir:
             shutil.rmtree(root, ignore_errors=True)
+    fixed = measure("fixed", configs["fixed"], args.reps, profile=False)
     totals = {"prompts": sum(j["prompts"] for j in measured.values()),
-              "cpu_s": round(sum(j["cpu_s"] for j in measured.values()), 2)}
+              "cpu_s": round(sum(j["cpu_s"] for j in measured.values()), 2), "fixed_cpu_s": fixed["cpu_s"]}
     totals["job_cpu_ms_per_prompt"] = round(1000 * totals["cpu_s"] / totals["prompts"], 4)
+    # beyond what every job costs (its start, imports, tokenizer and server start; one cell of one item)
+    totals["marginal_cpu_ms_per_prompt"] = round(
+        1000 * (totals["cpu_s"] - len(measured) * fixed["cpu_s"]) / totals["prompts"], 4)
     steps = [s for s in earlier.get("steps", []) if s["step"] != args.step]
     if args.step is not None:  # a row of what each change won, each with the record of its own run
         steps.append({"step": args.step, "run": record, **totals,
-                      "jobs": {n: {k: j[k] for k in ("prompts", "cpu_s", "job_cpu_ms_per_prompt")}
+                      "jobs": {n: {k: j[k] for k in ("prompts", "cpu_s", "cpu_s_runs", "job_cpu_ms_per_prompt")}
                                for n, j in measured.items()}})
         report = earlier | {"steps": steps}
     else:
@@ -360,7 +386,10 @@ def main(argv: list[str] | None = None) -> int:
     if "jobs" in report:
         print(markdown(report))
     for s in steps:
-        print(f"step {s['step']!r} ({s['run']['commit']}): {s['job_cpu_ms_per_prompt']:.3f} ms a prompt")
+        print(f"step {s['step']!r} ({s['run'].get('code_commit', s['run']['commit'])}): "
+              f"{s['job_cpu_ms_per_prompt']:.3f} ms a prompt, "
+              f"{s.get('marginal_cpu_ms_per_prompt', float('nan')):.3f} beyond {s.get('fixed_cpu_s', float('nan')):.2f} "
+              "CPU s a job")
     return 0
 
 
