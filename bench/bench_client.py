@@ -362,10 +362,10 @@ def main(argv: list[str] | None = None) -> int:
         configs = build(root, args.grid_tasks, args.items, args.n_test)
         for name in args.jobs.split(","):
             measured[name] = measure(name, configs[name], args.reps, profile=args.step is None)
+        fixed = measure("fixed", configs["fixed"], args.reps, profile=False)
     finally:
         if not args.workdir:
             shutil.rmtree(root, ignore_errors=True)
-    fixed = measure("fixed", configs["fixed"], args.reps, profile=False)
     totals = {"prompts": sum(j["prompts"] for j in measured.values()),
               "cpu_s": round(sum(j["cpu_s"] for j in measured.values()), 2), "fixed_cpu_s": fixed["cpu_s"]}
     totals["job_cpu_ms_per_prompt"] = round(1000 * totals["cpu_s"] / totals["prompts"], 4)
@@ -394,4 +394,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from bench import time_limit
+
+    sys.exit(time_limit.run(main, seconds=2 * 3600))
