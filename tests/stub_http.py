@@ -277,17 +277,20 @@ def free_port() -> int:
 
 class Forwarder:
     """An HTTP forwarder on 127.0.0.1 (free port) to a real server: what a client sees as one server on one URL while
-    the test replaces what stands behind it (``target``, another server) or stops it answering completions after
-    ``completions_left`` of them (HTTP 503, as a server going down). The model is served under PUBLIC_NAME whatever
-    the target's own name (rewritten in requests and in /v1/models)."""
+    the test replaces what stands behind it (``target``, another server; ``switch_at_check``: from the Nth request of
+    the server check on) or stops it answering a cell's own completions after ``completions_left`` of them (HTTP 503,
+    as a server going down; the server check's requests, which carry a ``cache_salt`` and go beside a cell's own,
+    are not counted and still answered). The model is served under PUBLIC_NAME whatever the target's own name
+    (rewritten in requests and in /v1/models)."""
 
     def __init__(self, target: str, target_name: str, public_name: str) -> None:
         import httpx
 
         self.target, self.target_name, self.public_name = target.rstrip("/"), target_name, public_name
         self.completions_left: int | None = None
-        self.switch_after: tuple[int, str, str] | None = None  # (completions, target, target_name)
-        self.completions = 0
+        self.switch_at_check: tuple[int, str, str] | None = None  # (the server check's request number, target, name)
+        self.completions = 0  # a cell's own (no cache_salt)
+        self.checks = 0  # the server check's (cache_salt)
         self._lock = threading.Lock()
         self._http = httpx.Client(timeout=600, trust_env=False)
         fwd = self
@@ -313,15 +316,18 @@ class Forwarder:
                 length = int(self.headers.get("Content-Length", "0"))
                 payload = json.loads(self.rfile.read(length) or b"null")
                 with fwd._lock:
-                    fwd.completions += 1
-                    if fwd.switch_after and fwd.completions > fwd.switch_after[0]:
-                        _, fwd.target, fwd.target_name = fwd.switch_after
-                        fwd.switch_after = None
-                    if fwd.completions_left is not None:
-                        if fwd.completions_left <= 0:
-                            StubCompletions._send(self, 503, json.dumps({"error": {"message": "going down"}}))
-                            return
-                        fwd.completions_left -= 1
+                    if "cache_salt" in payload:
+                        fwd.checks += 1
+                        if fwd.switch_at_check and fwd.checks >= fwd.switch_at_check[0]:
+                            _, fwd.target, fwd.target_name = fwd.switch_at_check
+                            fwd.switch_at_check = None
+                    else:
+                        fwd.completions += 1
+                        if fwd.completions_left is not None:
+                            if fwd.completions_left <= 0:
+                                StubCompletions._send(self, 503, json.dumps({"error": {"message": "going down"}}))
+                                return
+                            fwd.completions_left -= 1
                 payload["model"] = fwd.target_name
                 resp = fwd._http.post(fwd.target + self.path, json=payload)
                 StubCompletions._send(self, resp.status_code, resp.text)
