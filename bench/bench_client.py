@@ -249,8 +249,9 @@ def sampled(argv: list[str]) -> None:
 
 
 def _where(code) -> str:
+    """FUNCTION's file (within its package, the standard library's within lib/) and name: no folder of this machine."""
     path = code.co_filename
-    for marker in ("site-packages/", str(REPO) + "/"):
+    for marker in ("site-packages/", str(REPO) + "/", sys.base_prefix + "/lib/"):
         if marker in path:
             path = path.split(marker, 1)[1]
             break
@@ -379,8 +380,8 @@ def main(argv: list[str] | None = None) -> int:
                                for n, j in measured.items()}})
         report = earlier | {"steps": steps}
     else:
-        report = record | {"method": __doc__.split("\n\n")[1].replace("\n", " "), "jobs": measured, **totals,
-                           "steps": steps}
+        method = " ".join(line.strip() for line in "\n".join(__doc__.split("\n\n")[1:4]).splitlines())  # not the usage
+        report = record | {"method": method, "jobs": measured, **totals, "steps": steps}
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json(out, report)
     if "jobs" in report:
