@@ -204,11 +204,14 @@ def from_ready(server_spec, cells: list[Cell], settings, tokenizer, logs: Path, 
                 self.first_answer = time.perf_counter()
             return body
 
+    from anyjev.serving.proc import group_pids
+
     out = {}
     with Started(server_spec, logs) as server:
         start = time.perf_counter()  # readiness
+        pids = group_pids(server.handle.pgid)
         for cell in cells:
-            c0 = read_counters(server.url, server.name)
+            c0, s0, p0 = read_counters(server.url, server.name), cpu_seconds(pids), time.process_time()
             scores = Path(tempfile.mkdtemp(dir=work)) / "scores.jsonl"
             with Timed.from_options(server.url, server.name, settings.client, decode=lambda i: tokenizer.decode([i]),
                                     request_lock=request_lock(str(work / "state"), server.name)) as backend:
@@ -221,6 +224,8 @@ def from_ready(server_spec, cells: list[Cell], settings, tokenizer, logs: Path, 
                                   "requests": d["requests_ok"], "wall_s": round(end - start, 2),
                                   "tokens_per_s": round(d["computed_tokens"] / (end - start), 1),
                                   "first_answer_s": round(backend.first_answer - start, 2),
+                                  "server_cpu_s": round(cpu_seconds(pids) - s0, 2),
+                                  "client_cpu_s": round(time.process_time() - p0, 2),
                                   "loadavg_1m_after": round(os.getloadavg()[0], 2)}
             start = end
     return out
