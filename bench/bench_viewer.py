@@ -236,8 +236,8 @@ def run_benchmark(args) -> dict:
 
     from playwright.sync_api import sync_playwright
 
+    from anyjev.decision.tokenizer import load_tokenizer
     from anyjev.outputs.viewer import write_viewer
-    from anyjev.run.cell import load_tokenizer
 
     record = run_record()
     tokenizer = load_tokenizer(REPO / "resources" / "models" / "smollm2-135m")

@@ -35,14 +35,24 @@ def model_logprobs(prompt: Sequence[int], labels: Sequence[int]) -> list[float]:
     return [x - z for x in logits]
 
 
+def answer_mass(prompt: Sequence[int]) -> float:
+    """The probability the labels hold in the full vocabulary after PROMPT, between 0.2 and 0.9."""
+    digest = hashlib.sha256(f"{list(prompt)}|mass".encode()).digest()
+    return 0.2 + 0.7 * int.from_bytes(digest[:4], "big") / 2**32
+
+
 def completion(payload: dict, *, shift: float = 0.0, fingerprint: str | None = FINGERPRINT) -> dict:
     """A vLLM-shaped ``text_completion`` answer to ``payload`` (one choice per prompt, in prompt order). SHIFT moves
     the first label's logit (another server: another dtype, say); FINGERPRINT None leaves it out (vLLM's
-    ``--fingerprint-mode none``)."""
-    labels = [int(i) for i in payload["allowed_token_ids"]]
+    ``--fingerprint-mode none``). An answer-mass request (``logprob_token_ids``, no ``allowed_token_ids``) gets
+    full-vocabulary log-probs: the same values plus ``log(answer_mass(prompt))``."""
+    vocab = "allowed_token_ids" not in payload  # an answer-mass request names its labels in logprob_token_ids
+    labels = [int(i) for i in payload["logprob_token_ids" if vocab else "allowed_token_ids"]]
     choices = []
     for index, prompt in enumerate(payload["prompt"]):
         lps = model_logprobs(prompt, labels)
+        if vocab:  # full-vocabulary values: the labels hold a share of the probability, not all of it
+            lps = [lp + math.log(answer_mass(prompt)) for lp in lps]
         if shift:
             logits = [lp + (shift if j == 0 else 0.0) for j, lp in enumerate(lps)]
             z = max(logits) + math.log(sum(math.exp(x - max(logits)) for x in logits))

@@ -5,7 +5,8 @@
         backend = VLLMBackend(stub.url, "m", ...)
 
 Every request body is recorded (``stub.requests``) before the action runs. ``script`` is consumed one
-action per request; when it runs out, ``default`` answers (a normal completion). Actions:
+action per request; when it runs out, ``default`` answers (a normal completion); ``decide``, when set, picks each
+request's action from its body instead (requests sent side by side arrive in any order). Actions:
 
 * ``Reply(mutate=..., first=...)``: a vLLM-shaped completion of every prompt; ``first()`` runs before it is made,
   ``mutate(body, payload)`` may edit it
@@ -19,7 +20,9 @@ With ``api_key`` set, it refuses a request to vLLM's guarded routes without that
 
 The normal answer is testbed.replies's (the stand-in vLLM server's too): keyed ``token_id:<id>`` like a server asked for
 ``return_tokens_as_token_ids``, its label log-probs ``model_logprobs(prompt, labels)``, a deterministic function of the
-prompt ids, renormalised over the labels like ``--logprobs-mode processed_logprobs``.
+prompt ids, renormalised over the labels like ``--logprobs-mode processed_logprobs``; an answer-mass request
+(``logprob_token_ids``, no ``allowed_token_ids``) gets full-vocabulary log-probs: the same values plus
+``log(answer_mass(prompt))``.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ class StubCompletions:
         self.paths: list[str] = []
         self.script: list[Action] = []
         self.default: Action = Reply()
+        self.decide: Callable[[dict], Action] | None = None  # when set: each request's action, from its body
         # What the stub says it is (GET /version, /v1/models, /metrics) and how it computes: change them to stand in
         # for another server on the same port.
         self.version = "0.32.0"
@@ -112,7 +116,10 @@ class StubCompletions:
                 with stub._lock:
                     stub.requests.append(payload)
                     stub.paths.append(self.path)
-                    action = stub.script.pop(0) if stub.script else stub.default
+                    if stub.decide is not None:
+                        action = stub.decide(payload)
+                    else:
+                        action = stub.script.pop(0) if stub.script else stub.default
                     stub.in_flight += 1
                     stub.max_in_flight = max(stub.max_in_flight, stub.in_flight)
                 try:
@@ -220,10 +227,12 @@ def free_port() -> int:
 
 class Forwarder:
     """An HTTP forwarder on 127.0.0.1 (free port) to a real server: what a client sees as one server on one URL while
-    the test replaces what stands behind it (``target``, another server) or stops it answering completions after
-    ``completions_left`` of them (HTTP 503, as a server going down). The model is served under PUBLIC_NAME whatever
-    the target's own name (rewritten in requests and in /v1/models). KEYS: each target's API key (by its URL), which the
-    forwarder sends it, so that its own clients need none."""
+    the test replaces what stands behind it (``target``, another server; ``switch_at_check``: from the Nth request of
+    the server check on) or stops it answering a cell's own completions after ``completions_left`` of them (HTTP 503,
+    as a server going down; the server check's requests, which carry a ``cache_salt`` and go beside a cell's own,
+    are not counted and still answered). The model is served under PUBLIC_NAME whatever the target's own name
+    (rewritten in requests and in /v1/models). KEYS: each target's API key (by its URL), which the forwarder sends it,
+    so that its own clients need none."""
 
     def __init__(self, target: str, target_name: str, public_name: str, keys: dict[str, str | None] | None = None) -> None:
         import httpx
@@ -233,8 +242,9 @@ class Forwarder:
         self.target, self.target_name, self.public_name = target.rstrip("/"), target_name, public_name
         self.keys = keys or {}
         self.completions_left: int | None = None
-        self.switch_after: tuple[int, str, str] | None = None  # (completions, target, target_name)
-        self.completions = 0
+        self.switch_at_check: tuple[int, str, str] | None = None  # (the server check's request number, target, name)
+        self.completions = 0  # a cell's own (no cache_salt)
+        self.checks = 0  # the server check's (cache_salt)
         self._lock = threading.Lock()
         self._http = httpx.Client(timeout=600, trust_env=False)
         fwd = self
@@ -260,15 +270,18 @@ class Forwarder:
                 length = int(self.headers.get("Content-Length", "0"))
                 payload = json.loads(self.rfile.read(length) or b"null")
                 with fwd._lock:
-                    fwd.completions += 1
-                    if fwd.switch_after and fwd.completions > fwd.switch_after[0]:
-                        _, fwd.target, fwd.target_name = fwd.switch_after
-                        fwd.switch_after = None
-                    if fwd.completions_left is not None:
-                        if fwd.completions_left <= 0:
-                            StubCompletions._send(self, 503, json.dumps({"error": {"message": "going down"}}))
-                            return
-                        fwd.completions_left -= 1
+                    if "cache_salt" in payload:
+                        fwd.checks += 1
+                        if fwd.switch_at_check and fwd.checks >= fwd.switch_at_check[0]:
+                            _, fwd.target, fwd.target_name = fwd.switch_at_check
+                            fwd.switch_at_check = None
+                    else:
+                        fwd.completions += 1
+                        if fwd.completions_left is not None:
+                            if fwd.completions_left <= 0:
+                                StubCompletions._send(self, 503, json.dumps({"error": {"message": "going down"}}))
+                                return
+                            fwd.completions_left -= 1
                 payload["model"] = fwd.target_name
                 resp = fwd._http.post(fwd.target + self.path, json=payload, headers=bearer(fwd.keys.get(fwd.target)))
                 StubCompletions._send(self, resp.status_code, resp.text)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 import numpy as np
@@ -23,5 +24,10 @@ class Backend(Protocol):
     def label_logprobs(self, prompts: Sequence[Sequence[int]], label_ids: Sequence[int]) -> np.ndarray: ...
 
     def vocab_logprobs(self, prompts: Sequence[Sequence[int]], label_ids: Sequence[int]) -> np.ndarray: ...
+
+    def exclusive(self) -> AbstractContextManager[None]:
+        """A block in which the backend's vocab_logprobs calls have the model to themselves (a shared server's label
+        requests wait), where that matters: a cell reads its answer masses in one."""
+        ...
 
     def describe(self) -> dict: ...

@@ -8,6 +8,7 @@ cannot make two labels tie."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -66,6 +67,10 @@ class HFBackend:
     def label_logprobs(self, prompts: Sequence[Sequence[int]], label_ids: Sequence[int]) -> np.ndarray:
         """Log-probs over the labels (the :class:`Backend` protocol)."""
         return log_softmax(self.vocab_logprobs(prompts, label_ids))
+
+    def exclusive(self) -> contextlib.AbstractContextManager[None]:
+        """In process, nothing else shares the model (the :class:`Backend` protocol)."""
+        return contextlib.nullcontext()
 
     def vocab_logprobs(self, prompts: Sequence[Sequence[int]], label_ids: Sequence[int]) -> np.ndarray:
         """(N, K) full-vocabulary log-probs of ``label_ids`` at the next position (not renormalised):

@@ -17,17 +17,18 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import numpy as np
+import orjson
 
 from anyjev.errors import BackendError, BatchCollisionError, LabelTokenError, UnauthorizedError, one_line
 from anyjev.numbers.logprobs import log_softmax
 from anyjev.schema import default, setting
-from anyjev.serving.health import bearer
+from anyjev.serving.health import bearer, tls_context
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ MASKED = -9000.0  # the response clamps -inf to -9999
 # A processed-logprobs response sums to one over the labels up to float32 rounding.
 SUM_TOLERANCE = 1e-3
 TOKEN_ID_PREFIX = "token_id:"
+JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 @dataclass(frozen=True)
@@ -129,11 +131,14 @@ class VLLMBackend:
         # so a logprob_token_ids request never shares an engine batch with a label request (see vocab_logprobs).
         self.request_lock = Path(request_lock) if request_lock is not None else None
         self.api_key = api_key  # never in describe(): what a cell records of its client
+        self._pool: ThreadPoolExecutor | None = None  # made at the first call with several requests, kept until close
+        self._exclusive = False  # this client holds the request lock exclusively (exclusive()): its requests go on
         self._client = httpx.Client(
             timeout=httpx.Timeout(timeout, connect=10.0),
             limits=httpx.Limits(max_connections=max_concurrency, max_keepalive_connections=max_concurrency),
             transport=transport,
             headers=bearer(api_key),
+            verify=tls_context(),
         )
 
     @classmethod
@@ -143,6 +148,9 @@ class VLLMBackend:
                    timeout=options.timeout, retries=options.retries, **kwargs)
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         self._client.close()
 
     def __enter__(self) -> VLLMBackend:
@@ -180,8 +188,27 @@ class VLLMBackend:
         Caution (vLLM 0.32): a logprob_token_ids request turns the label requests of its engine batch into
         their sampled token plus padding (``COLLISION_CAUSE``). Clients that share ``request_lock`` never overlap
         the two kinds (label requests hold it shared, these exclusive); a label request that collides anyway (a
-        client outside the lock) is recognised by that signature and resent (:meth:`_request`)."""
-        return self._batched(prompts, self._labels(label_ids), vocab=True)
+        client outside the lock) is recognised by that signature and resent (:meth:`_request`). The call's requests
+        run side by side, the lock held once for all of them (:meth:`exclusive`): two logprob_token_ids requests in one
+        engine batch each get their own ids (the sampler pads each request's list to the longest)."""
+        labels = self._labels(label_ids)
+        with self.exclusive():
+            return self._batched(prompts, labels, vocab=True)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """The server to this client's answer-mass requests alone: the request lock held exclusively until the block
+        ends (every client that shares it waits), its vocab_logprobs calls inside sent without taking it again. A cell
+        reads all its answer masses in one such window instead of one a chunk."""
+        if self._exclusive:
+            yield
+            return
+        with self._server_lock(exclusive=True):
+            self._exclusive = True
+            try:
+                yield
+            finally:
+                self._exclusive = False
 
     @staticmethod
     def _labels(label_ids: Sequence[int]) -> list[int]:
@@ -206,9 +233,12 @@ class VLLMBackend:
             for chunk in chunks:
                 run(chunk)
         else:
-            with ThreadPoolExecutor(self.max_concurrency) as pool:
-                for fut in [pool.submit(run, c) for c in chunks]:
-                    fut.result()
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.max_concurrency, thread_name_prefix="vllm-request")
+            futures = [self._pool.submit(run, c) for c in chunks]
+            wait(futures)  # every request of the call ends before the first error is raised
+            for fut in futures:
+                fut.result()
         return out
 
     # -- one request ----------------------------------------------------------------------------
@@ -223,7 +253,7 @@ class VLLMBackend:
         salt = {"cache_salt": cache_salt} if cache_salt is not None else {}
         return salt | {
             "model": self.model,
-            "prompt": [list(map(int, p)) for p in prompts],
+            "prompt": [p if type(p) is list else list(map(int, p)) for p in prompts],
             "max_tokens": 1,
             "temperature": 0.0,
             "top_p": 1.0,
@@ -237,7 +267,7 @@ class VLLMBackend:
 
     @contextlib.contextmanager
     def _server_lock(self, *, exclusive: bool) -> Iterator[None]:
-        if self.request_lock is None:
+        if self.request_lock is None or self._exclusive:  # held already (exclusive()): nothing else runs meanwhile
             yield
             return
         self.request_lock.parent.mkdir(parents=True, exist_ok=True)
@@ -264,7 +294,8 @@ class VLLMBackend:
 
     def _post_once(self, payload: dict) -> dict:
         try:
-            resp = self._client.post(self.url, json=payload)
+            resp = self._client.post(self.url, content=orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY),
+                                     headers=JSON_HEADERS)
         except httpx.TimeoutException as exc:
             raise _Transient(f"timed out ({type(exc).__name__})") from exc
         except httpx.TransportError as exc:  # connection refused / reset, protocol errors
@@ -284,7 +315,7 @@ class VLLMBackend:
                                    f"with `--max-logprobs {wanted}` or more (the server said: {said})")
             raise BackendError(f"POST {self.url} answered HTTP {resp.status_code}: {said}")
         try:
-            return resp.json()
+            return orjson.loads(resp.content)
         except ValueError as exc:
             raise BackendError(f"POST {self.url} returned malformed JSON: {_quote(resp.text, 200)!r}") from exc
 
@@ -330,6 +361,10 @@ class VLLMBackend:
             raise BackendError(f"POST {self.url}: {got} choices for {len(prompts)} prompts (response: {_quote(json.dumps(body), 300)})")
         if fp := body.get("system_fingerprint"):
             self.system_fingerprints.add(str(fp))
+        if not vocab:
+            values = self._label_rows(choices, labels)
+            if values is not None:
+                return values
         out = np.empty((len(prompts), len(labels)))
         seen: set[int] = set()
         for pos, choice in enumerate(choices):
@@ -340,6 +375,28 @@ class VLLMBackend:
             read = self._read_vocab if vocab else self.read_labels
             out[idx] = read(choice, labels, prompt_number=first_index + idx)
         return out
+
+    @staticmethod
+    def _label_rows(choices: list, labels: list[int]) -> np.ndarray | None:
+        """The label log-probs of a response whose every choice is as it must be (index i at position i, exactly the
+        labels, finite, unmasked, summing to one), all at once: what :meth:`read_labels` gives each. None at the first
+        sign of anything else, which :meth:`read_labels`, choice by choice, then names."""
+        keys = [TOKEN_ID_PREFIX + str(i) for i in labels]
+        rows = []
+        try:
+            for pos, choice in enumerate(choices):
+                top = choice["logprobs"]["top_logprobs"][0]
+                if choice.get("index", pos) != pos or len(top) != len(keys):
+                    return None
+                rows.append([top[k] for k in keys])
+            values = np.array(rows, dtype=np.float64)
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError):
+            return None
+        if values.ndim != 2 or not np.all(np.isfinite(values)) or np.any(values <= -9000):
+            return None
+        if np.any(np.abs(np.logaddexp.reduce(values, axis=1)) > SUM_TOLERANCE):
+            return None
+        return log_softmax(values)
 
     def _returned(self, choice: dict, prompt_number: int) -> dict[int, float]:
         """``top_logprobs[0]`` of one choice, keyed by token id."""

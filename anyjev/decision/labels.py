@@ -7,6 +7,7 @@ K ids must be distinct."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from anyjev.decision.questions import LETTERS, MAX_CHOICE_OPTIONS, Question
@@ -79,15 +80,46 @@ def check_in_context(tokenizer, prompt_text: str, labels: Sequence[str]) -> list
     return [int(t) for t in ids]  # type: ignore[arg-type]
 
 
+def split_tokens(tokenizer) -> re.Pattern[str] | None:
+    """The added tokens a `tokenizers` tokenizer cuts every text at before it normalises or pre-tokenises anything,
+    as one pattern (None: not such a tokenizer, or none). The ids of the text after such a token do not depend on the
+    text before it. Left out: a token matched only as a whole word or after normalisation (its match depends on what
+    is around it), and special tokens where the tokenizer is told to split them as text (``split_special_tokens``)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    added = getattr(backend, "get_added_tokens_decoder", None)
+    if added is None:
+        return None
+    split_special = bool(getattr(tokenizer, "split_special_tokens", False) or getattr(backend, "encode_special_tokens", False))
+    tokens = sorted({t.content for t in added().values()
+                     if t.content and not t.single_word and not t.normalized and not (t.special and split_special)},
+                    key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, tokens))) if tokens else None
+
+
 class LabelChecker:
-    """Caches in-context checks per (prompt tail, labels) for one tokenizer."""
+    """Caches in-context checks per (prompt tail, labels) for one tokenizer. The tail is the text from the last added
+    token (:func:`split_tokens`) in the prompt's last characters, after which the ids cannot depend on the text before
+    it: a chat template's generation prompt (``<|im_start|>assistant\n``), the same for every prompt, is checked once.
+    A prompt without one there (no chat template) is cached on its last characters."""
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
+        self._split = split_tokens(tokenizer)
         self._cache: dict[tuple[str, tuple[str, ...]], list[int] | LabelTokenError] = {}
 
+    def tail(self, prompt_text: str) -> str:
+        """What the label ids after PROMPT_TEXT are cached on."""
+        tail = prompt_text[-_TAIL_CHARS:]
+        if self._split is not None:
+            last = None
+            for last in self._split.finditer(tail):  # noqa: B007 - the last match is the one kept
+                pass
+            if last is not None:
+                return tail[last.start():]
+        return tail
+
     def ids(self, prompt_text: str, labels: Sequence[str]) -> list[int]:
-        key = (prompt_text[-_TAIL_CHARS:], tuple(labels))
+        key = (self.tail(prompt_text), tuple(labels))
         hit = self._cache.get(key)
         if hit is None:
             try:

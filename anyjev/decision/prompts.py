@@ -12,7 +12,10 @@ text that is scored (no second tokenisation on the server)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,13 +199,130 @@ def encode(tokenizer, text: str) -> list[int]:
 
 
 def encode_many(tokenizer, texts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each of TEXTS, as :func:`encode` gives them, in one call: a fast tokenizer encodes a batch on
-    every core, and pays its per-call overhead once."""
-    if not texts:
-        return []
-    return [list(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+    """Token ids of each of TEXTS, as :func:`encode` gives them (from the ids of their pieces where that is the same:
+    :class:`PromptEncoder`)."""
+    return [ids for ids, _ in prompt_encoder(tokenizer).encode(texts)]
 
 
 def prompt_hash(ids: Sequence[int]) -> str:
     """Short identity of a tokenised prompt, stored with every score."""
-    return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:16]
+    return _sha(",".join(map(str, ids)))
+
+
+def _sha(joined_ids: str) -> str:
+    return hashlib.sha256(joined_ids.encode()).hexdigest()[:16]
+
+
+# The pre-tokenizers after which a text cut right after a newline that has a non-space character on each side
+# tokenises as its two halves do: GPT-2's byte-level regex, and the Split regex of Llama 3's and Qwen 2's and 3's
+# tokenizers (then a byte-level step without its regex). In each, no match that holds a newline holds a non-space
+# character after it, and a match that holds the character before a newline ends there or takes the newline with it,
+# whatever follows; a text is matched from left to right without looking behind.
+SPLIT_PATTERNS = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+)
+BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False}
+# Where a text is cut between lines: after a newline with a non-space character before and after it (Python's \s holds
+# every Unicode whitespace character, and more).
+LINE_CUT = re.compile(r"(?<=\S\n)(?=\S)")
+
+
+def _state(component) -> dict | None:
+    """A `tokenizers` component's settings (its serialised form), None when it has none."""
+    return None if component is None else json.loads(component.__getstate__())
+
+
+def _cuts_like_pieces(backend) -> bool:
+    """Whether BACKEND (a `tokenizers` Tokenizer) tokenises a text as the concatenation of its pieces: cut at its added
+    tokens (where every such tokenizer cuts a text first) and between lines (:data:`LINE_CUT`). It must normalise with
+    NFC or not at all (a newline is a character NFC never joins to another), pre-tokenise with one of the
+    pre-tokenizers of :data:`SPLIT_PATTERNS` without a prefix space, read its pieces with BPE without dropout, and match
+    every added token as it is written (not stripping the spaces around it, not only as a whole word, not after
+    normalising)."""
+    from tokenizers.models import BPE
+
+    if not isinstance(backend.model, BPE) or backend.model.dropout not in (None, 0.0):
+        return False
+    if _state(backend.normalizer) not in (None, {"type": "NFC"}):
+        return False
+    pre = _state(backend.pre_tokenizer) or {}
+    byte_level = {k: pre.get(k) for k in BYTE_LEVEL} == BYTE_LEVEL
+    if not (byte_level and pre.get("use_regex") is True):
+        steps = pre.get("pretokenizers") or []
+        if pre.get("type") != "Sequence" or len(steps) != 2:
+            return False
+        split, last = steps
+        if (split.get("type"), split.get("pattern"), split.get("behavior"), split.get("invert")) not in [
+                ("Split", {"Regex": pattern}, "Isolated", False) for pattern in SPLIT_PATTERNS]:
+            return False
+        if {k: last.get(k) for k in BYTE_LEVEL} != BYTE_LEVEL or last.get("use_regex") is not False:
+            return False
+    return all(not (t.lstrip or t.rstrip or t.single_word or t.normalized)
+               for t in backend.get_added_tokens_decoder().values())
+
+
+class PromptEncoder:
+    """Token ids of rendered prompts, each as tokenising the whole text gives them (:func:`encode`), and each prompt's
+    :func:`prompt_hash`. Where the tokenizer provably tokenises a text as the concatenation of its pieces
+    (:func:`_cuts_like_pieces`: the tokenizers of GPT-2, Llama 3, Qwen 2 and 3, SmolLM), a prompt is cut at its added
+    tokens and between its lines, and each distinct piece is tokenised once: the layouts of an item share its state's
+    lines and its options' lines, every prompt the template's. Any other tokenizer tokenises every whole text."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        self._backend = backend if backend is not None and _cuts_like_pieces(backend) else None
+        self._added = None
+        if self._backend is not None:
+            added = sorted({t.content for t in self._backend.get_added_tokens_decoder().values()}, key=len, reverse=True)
+            # leftmost first, the longest there first: as the tokenizer matches them
+            self._added = re.compile("|".join(map(re.escape, added))) if added else None
+        self._pieces: dict[str, tuple[list[int], str]] = {}  # piece -> (its ids, the ids joined by ",")
+
+    def _piecewise(self) -> bool:
+        """Whether the backend can be called as it is: the settings a transformers call would set for these prompts
+        (no truncation, no padding, special tokens read as such) are its own."""
+        b = self._backend
+        return (b is not None and b.truncation is None and b.padding is None and not b.encode_special_tokens
+                and not getattr(self.tokenizer, "split_special_tokens", False))
+
+    def _cut(self, text: str) -> list[str]:
+        pieces, start = [], 0
+        for m in self._added.finditer(text) if self._added is not None else ():
+            pieces += LINE_CUT.split(text[start:m.start()])
+            pieces.append(m.group())
+            start = m.end()
+        pieces += LINE_CUT.split(text[start:])
+        return [p for p in pieces if p]
+
+    def encode(self, texts: Sequence[str]) -> list[tuple[list[int], str]]:
+        """Each text's token ids and prompt hash."""
+        if not texts:
+            return []
+        if not self._piecewise():
+            encoded = [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+            return [(ids, prompt_hash(ids)) for ids in encoded]
+        cut = [self._cut(text) for text in texts]
+        new = list(dict.fromkeys(p for pieces in cut for p in pieces if p not in self._pieces))
+        if new:
+            for piece, encoding in zip(new, self._backend.encode_batch_fast(new, add_special_tokens=False), strict=True):
+                ids = encoding.ids
+                self._pieces[piece] = (ids, ",".join(map(str, ids)))
+        out = []
+        for pieces in cut:
+            known = [self._pieces[p] for p in pieces]
+            ids = [i for piece_ids, _ in known for i in piece_ids]
+            out.append((ids, _sha(",".join(joined for piece_ids, joined in known if piece_ids))))
+        return out
+
+
+_ENCODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def prompt_encoder(tokenizer) -> PromptEncoder:
+    """TOKENIZER's one :class:`PromptEncoder` (its pieces' ids kept while the tokenizer lives)."""
+    encoder = _ENCODERS.get(tokenizer)
+    if encoder is None:
+        encoder = _ENCODERS[tokenizer] = PromptEncoder(tokenizer)
+    return encoder

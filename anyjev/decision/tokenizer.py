@@ -4,6 +4,7 @@ hub repo id and retry the network for minutes)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from pathlib import Path
@@ -21,16 +22,60 @@ RENDERING_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jin
                    "special_tokens_map.json", "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")
 
 
-def load_tokenizer(path: str | os.PathLike[str], *, argument: str = "tokenizer folder"):
-    """The tokenizer in the folder PATH (transformers, local files only). ArgumentError names ARGUMENT (the flag or
-    config key that gave the folder), the folder and what is missing."""
+def _folder(path: str | os.PathLike[str], where: str) -> Path:
     folder = Path(path)
-    where = f"{argument} {str(path)!r}"
     if not folder.exists():
         raise ArgumentError(where, f"no such folder (looked in {folder.resolve().parent}); a tokenizer is read from a "
                             "folder on disk, never from the hub")
     if not folder.is_dir():
         raise ArgumentError(where, "is a file: name the folder that holds the tokenizer's files")
+    return folder
+
+
+def check_tokenizer(path: str | os.PathLike[str], *, argument: str = "tokenizer folder") -> None:
+    """That the folder PATH holds a tokenizer scoring can load, as :func:`load_tokenizer` says it, without importing
+    transformers (nor torch) where the folder holds ``tokenizer.json``: the `tokenizers` library reads it, and
+    ``tokenizer_config.json`` must be JSON. The answer is kept per content (the files' real paths, sizes and times),
+    so the folders of models that link the same files are read once a process. A folder without ``tokenizer.json``
+    is loaded through transformers."""
+    where = f"{argument} {str(path)!r}"
+    folder = _folder(path, where)
+    if not (folder / "tokenizer.json").is_file():
+        load_tokenizer(path, argument=argument)
+        return
+    files = tuple((name, os.path.realpath(folder / name), (st := (folder / name).stat()).st_size, st.st_mtime_ns)
+                  for name in CHECKED_FILES if (folder / name).is_file())
+    why = _unreadable(files)
+    if why is not None:
+        raise ArgumentError(where, f"no tokenizer could be loaded: {why}")
+
+
+CHECKED_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+@functools.cache
+def _unreadable(files: tuple[tuple[str, str, int, int], ...]) -> str | None:
+    """Why the tokenizer of FILES ((name, real path, size, mtime) each) cannot be read, None when it can."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    for name, real, _, _ in files:
+        try:
+            if name == "tokenizer.json":
+                Tokenizer.from_file(real)
+            else:
+                json.loads(Path(real).read_text(encoding="utf-8"))
+        except Exception as exc:  # noqa: BLE001 - the tokenizers library raises Exception for a bad file
+            return f"it holds {name}, which cannot be read ({type(exc).__name__}: {one_line(str(exc), 200)})"
+    return None
+
+
+def load_tokenizer(path: str | os.PathLike[str], *, argument: str = "tokenizer folder"):
+    """The tokenizer in the folder PATH (transformers, local files only). ArgumentError names ARGUMENT (the flag or
+    config key that gave the folder), the folder and what is missing."""
+    where = f"{argument} {str(path)!r}"
+    folder = _folder(path, where)
     from transformers import AutoTokenizer
 
     try:

@@ -211,15 +211,17 @@ def score_adaptive(backend: Backend, prepared: Sequence[PreparedItem], partial: 
         else:
             log.warning("adaptive %s: %s", g, c.reason)
     todo = [p for p in test if p.item.id not in partial.records]
+    # every test item's answer mass in one window that has the server to itself, as a full cell reads them
+    all_masses = answer_masses(backend, todo) if answer_mass and todo else [None] * len(todo)
     for start in range(0, len(todo), chunk_items):
         chunk = todo[start : start + chunk_items]
+        masses = all_masses[start : start + chunk_items]
         try:
             adaptive = [p for p in chunk if adaptive_eligible(p)]
             full_values, sent = read_layouts(backend, [(p.label_ids, p.layouts) for p in chunk if not adaptive_eligible(p)])
             prompts += sent
             ad_values, summaries, sent = read_adaptive(backend, adaptive, rule, per_round)
             prompts += sent
-            masses = answer_masses(backend, chunk) if answer_mass else [None] * len(chunk)
         except LabelTokenError as exc:
             raise name_items(chunk, exc) from exc
         prompts += len(chunk) if answer_mass else 0

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from anyjev.decision.tokenizer import Tokenizers
 from anyjev.errors import (
     AnyjevError,
     BackendError,
@@ -103,11 +104,13 @@ def score_model_job(job: ScoreModelJob, out: str | os.PathLike[str], owner_pid: 
     record: dict[str, Any] = {"format": FORMAT, "model": model, "host": socket.gethostname(),
                               "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "started": now_iso(), "cells": {}}
     t0 = time.monotonic()
+    tokenizers = Tokenizers()  # each tokenizer loaded once for the model's cells
     for n, (task, cell) in enumerate(cells.items(), start=1):
         paths = {"scores": cell.staged_scores, "provenance": cell.staged_provenance}
         log.info("cell %d/%d: %s/%s -> %s", n, len(cells), model, task, cell.staged_scores)
         try:
-            counts = score_job(cell.job, cell.task_file, cell.staged_scores, cell.staged_provenance, owner_pid=owner_pid)
+            counts = score_job(cell.job, cell.task_file, cell.staged_scores, cell.staged_provenance, owner_pid=owner_pid,
+                               tokenizers=tokenizers)
         except CELL_ERRORS as exc:
             log.error("cell %s/%s failed: %s: %s (the model's other cells go on)", model, task, type(exc).__name__, exc)
             record["cells"][task] = _failure(task, exc) | {"definition": cell.definition}

@@ -8,7 +8,6 @@ import logging
 from anyjev.backends.base import Backend
 from anyjev.errors import LabelTokenError
 from anyjev.run.prepared import PreparedItem
-from anyjev.run.requests import answer_masses
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +18,7 @@ def canary(backend: Backend, p: PreparedItem, *, answer_mass: bool) -> None:
     try:
         backend.label_logprobs([p.layouts[0][1]], p.label_ids)
         if answer_mass:  # the server must also name every label's full-vocabulary value (logprob_token_ids)
-            answer_masses(backend, [p])
+            backend.vocab_logprobs([p.layouts[0][1]], p.label_ids)
     except LabelTokenError as exc:
         raise exc.within(f"canary request (item {p.item.id!r}) failed") from exc
     log.info("canary ok: the server returned exactly the label ids %s, summing to one", p.label_ids)

@@ -16,7 +16,7 @@ from typing import Any
 from anyjev.backends.vllm import ClientOptions, VLLMBackend
 from anyjev.data.taskfile import load_task_file
 from anyjev.decision.labels import check_label_capacity
-from anyjev.decision.tokenizer import load_tokenizer
+from anyjev.decision.tokenizer import Tokenizers
 from anyjev.errors import BackendError, ConfigError, UnauthorizedError
 from anyjev.files import file_sha256, now_iso, writable_folder, write_json_atomic
 from anyjev.jobs import Job, to_data
@@ -208,12 +208,14 @@ def cell_identity(job: ScoreJob, task, task_path: str | os.PathLike[str]) -> dic
 
 
 def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.PathLike[str],
-              provenance_path: str | os.PathLike[str] | None, owner_pid: int) -> dict[str, Any]:
-    """Score the cell described by JOB into OUT; returns the scoring counts."""
+              provenance_path: str | os.PathLike[str] | None, owner_pid: int, *,
+              tokenizers: Tokenizers | None = None) -> dict[str, Any]:
+    """Score the cell described by JOB into OUT; returns the scoring counts. TOKENIZERS: the tokenizers (and their label
+    checks) already loaded by the job that scores the model's other cells, which a cell of the same tokenizer reuses."""
     started, t0 = now_iso(), time.monotonic()
     job = job.resolved()
     task = load_task_file(task_path)
-    tokenizer = load_tokenizer(job.tokenizer)
+    tokenizer, checker = (tokenizers or Tokenizers()).get(job.tokenizer)
     identity = cell_identity(job, task, task_path)
     if scored_under(out, identity) and (provenance_path is None or Path(provenance_path).is_file()):
         # A job that scores several cells (score_jobs: model) and is rerun skips the cells it already finished,
@@ -228,7 +230,7 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
             writable_folder(path)
     # Every item's layouts rendered and its labels checked before any server starts: a label that is not one token,
     # or a prompt longer than the context, fails the cell at once; scoring sends exactly these prompts.
-    prepared = prepare_items(tokenizer, task.items, task.prior_groups(), job.scoring.prompt)
+    prepared = prepare_items(tokenizer, task.items, task.prior_groups(), job.scoring.prompt, checker=checker)
     finished = finish_from_checkpoint(tokenizer, prepared, str(out), identity, options=job.scoring)
     if finished is not None:
         counts, recorded = finished
@@ -295,6 +297,8 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
         if handle is not None:
             handle.check_alive()  # raises ServerError (exit code, log tail) when the server itself is gone
         raise
+    finally:
+        backend.close()  # its connections and request threads (what it recorded stays readable)
     if before is not None:
         sent = counts["prompts"] + sum(counts[key]["prompts"] for key in EXTRA_COUNTS if key in counts)
         after = server_counters(url, served, api_key, expected_requests=before.requests_ok + sent)

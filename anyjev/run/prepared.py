@@ -12,7 +12,7 @@ from anyjev.decision import published
 from anyjev.decision.labels import LabelChecker, label_strings
 from anyjev.decision.layouts import Layout
 from anyjev.decision.options import PromptOptions
-from anyjev.decision.prompts import encode_many
+from anyjev.decision.prompts import prompt_encoder
 from anyjev.errors import LabelTokenError
 
 log = logging.getLogger(__name__)
@@ -22,7 +22,8 @@ BATCH_TEXTS = 2048
 
 @dataclass
 class PreparedItem:
-    """An item's prompts (token ids per layout) and the label ids checked for them."""
+    """An item's prompts (token ids per layout, and each prompt's :func:`~anyjev.decision.prompts.prompt_hash`) and
+    the label ids checked for them."""
 
     item: object
     group: str
@@ -30,6 +31,7 @@ class PreparedItem:
     label_ids: list[int]
     label_kind: str
     layouts: list[tuple[Layout, list[int]]]
+    prompt_shas: list[str]
 
 
 def _check_published_labels(tokenizer, item, labels: list[str], ids: list[int]) -> None:
@@ -94,15 +96,18 @@ def prepare_items(tokenizer, items: Sequence, groups: Sequence[str], options: Pr
                   checker: LabelChecker | None = None) -> list[PreparedItem]:
     """Every item prepared as :func:`prepare_item` prepares it, with one label checker (its in-context checks are
     cached per prompt tail; CHECKER: one shared beyond these items), the prompts of up to BATCH_TEXTS layouts
-    tokenised in one call."""
+    tokenised in one call (by the tokenizer's :class:`~anyjev.decision.prompts.PromptEncoder`)."""
     checker = checker or LabelChecker(tokenizer)
     prepared: list[PreparedItem] = []
     pending: list[tuple[object, str, _Rendered]] = []
 
     def tokenise() -> None:
-        ids = iter(encode_many(tokenizer, [text for _, _, r in pending for _, text in r.texts]))
-        prepared.extend(PreparedItem(item, group, r.labels, r.label_ids, r.label_kind,
-                                     [(layout, next(ids)) for layout, _ in r.texts]) for item, group, r in pending)
+        encoded = iter(prompt_encoder(tokenizer).encode([text for _, _, r in pending for _, text in r.texts]))
+        for item, group, r in pending:
+            mine = [next(encoded) for _ in r.texts]
+            prepared.append(PreparedItem(item, group, r.labels, r.label_ids, r.label_kind,
+                                         [(layout, ids) for (layout, _), (ids, _) in zip(r.texts, mine, strict=True)],
+                                         [sha for _, sha in mine]))
         pending.clear()
 
     waiting = 0  # layouts rendered, not tokenised yet

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from anyjev.decision.layouts import GROUPS
-from anyjev.decision.prompts import prompt_hash
 from anyjev.errors import TaskDataError
 from anyjev.numbers.bootstrap import KGroup
 from anyjev.numbers.levels import level_inputs
@@ -30,8 +29,8 @@ log = logging.getLogger(__name__)
 def layouts_record(p: PreparedItem, values: dict[str, list[float]]) -> dict:
     """The ``layouts`` field of a record: the layouts that were read (the keys of VALUES), each with its
     order (caller's option indices by position), phrasing, prompt hash and label log-probs."""
-    return {lay.name: {"order": list(lay.order), "swapped": lay.swapped, "prompt_sha": prompt_hash(ids), "lp": values[lay.name]}
-            for lay, ids in p.layouts if lay.name in values}
+    return {lay.name: {"order": list(lay.order), "swapped": lay.swapped, "prompt_sha": sha, "lp": values[lay.name]}
+            for (lay, _), sha in zip(p.layouts, p.prompt_shas, strict=True) if lay.name in values}
 
 
 def item_record(p: PreparedItem, values: dict[str, list[float]], answer_mass: float | None = None) -> dict:

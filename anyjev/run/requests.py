@@ -14,17 +14,23 @@ from anyjev.errors import LabelTokenError
 from anyjev.run.prepared import PreparedItem
 
 
-def answer_masses(backend: Backend, chunk: Sequence[PreparedItem]) -> list[float]:
+def answer_masses(backend: Backend, items: Sequence[PreparedItem]) -> list[float]:
     """Per item, the probability the model puts on its label tokens at all (full vocabulary), read from
-    the raw layout (fwd/r0): one more prompt per item, from the same backend."""
-    out: list[float] = [math.nan] * len(chunk)
+    the raw layout (fwd/r0): one more prompt per item, from the same backend, every item's in one window that has the
+    server to itself (:meth:`~anyjev.backends.base.Backend.exclusive`; a cell reads all its items' at once). A label
+    error names the items of the label set whose request failed."""
+    out: list[float] = [math.nan] * len(items)
     by_labels: dict[tuple[int, ...], list[int]] = {}
-    for i, p in enumerate(chunk):
+    for i, p in enumerate(items):
         by_labels.setdefault(tuple(p.label_ids), []).append(i)
-    for key, members in by_labels.items():
-        values = backend.vocab_logprobs([chunk[i].layouts[0][1] for i in members], list(key))
-        for i, row in zip(members, values, strict=True):
-            out[i] = float(math.exp(float(np.logaddexp.reduce(row))))
+    with backend.exclusive():
+        for key, members in by_labels.items():
+            try:
+                values = backend.vocab_logprobs([items[i].layouts[0][1] for i in members], list(key))
+            except LabelTokenError as exc:
+                raise name_items([items[i] for i in members], exc) from exc
+            for i, row in zip(members, values, strict=True):
+                out[i] = float(math.exp(float(np.logaddexp.reduce(row))))
     return out
 
 

@@ -89,12 +89,15 @@ def score_cell(backend: Backend, tokenizer, prepared: Sequence[PreparedItem], ou
                                                confidence=options.confidence, per_round=options.rotations_per_round)
             prompts += sent
         else:
-            prompts += score_full(backend, todo, partial, progress, chunk_items=chunk_items, answer_mass=options.answer_mass)
+            prompts += score_full(backend, todo, partial, progress, chunk_items=chunk_items, answer_mass=options.answer_mass,
+                                  check_ahead=guard.start_probe if guard is not None else None)
         if audit_due:
             assert audit is not None
             partial.add([audit.run(prepared, partial.records)])
     finally:
         partial.close()
+        if guard is not None:
+            guard.close()
     partial.finalise(out, [p.item.id for p in prepared])
     counts: dict[str, Any] = {"items": len(prepared), "scored": len(todo), "resumed": resumed, "prompts": prompts,
                               "canary": canary_counts}

@@ -9,7 +9,8 @@ layouts, computed afresh (a per-request prefix-cache salt), which any change of 
 
 :class:`ServerGuard` reads the identity before a cell's first new request; the checkpoint refuses to resume under a
 server that differs from the one it recorded (:class:`anyjev.run.store.PartialScores`), and before each chunk of
-items is checkpointed the guard sends the first probe prompt again and checks the fingerprints of every response
+items is checkpointed the guard reads the first probe prompt again, sent once every answer of the chunk has come back
+(beside the next chunk's requests: :meth:`ServerGuard.start_probe`), and checks the fingerprints of every response
 since, so items from a server that changed during the cell are never written.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +95,8 @@ class ServerGuard:
         self.reference: ServerIdentity | None = None
         self.prompts_sent = 0
         self.tokens_sent = 0
+        self._ahead: Future | None = None  # the probe sent by start_probe, which the next verify reads
+        self._thread: ThreadPoolExecutor | None = None
 
     def read(self) -> ServerIdentity:
         """The server's identity now (four GETs and the probe's prompts)."""
@@ -100,13 +104,28 @@ class ServerGuard:
         probe = self._probe(self.prompts)
         return ServerIdentity(description.as_dict(), sorted(self.backend.system_fingerprints), probe)
 
+    def start_probe(self) -> None:
+        """Send the first probe prompt now, beside whatever requests follow, for the next :meth:`verify` to read: to
+        check the items whose every answer has come back before this call (the chunk the next checkpoint writes)."""
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="server-check")
+        self._ahead = self._thread.submit(self._probe, self.prompts[:1])
+
+    def close(self) -> None:
+        """Wait for a probe still in flight and let its thread go."""
+        if self._thread is not None:
+            self._thread.shutdown()
+            self._thread = None
+
     def verify(self) -> None:
-        """Before a checkpoint: the first probe prompt again, and every fingerprint seen so far, against the
-        reference; raises :class:`ServerChangedError` (nothing is written) when the server is not the same."""
+        """Before a checkpoint: the first probe prompt again (the one :meth:`start_probe` sent, else one sent now), and
+        every fingerprint seen so far, against the reference; raises :class:`ServerChangedError` (nothing is written)
+        when the server is not the same."""
         if self.reference is None:
             raise RuntimeError("ServerGuard.verify before a reference identity was set")
-        now = ServerIdentity(self.reference.description, sorted(self.backend.system_fingerprints),
-                             self._probe(self.prompts[:1]))
+        ahead, self._ahead = self._ahead, None
+        probe = ahead.result() if ahead is not None else self._probe(self.prompts[:1])
+        now = ServerIdentity(self.reference.description, sorted(self.backend.system_fingerprints), probe)
         found = differences(self.reference, now)
         if found:
             raise ServerChangedError(self.where, found, during=True)

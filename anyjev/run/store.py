@@ -9,7 +9,8 @@ also hold records of other types after its items (``certificate``: adaptive scor
 only, :func:`read_cell` the others too.
 
 While scoring, items are appended to ``<out>.partial`` and flushed as they complete, so a killed job
-loses at most the chunk in flight. The final file is written atomically in task order, so a resumed
+loses at most the chunks in flight (the chunk being read, and the one read before it while the server check for it
+is out: :func:`anyjev.run.full.score_full`). The final file is written atomically in task order, so a resumed
 cell produces the same bytes as an uninterrupted one (but for the time the batch audit records it took).
 """
 
@@ -63,6 +64,7 @@ class PartialScores:
         self.identity = identity
         self.records: dict[str, dict] = {}
         self.extras: dict[str, dict] = {}  # records of other types (certificate, content_free), by id
+        self._lines: dict[str, str] = {}  # each record's line (:func:`_dumps`), by id: the final file is made of them
         self.server: ServerIdentity | None = None  # the server the checkpointed items were scored on
         self._recorded_server: dict | None = None
         self._verify: Callable[[], None] | None = None
@@ -99,7 +101,7 @@ class PartialScores:
                     self._truncate_to(lines[: n - 1])
                     break
                 raise TaskDataError(str(self.path), f"line {n}", "corrupt partial scores line") from None
-            self._keep(rec)
+            self._keep(rec, _dumps(rec))
         log.info("resuming %s: %d items already scored", self.path, len(self.records))
 
     @property
@@ -147,18 +149,20 @@ class PartialScores:
     def _write(self, obj: dict) -> None:
         self._fh.write(_dumps(obj) + "\n")
 
-    def _keep(self, rec: dict) -> None:
+    def _keep(self, rec: dict, line: str) -> None:
         (self.records if is_item(rec) else self.extras)[rec["id"]] = rec
+        self._lines[rec["id"]] = line
 
     def add(self, records: Iterable[dict]) -> None:
-        """Checkpoint RECORDS (after the server is checked again, when one is bound)."""
+        """Checkpoint RECORDS (after the server is checked again, when one is bound), in one write."""
         records = list(records)
         if self._verify is not None:
             self._verify()
         fh = self._open()
-        for rec in records:
-            self._write(rec)
-            self._keep(rec)
+        lines = [_dumps(rec) for rec in records]
+        fh.write("".join(line + "\n" for line in lines))
+        for rec, line in zip(records, lines, strict=True):
+            self._keep(rec, line)
         fh.flush()
         os.fsync(fh.fileno())
 
@@ -173,9 +177,9 @@ class PartialScores:
         missing = [i for i in order if i not in self.records]
         if missing:
             raise RuntimeError(f"cannot finalise {out}: {len(missing)} items unscored (first: {missing[:3]})")
-        extras = [self.extras[i] for i in sorted(self.extras)]
         server = self.server.to_dict() if self.server is not None else self._recorded_server
-        write_scores(out, self.identity, [self.records[i] for i in order] + extras, server=server)
+        # the lines the records were checkpointed as: write_scores' bytes, without encoding every record again
+        _write_lines(out, self.identity, [self._lines[i] for i in [*order, *sorted(self.extras)]], server=server)
         self.path.unlink(missing_ok=True)
 
 
@@ -187,9 +191,12 @@ def is_item(rec: dict) -> bool:
 def write_scores(out: str | os.PathLike, identity: dict, records: list[dict], *, server: dict | None = None) -> None:
     """The final scores file: its header (identity, and the server the records were scored on when known), then
     RECORDS."""
+    _write_lines(out, identity, list(map(_dumps, records)), server=server)
+
+
+def _write_lines(out: str | os.PathLike, identity: dict, lines: list[str], *, server: dict | None) -> None:
     header = {"type": "header", "format": FORMAT, "identity": identity} | ({"server": server} if server else {})
-    lines = [_dumps(header), *map(_dumps, records)]
-    write_text_atomic(out, "".join(line + "\n" for line in lines))
+    write_text_atomic(out, "".join(line + "\n" for line in [_dumps(header), *lines]))
 
 
 def scored_under(path: str | os.PathLike, identity: dict) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from anyjev.errors import BackendError, UnauthorizedError
-from anyjev.serving.health import bearer
+from anyjev.serving.health import http_client
 
 # The KV-cache settings that change what a server computes (cache_config_info holds more: memory, block counts).
 CACHE_KEYS = ("block_size", "cache_dtype", "enable_prefix_caching")
@@ -47,8 +47,7 @@ def describe_server(base_url: str, served_name: str, *, api_key: str | None = No
     an endpoint that does not answer leaves its fields None, but a server that answers none of them raises
     BackendError, and one that refuses the key (401: vLLM's /v1/models) :class:`UnauthorizedError`."""
     base = base_url.rstrip("/")
-    with httpx.Client(timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)), trust_env=False,
-                      headers=bearer(api_key)) as client:
+    with http_client(timeout, connect=min(timeout, 5.0), api_key=api_key) as client:
         version = _get_json(client, f"{base}/version")
         models = _get_json(client, f"{base}/v1/models")
         metrics = _get_text(client, f"{base}/metrics")

@@ -134,7 +134,7 @@ def _start_once(spec: ServerSpec, port: int, log_path: Path, owner_pid: int, sta
 
     foreign: list[str] = []
     try:
-        with http_client(api_key) as client:
+        with http_client(api_key=api_key) as client:
             while True:
                 supervisor.poll()
                 rec = read_record(state_file)

@@ -53,7 +53,7 @@ def _reuse_problem(record: ServerRecord, spec: ServerSpec, owner_pid: int, owner
     api_key = read_api_key(record.api_key_file) if record.api_key_file else None
     if record.api_key_file and api_key is None:
         return f"its API key file {record.api_key_file} is gone", True
-    with http_client(api_key) as client:
+    with http_client(api_key=api_key) as client:
         if health(client, record.url) != 200:
             return "/health is not 200", True
         names = served_names(client, record.url)

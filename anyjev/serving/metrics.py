@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import httpx
 
 from anyjev.errors import BackendError
-from anyjev.serving.health import bearer
+from anyjev.serving.health import bearer, tls_context
 
 COUNTERS = {
     "prompt_tokens": "vllm:prompt_tokens_total",
@@ -89,7 +89,7 @@ def read_metrics(base_url: str, timeout: float = 10.0, *, api_key: str | None = 
     """The text of BASE_URL/metrics, asked with API_KEY (a managed server answers /metrics only to its run's key)."""
     url = base_url.rstrip("/") + "/metrics"
     try:
-        resp = httpx.get(url, timeout=timeout, headers=bearer(api_key), trust_env=False)
+        resp = httpx.get(url, timeout=timeout, headers=bearer(api_key), trust_env=False, verify=tls_context())
     except httpx.HTTPError as exc:
         raise BackendError(f"GET {url} failed: {type(exc).__name__}: {exc}") from exc
     if resp.status_code != 200:

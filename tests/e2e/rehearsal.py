@@ -338,7 +338,7 @@ def url_label_ids(fx: dict) -> list[int]:
     from anyjev.data.taskfile import load_task_file
     from anyjev.decision.labels import LabelChecker
     from anyjev.decision.options import PromptOptions
-    from anyjev.run.cell import load_tokenizer
+    from anyjev.decision.tokenizer import load_tokenizer
     from anyjev.run.prepared import prepare_item
 
     tok = load_tokenizer(fx["models"][MODELS[0]])

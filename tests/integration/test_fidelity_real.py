@@ -141,14 +141,14 @@ def test_a_url_cell_never_mixes_two_real_servers(vllm_fp32, vllm_bf16, smollm2_d
     from anyjev.run.cell import score_job
     from anyjev.run.store import partial_path
     from tests.stub_http import Forwarder
-    from tests.unit.test_server_check import MODEL, checkpointed, requests_for_chunks, url_job
+    from tests.unit.test_server_check import MODEL, checkpointed, url_job
 
     bf16 = vllm_bf16[True]
     keys = {vllm_fp32.url: vllm_fp32.api_key, bf16.url: bf16.api_key}
     with Forwarder(vllm_fp32.url, vllm_fp32.served_name, MODEL, keys) as fwd:
         job, task_file = url_job(tmp_path, fwd.url, smollm2_dir)
         out = tmp_path / "scores.jsonl"
-        fwd.completions_left = requests_for_chunks(2)
+        fwd.completions_left = 1 + 2  # the canary and two chunks' requests
         with pytest.raises(BackendError):
             score_job(job, task_file, out, None, owner_pid=0)
         kept = partial_path(out).read_bytes()
@@ -161,12 +161,13 @@ def test_a_url_cell_never_mixes_two_real_servers(vllm_fp32, vllm_bf16, smollm2_d
         assert "system_fingerprint" in str(exc.value) and "probe" in str(exc.value), exc.value
         assert partial_path(out).read_bytes() == kept and not out.exists()
 
-        # the first server again: the cell resumes; replaced mid-cell by the second, it stops before writing
+        # the first server again: the cell resumes; replaced mid-cell by the second (from the check of its last chunk
+        # on: the reference read, the first chunk's check, then the second's), it stops before writing that chunk
         fwd.target, fwd.target_name = vllm_fp32.url, vllm_fp32.served_name
-        fwd.switch_after = (fwd.completions + requests_for_chunks(1), bf16.url, bf16.served_name)
+        fwd.switch_at_check = (fwd.checks + 3, bf16.url, bf16.served_name)
         with pytest.raises(ServerChangedError, match="changed while the cell was being scored"):
             score_job(job, task_file, out, None, owner_pid=0)
-        assert checkpointed(out) == ["i0", "i1", "i2", "i3", "i4", "i5"], "the chunk read from fp32 only is written"
+        assert checkpointed(out) == ["i0", "i1", "i2", "i3", "i4", "i5"], "the chunk checked on fp32 only is written"
         fwd.target, fwd.target_name = vllm_fp32.url, vllm_fp32.served_name
         counts = score_job(job, task_file, out, None, owner_pid=0)
         assert counts["resumed"] == 6 and counts["scored"] == 2 and out.is_file()

@@ -215,3 +215,22 @@ def test_answer_mass_beside_label_requests_never_corrupts_a_label_read(vllm_fp32
         values = result(thread, out)
     assert labels_client.batch_collisions == 0
     assert_same_read(values, alone(prompts))
+
+
+def test_answer_masses_read_side_by_side_are_what_each_reads_alone(vllm_fp32, smollm2_tokenizer, tmp_path):
+    """A cell reads its answer masses in one exclusive window, a label set's requests side by side, so that several
+    logprob_token_ids requests share engine batches (vLLM pads each request's id list to the longest of the batch):
+    each prompt's full-vocabulary values, for a K = 4 and a Yes/No label set, are what it reads alone."""
+    checker = LabelChecker(smollm2_tokenizer)
+    for items in (mmlu().items[:8], rotten_tomatoes().items[:8]):
+        prepared = [prepare_item(smollm2_tokenizer, checker, it, "g", PromptOptions()) for it in items]
+        prompts, labels = [p.layouts[0][1] for p in prepared], prepared[0].label_ids
+        with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, prompts_per_request=1, max_concurrency=4,
+                         request_lock=tmp_path / "server.requests.lock") as client:
+            with client.exclusive():
+                together = client.vocab_logprobs(prompts, labels)
+            assert client.requests_sent == len(prompts)
+        with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, max_concurrency=1) as alone:
+            each = np.concatenate([alone.vocab_logprobs([p], labels) for p in prompts])
+        np.testing.assert_allclose(together, each, rtol=0, atol=FP32_TOL)
+        assert (np.exp(together).sum(axis=1) < 1).all()

@@ -18,8 +18,10 @@ from anyjev.errors import LabelTokenError, ServerError, TaskDataError
 from anyjev.run import allocation, publish
 
 
-def _fake_score_job(failures: dict[str, Exception]):
-    def score_job(job, task_path, out, provenance_path, owner_pid):
+def _fake_score_job(failures: dict[str, Exception], tokenizers: list | None = None):
+    def score_job(job, task_path, out, provenance_path, owner_pid, **kw):
+        if tokenizers is not None:
+            tokenizers.append(kw["tokenizers"])
         if job.task in failures:
             raise failures[job.task]
         for path, text in ((out, f"scores of {job.task}\n"), (provenance_path, json.dumps({"task": job.task}))):
@@ -61,6 +63,15 @@ def test_a_cell_error_is_recorded_and_the_other_cells_go_on(tmp_path, monkeypatc
     assert not (tmp_path / "pub/b.jsonl").exists()
     with pytest.raises(TaskDataError, match="did not score task 'zzz'"):
         publish.publish_cell(publish.PublishJob("zzz"), out, tmp_path / "pub/z.jsonl", tmp_path / "pub/z.json")
+
+
+def test_the_cells_of_a_model_share_its_loaded_tokenizers(tmp_path, monkeypatch):
+    """A model's job hands every cell the same Tokenizers, so each tokenizer folder is loaded once for all of them."""
+    monkeypatch.chdir(tmp_path)
+    handed: list = []
+    monkeypatch.setattr(allocation, "score_job", _fake_score_job({}, handed))
+    allocation.score_model_job(_job("a", "b", "c"), tmp_path / "allocation.json", 1)
+    assert len(handed) == 3 and handed[0] is not None and all(t is handed[0] for t in handed)
 
 
 def test_a_server_error_ends_the_job_and_keeps_what_was_staged(tmp_path, monkeypatch):

@@ -61,6 +61,8 @@ def test_the_prepare_step_refuses_a_split_that_leaves_no_test_item(tmp_path) -> 
     ({}, "none of tokenizer.json, tokenizer.model, vocab.json + merges.txt, vocab.txt"),
     ({"config.json": '{"model_type": "llama"}'}, "none of tokenizer.json"),
     ({"vocab.txt": ""}, "it holds vocab.txt, which transformers cannot load"),
+    ({"tokenizer.json": '{"model": {"type": "BPE", "vocab": {'}, "it holds tokenizer.json, which cannot be read"),
+    ({"tokenizer.json": '{"version": "1.0", "model": {"type": "NoSuchModel"}}'}, "it holds tokenizer.json, which cannot"),
 ])
 def test_a_url_models_tokenizer_folder_is_loaded_at_validation(files, missing, tmp_path, fault_seen) -> None:
     folder = tmp_path / "tok"
@@ -75,6 +77,24 @@ def test_a_url_models_tokenizer_folder_is_loaded_at_validation(files, missing, t
     message = str(info.value)
     assert info.value.key_path == "models.m.tokenizer" and str(folder) in message and missing in message, message
     assert "\n" not in message
+
+
+def test_a_url_models_tokenizer_is_checked_without_torch(smollm2_dir, tmp_path) -> None:
+    """Every parse of the workflow validates the config: a url model's tokenizer folder is read there without importing
+    transformers or torch (seconds of every `snakemake` call), and refused when broken."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "models": {f"m{i}": {"source": "url", "url": "http://127.0.0.1:9", "tokenizer": str(smollm2_dir)} for i in range(3)},
+        "tasks": {"t": {"source": "builtin", "builtin": "mmlu"}}, "published": None}))
+    code = ("import sys; from anyjev.settings import Settings; Settings.load(sys.argv[1]); "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", code, str(config)], capture_output=True, text=True, check=True)
+    assert run.stdout.split("\n")[-2] == "[]", run.stdout + run.stderr
 
 
 def test_a_url_models_tokenizer_folder_that_does_not_exist_is_named(tmp_path) -> None:

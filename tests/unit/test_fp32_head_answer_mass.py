@@ -7,6 +7,7 @@ The responses here are hand-written (an httpx MockTransport) to inject faults.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 
@@ -118,6 +119,9 @@ class MassBackend:
     def vocab_logprobs(self, prompts, label_ids) -> np.ndarray:
         self.vocab_calls.append([list(p) for p in prompts])
         return np.array([self.raw(p, label_ids) for p in prompts])
+
+    def exclusive(self):
+        return contextlib.nullcontext()
 
     def describe(self) -> dict:
         return {"backend": self.name}

@@ -170,21 +170,23 @@ def test_smollm2_without_chat_template_falls_back_and_still_checks(smol) -> None
     assert all(tok.decode(ids).endswith("\nAnswer:") for _, ids in p.layouts)
 
 
+class Counting:
+    """A tokenizer that records the text of every call (everything else is the tokenizer's)."""
+
+    def __init__(self, tok, calls: list) -> None:
+        self.tok, self.calls = tok, calls
+
+    def __call__(self, *a, **kw):
+        self.calls.append(a[0])
+        return self.tok(*a, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.tok, name)
+
+
 def test_label_checker_caches_results_and_errors(smol) -> None:
     calls = []
-
-    class Counting:
-        def __init__(self, tok) -> None:
-            self.tok = tok
-
-        def __call__(self, *a, **kw):
-            calls.append(a[0])
-            return self.tok(*a, **kw)
-
-        def decode(self, *a, **kw):
-            return self.tok.decode(*a, **kw)
-
-    checker = LabelChecker(Counting(smol))
+    checker = LabelChecker(Counting(smol, calls))
     t1 = render(smol, PLANETS, state="first state")
     t2 = render(smol, PLANETS, state="a different state")
     assert checker.ids(t1, list("ABCD")) == [49, 50, 51, 52]
@@ -195,6 +197,22 @@ def test_label_checker_caches_results_and_errors(smol) -> None:
         with pytest.raises(LabelTokenError, match="Jupiter"):
             checker.ids(t1, ["A", "Jupiter"])
     assert len(calls) == n + 3  # the failing check ran once (prompt + 2 labels), then came from the cache
+
+
+def test_label_checker_checks_a_chat_prompt_once_whatever_its_last_option(smol) -> None:
+    """The ids after a chat template's generation prompt do not depend on the text before its last added token: every
+    layout (each ending in another option) is checked once, and each gets what checking it alone gives."""
+    calls = []
+    checker = LabelChecker(Counting(smol, calls))
+    texts = [render(smol, PLANETS, group=g, index=i) for g in ("fwd", "rev") for i in range(4)]
+    assert len({t[-64:] for t in texts}) == 4  # the last option reaches into the last 64 characters
+    for text in texts:
+        assert checker.tail(text) == "<|im_start|>assistant\n"
+        assert checker.ids(text, list("ABCD")) == check_in_context(smol, text, list("ABCD")) == [49, 50, 51, 52]
+    assert len(calls) == 1 + 4  # the first prompt and the prompt plus each label, once
+    spaced = copy.deepcopy(smol)
+    spaced.split_special_tokens = True  # special tokens read as text: no longer a place the ids are cut
+    assert LabelChecker(spaced).tail(texts[0]) == texts[0][-64:]
 
 
 # ------------------------------------------------------------------------------------------------ Qwen3

@@ -52,7 +52,7 @@ def mixed_task_rows() -> list[dict]:
 def test_plan_counts_equal_a_real_scored_cell(smollm2_dir, tmp_path: Path, monkeypatch) -> None:
     from anyjev.backends.hf import HFBackend
     from anyjev.data.prepare import prepare_task
-    from anyjev.run.cell import load_tokenizer
+    from anyjev.decision.tokenizer import load_tokenizer
     from anyjev.settings import Settings
 
     monkeypatch.chdir(tmp_path)
@@ -213,6 +213,11 @@ class _Recorder:
         self.sent.extend(list(p) for p in prompts)
         return np.full((len(prompts), len(label_ids)), -3.0)
 
+    def exclusive(self):
+        import contextlib
+
+        return contextlib.nullcontext()
+
     def describe(self) -> dict:
         return {"backend": self.name}
 
@@ -221,7 +226,7 @@ def test_plan_counts_the_cells_prompt_profile_and_answer_mass(tmp_path: Path, mo
     """Under paper.yaml's `published` prompts and with answer mass on, the plan counts what score_cell hands the
     backend (the published wording is 3 tokens longer per prompt on Qwen3; answer mass adds one prompt per item)."""
     from anyjev.data.prepare import prepare_task
-    from anyjev.run.cell import load_tokenizer
+    from anyjev.decision.tokenizer import load_tokenizer
     from anyjev.settings import Settings
 
     models, tasks, plain = _mixed_task_plan(tmp_path, monkeypatch)
@@ -243,7 +248,7 @@ def test_plan_counts_the_content_free_probes_and_marks_adaptive_cells(tmp_path: 
     """With the content-free prior the plan adds the probes score_cell reads (one set per distinct question);
     under adaptive rotations it says its counts are an upper bound."""
     from anyjev.data.prepare import prepare_task
-    from anyjev.run.cell import load_tokenizer
+    from anyjev.decision.tokenizer import load_tokenizer
     from anyjev.settings import Settings
 
     models, tasks, plain = _mixed_task_plan(tmp_path, monkeypatch)
@@ -273,9 +278,9 @@ def test_plan_counts_the_content_free_probes_and_marks_adaptive_cells(tmp_path: 
 
 def test_plan_flags_prompts_longer_than_the_context(smollm2_dir, tmp_path: Path, monkeypatch, fault_seen) -> None:
     from anyjev.data.taskfile import load_task_file
+    from anyjev.decision.tokenizer import load_tokenizer
     from anyjev.errors import TaskDataError
     from anyjev.plan import plan_text
-    from anyjev.run.cell import load_tokenizer
     from anyjev.run.context import check_prompt_lengths
 
     monkeypatch.chdir(tmp_path)

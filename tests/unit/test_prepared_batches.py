@@ -9,7 +9,7 @@ import pytest
 from anyjev.data.tasks import Item
 from anyjev.decision.labels import LabelChecker
 from anyjev.decision.options import PromptOptions
-from anyjev.decision.prompts import encode
+from anyjev.decision.prompts import encode, prompt_hash
 from anyjev.decision.questions import choice, noul, score
 from anyjev.errors import LabelTokenError
 from anyjev.run import prepared as prepared_module
@@ -34,12 +34,23 @@ def mixed_items() -> list[Item]:
     return items
 
 
+class Counting:
+    """A prompt encoder that records how many texts each call hands it."""
+
+    def __init__(self, encoder, calls: list[int]) -> None:
+        self.encoder, self.calls = encoder, calls
+
+    def encode(self, texts):
+        self.calls.append(len(texts))
+        return self.encoder.encode(texts)
+
+
 @pytest.mark.parametrize("batch_texts", [1, 5, 7, 2048])
 def test_batched_prompts_equal_each_prompt_tokenised_alone(smollm2_tokenizer, monkeypatch, batch_texts: int) -> None:
     monkeypatch.setattr(prepared_module, "BATCH_TEXTS", batch_texts)
     calls = []
-    real = prepared_module.encode_many
-    monkeypatch.setattr(prepared_module, "encode_many", lambda tok, texts: calls.append(len(texts)) or real(tok, texts))
+    real = prepared_module.prompt_encoder
+    monkeypatch.setattr(prepared_module, "prompt_encoder", lambda tok: Counting(real(tok), calls))
     items = mixed_items()
     options = PromptOptions()
     groups = [f"g{i % 3}" for i in range(len(items))]
@@ -54,6 +65,7 @@ def test_batched_prompts_equal_each_prompt_tokenised_alone(smollm2_tokenizer, mo
         for layout, ids in p.layouts:
             text = options.render(smollm2_tokenizer, p.item.question, p.item.state, layout, p.labels)
             assert ids == encode(smollm2_tokenizer, text), (p.item.id, layout.name)
+        assert p.prompt_shas == [prompt_hash(ids) for _, ids in p.layouts]
         assert p == prepare_item(smollm2_tokenizer, LabelChecker(smollm2_tokenizer), p.item, p.group, options)
     # Batches hold whole items, and each call but the last reaches the limit.
     assert sum(batches) == sum(len(p.layouts) for p in got)
@@ -66,7 +78,7 @@ def test_batched_prompts_equal_each_prompt_tokenised_alone(smollm2_tokenizer, mo
 
 def test_a_label_that_fails_in_context_names_its_item_before_anything_is_tokenised(smollm2_tokenizer, monkeypatch) -> None:
     calls = []
-    monkeypatch.setattr(prepared_module, "encode_many", lambda tok, texts: calls.append(len(texts)) or [])
+    monkeypatch.setattr(prepared_module, "prompt_encoder", lambda tok: Counting(None, calls))
     bad = Item("bad", "State.", choice("Which?", ["x", "y"]), 0)
     monkeypatch.setattr(LabelChecker, "ids", lambda self, text, labels: (_ for _ in ()).throw(
         LabelTokenError("label 'A' is not one token here", missing_ids=[32])))

@@ -83,7 +83,7 @@ def _scored_cell(root: Path, smollm2_dir: Path, profile: str, order: str, templa
     settings = Settings.load(config)
     job = ScoreJob.from_json(settings.score_job("m", "paths", models_dir="unused", server_log="s.log", state_dir="s").to_json())
     task = load_task_file(task_file)
-    from anyjev.run.cell import load_tokenizer
+    from anyjev.decision.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(job.tokenizer)
     prepared = prepare_items(tokenizer, task.items, task.prior_groups(), job.scoring.prompt)

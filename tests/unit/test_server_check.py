@@ -49,15 +49,23 @@ def url_job(root: Path, url: str, tokenizer: Path, **model: str) -> tuple[ScoreJ
     return job, task_file
 
 
-def fail_after(stub: StubCompletions, n_ok: int) -> None:
-    """The next N_OK completions answer; every one after is an HTTP 400 (the cell stops with its checkpoint)."""
-    stub.script = [Reply()] * n_ok
-    stub.default = Status(400, {"error": {"message": "stopped by the test"}})
+def fail_after(stub: StubCompletions, chunks: int) -> None:
+    """The canary and the first CHUNKS chunks' requests answer, every later one is an HTTP 400 (the cell stops with
+    its checkpoint); the server check's probes (the requests with a cache_salt) answer. The requests of a cell go one
+    after the other but for each chunk's check, which goes beside the next chunk's request."""
+    answered = []
+
+    def decide(payload: dict) -> Reply | Status:
+        if "cache_salt" in payload:
+            return stub.default
+        answered.append(1)
+        return stub.default if len(answered) <= 1 + chunks else Status(400, {"error": {"message": "stopped by the test"}})
+
+    stub.decide = decide
 
 
-def requests_for_chunks(n: int) -> int:
-    """Requests until N chunks are checkpointed: the canary, the probe, then per chunk its request and the check."""
-    return 1 + 1 + 2 * n
+def answer_all(stub: StubCompletions) -> None:
+    stub.decide, stub.default = None, Reply()
 
 
 def checkpointed(out: Path) -> list[str]:
@@ -68,14 +76,15 @@ def test_a_resume_against_another_server_on_the_same_url_is_refused_naming_what_
                                                                                           fault_seen):
     job, task_file = url_job(tmp_path, stub.url, Path(qwen3_tokenizer.name_or_path))
     out = tmp_path / "scores.jsonl"
-    fail_after(stub, requests_for_chunks(2))
+    fail_after(stub, 2)
     with pytest.raises(BackendError):
         score_job(job, task_file, out, None, owner_pid=0)
     kept = partial_path(out).read_bytes()
     assert checkpointed(out) == ["i0", "i1", "i2", "i3"]
 
     # Another server on the same port: the same model name, another dtype (another fingerprint, other numbers).
-    stub.default, stub.shift, stub.fingerprint = Reply(), 0.3, "stub-fp-2"
+    answer_all(stub)
+    stub.shift, stub.fingerprint = 0.3, "stub-fp-2"
     with pytest.raises(ServerChangedError) as exc:
         score_job(job, task_file, out, None, owner_pid=0)
     fault_seen(exc.value)
@@ -92,7 +101,7 @@ def test_a_refused_resume_says_in_words_what_changed(tmp_path, stub, qwen3_token
     stub.dtype = "float32"
     job, task_file = url_job(tmp_path, stub.url, Path(qwen3_tokenizer.name_or_path))
     out = tmp_path / "scores.jsonl"
-    fail_after(stub, requests_for_chunks(1))
+    fail_after(stub, 1)
     with pytest.raises(BackendError):
         score_job(job, task_file, out, None, owner_pid=0)
     stub.default, stub.dtype, stub.shift, stub.fingerprint = Reply(), "bfloat16", 0.3, "stub-fp-2"
@@ -114,11 +123,11 @@ def test_the_same_server_restarted_resumes_the_cell_to_the_bytes_of_an_uninterru
     score_job(job, task_file, whole_dir / "scores.jsonl", None, owner_pid=0)
 
     job, task_file = url_job(cut_dir, stub.url, tokenizer)
-    fail_after(stub, requests_for_chunks(1))
+    fail_after(stub, 1)
     with pytest.raises(BackendError):
         score_job(job, task_file, cut_dir / "scores.jsonl", None, owner_pid=0)
     assert checkpointed(cut_dir / "scores.jsonl") == ["i0", "i1"]
-    stub.default = Reply()  # restarted with the same settings
+    answer_all(stub)  # restarted with the same settings
     counts = score_job(job, task_file, cut_dir / "scores.jsonl", None, owner_pid=0)
     assert counts["resumed"] == 2 and counts["scored"] == N_ITEMS - 2
     whole = (whole_dir / "scores.jsonl").read_text().splitlines()
@@ -138,13 +147,23 @@ def test_a_server_that_changes_during_a_cell_stops_it_before_the_next_checkpoint
     def another_server() -> None:  # no fingerprint: only its numbers tell it apart
         stub.shift, stub.fingerprint = 0.3, None
 
-    # after the first chunk is written (canary, probe, chunk 1, verify), the next requests reach another server
-    stub.script = [Reply()] * requests_for_chunks(1) + [Reply(first=another_server)]
+    # chunk 1 is checked on the first server (the reference probe, then chunk 1's check); chunk 2's check, and whatever
+    # follows it, reach another server
+    probes = []
+
+    def decide(payload: dict) -> Reply:
+        if "cache_salt" in payload:
+            probes.append(1)
+            if len(probes) == 3:
+                return Reply(first=another_server)
+        return Reply()
+
+    stub.decide = decide
     with pytest.raises(ServerChangedError) as exc:
         score_job(job, task_file, out, None, owner_pid=0)
     fault_seen(exc.value)
     assert "changed while the cell was being scored" in str(exc.value) and "probe" in str(exc.value)
-    assert checkpointed(out) == ["i0", "i1"], "only the items read from the first server are written"
+    assert checkpointed(out) == ["i0", "i1"], "only the items checked on the first server are written"
     header = json.loads(partial_path(out).read_text().splitlines()[0])
     assert header["server"]["fingerprints"] == [first_fingerprint]
 
@@ -157,10 +176,10 @@ def test_a_server_that_changes_during_a_cell_stops_it_before_the_next_checkpoint
 def test_what_the_server_says_of_itself_is_part_of_it(tmp_path, stub, qwen3_tokenizer, attribute, value, named):
     job, task_file = url_job(tmp_path, stub.url, Path(qwen3_tokenizer.name_or_path))
     out = tmp_path / "scores.jsonl"
-    fail_after(stub, requests_for_chunks(1))
+    fail_after(stub, 1)
     with pytest.raises(BackendError):
         score_job(job, task_file, out, None, owner_pid=0)
-    stub.default = Reply()
+    answer_all(stub)
     setattr(stub, attribute, value)
     with pytest.raises(ServerChangedError, match=named):
         score_job(job, task_file, out, None, owner_pid=0)
@@ -169,14 +188,14 @@ def test_what_the_server_says_of_itself_is_part_of_it(tmp_path, stub, qwen3_toke
 def test_a_checkpoint_that_names_no_server_is_not_resumed(tmp_path, stub, qwen3_tokenizer):
     job, task_file = url_job(tmp_path, stub.url, Path(qwen3_tokenizer.name_or_path))
     out = tmp_path / "scores.jsonl"
-    fail_after(stub, requests_for_chunks(1))
+    fail_after(stub, 1)
     with pytest.raises(BackendError):
         score_job(job, task_file, out, None, owner_pid=0)
     lines = partial_path(out).read_text().splitlines()
     header = json.loads(lines[0])
     del header["server"]
     partial_path(out).write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
-    stub.default = Reply()
+    answer_all(stub)
     with pytest.raises(ServerChangedError, match="name no server"):
         score_job(job, task_file, out, None, owner_pid=0)
 
@@ -212,13 +231,40 @@ def test_a_refused_resume_fails_its_cell_alone_in_a_models_job(tmp_path, stub, q
                                  staged=str(tmp_path / "staged" / "{task}"), hub_cache="unused", lock_record="unused")
     job = ScoreModelJob.from_json(ScoreModelJob(MODEL, cells).to_json())
     cell_t = job.cells["t"]
-    fail_after(stub, requests_for_chunks(1))
+    fail_after(stub, 1)
     with pytest.raises(BackendError):
         score_job(cell_t.job, cell_t.task_file, cell_t.staged_scores, None, owner_pid=0)
-    stub.default, stub.fingerprint, stub.shift = Reply(), "stub-fp-2", 0.3
+    answer_all(stub)
+    stub.fingerprint, stub.shift = "stub-fp-2", 0.3
     record = score_model_job(job, tmp_path / "allocation.json", owner_pid=0)
     assert record["cells"]["t"]["status"] == "failed" and record["cells"]["t"]["error"] == "ServerChangedError"
     assert "system_fingerprint stub-fp-1 -> stub-fp-2" in record["cells"]["t"]["message"]
     assert record["cells"]["u"]["status"] == "ok"
     with pytest.raises(AnyjevError, match="ServerChangedError: .*system_fingerprint"):
         publish_cell(PublishJob("t"), tmp_path / "allocation.json", tmp_path / "out.jsonl", tmp_path / "prov.json")
+
+
+def test_a_check_started_ahead_is_the_one_the_next_checkpoint_reads(stub):
+    """start_probe sends the check's prompt at once (beside the requests that follow); the next verify reads that
+    answer instead of sending another, and a verify with none started sends its own."""
+    from types import SimpleNamespace
+
+    from anyjev.backends.vllm import VLLMBackend
+    from anyjev.run.server_check import ServerGuard
+
+    first = SimpleNamespace(layouts=[(None, [1, 2, 3]), (None, [4, 5, 6])], label_ids=[7, 8])
+    with VLLMBackend(stub.url, MODEL) as backend:
+        guard = ServerGuard(backend, first, where="m/t")
+        guard.reference = guard.read()
+        sent = len(stub.requests)
+        guard.start_probe()
+        guard.verify()
+        assert len(stub.requests) == sent + 1 and "cache_salt" in stub.requests[-1]
+        assert stub.requests[-1]["prompt"] == [[1, 2, 3]]
+        guard.verify()
+        assert len(stub.requests) == sent + 2
+        stub.shift = 0.3  # another server: the check started ahead sees it
+        guard.start_probe()
+        with pytest.raises(ServerChangedError, match="probe"):
+            guard.verify()
+        guard.close()

@@ -4,6 +4,7 @@ prompt de-duplication, and label checks before any request."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -20,7 +21,7 @@ from anyjev.numbers.logprobs import log_softmax
 from anyjev.run.identity import ScoringOptions
 from anyjev.run.prepared import prepare_items
 from anyjev.run.scoring import score_cell
-from anyjev.run.store import FORMAT, partial_path, read_scores
+from anyjev.run.store import FORMAT, PartialScores, partial_path, read_scores
 
 IDENTITY = {"task": "mixed", "model": {"backend": "fake"}, "prompt_version": "test", "layouts": {"permute": True, "flip": True}}
 
@@ -364,3 +365,83 @@ def test_backend_label_error_names_the_items(smol, tmp_path) -> None:
     assert info.value.missing_ids == [50] and info.value.returned_ids == [49, 51, 99]
     assert backend.calls == 1  # the first failure stops the cell
     assert not (tmp_path / "cell.jsonl").exists()
+
+
+# ------------------------------------------------------------------------------------------ the order of a cell's requests
+class Recording(FakeBackend):
+    """FakeBackend that also reads answer masses, and logs each call and each window it is given to itself."""
+
+    def __init__(self, fail_at_label_call: int | None = None) -> None:
+        super().__init__()
+        self.events: list[tuple] = []
+        self.fail_at_label_call = fail_at_label_call
+        self.label_calls = 0
+
+    def label_logprobs(self, prompts, label_ids) -> np.ndarray:
+        self.label_calls += 1
+        if self.label_calls == self.fail_at_label_call:
+            raise Interrupted("the server went away")
+        self.events.append(("label", len(prompts)))
+        return super().label_logprobs(prompts, label_ids)
+
+    def vocab_logprobs(self, prompts, label_ids) -> np.ndarray:
+        self.events.append(("mass", len(prompts)))
+        return self.values(prompts[0], label_ids)[None, :].repeat(len(prompts), axis=0) - 0.5
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        self.events.append(("exclusive",))
+        yield
+        self.events.append(("shared",))
+
+
+def score_chunks(backend, smol, out, *, check_ahead) -> list[tuple]:
+    """score_full over make_items()' items, chunks of 2, every checkpoint logged in BACKEND's events."""
+    from anyjev.run.full import score_full
+    from anyjev.run.progress import Progress
+
+    items = make_items()
+    todo = prepare_items(smol, items, groups_of(items), PromptOptions())
+    partial = PartialScores(out, IDENTITY)
+    real_add = partial.add
+    partial.add = lambda records: (backend.events.append(("write", [r["id"] for r in records])), real_add(records))
+    try:
+        score_full(backend, todo, partial, Progress(len(todo), 0), chunk_items=2, answer_mass=True, check_ahead=check_ahead)
+    finally:
+        partial.close()
+    return backend.events
+
+
+def test_a_cell_reads_every_answer_mass_in_one_window_then_checks_each_chunk_beside_the_next(smol, tmp_path) -> None:
+    """The answer masses of all the items, every label set, in one window that has the server to itself, before any
+    label request; each chunk's check starts once its answers are in and goes beside the next chunk's requests, and
+    the chunk is written after them; the last chunk's check goes alone (inside its write)."""
+    backend = Recording()
+    events = score_chunks(backend, smol, tmp_path / "cell.jsonl", check_ahead=lambda: backend.events.append(("check",)))
+    first_label = events.index(next(e for e in events if e[0] == "label"))
+    assert events[0] == ("exclusive",) and events[first_label - 1] == ("shared",)
+    assert {e[0] for e in events[1 : first_label - 1]} == {"mass"}
+    assert sum(n for kind, n in events[1 : first_label - 1]) == len(make_items())
+    ids = [it.id for it in make_items()]
+    chunks = [ids[i : i + 2] for i in range(0, len(ids), 2)]
+    rest = [e for e in events[first_label:] if e[0] != "label"]
+    expected = [("check",)] + [e for chunk, _ in zip(chunks, chunks[1:], strict=False)
+                               for e in (("write", chunk), ("check",))][:-1] + [("write", chunks[-1])]
+    assert rest == expected
+    for n in range(1, len(chunks)):  # each chunk's check is started after its own label requests
+        check = [i for i, e in enumerate(events) if e == ("check",)][n - 1]
+        write = events.index(("write", chunks[n - 1]))
+        assert any(e[0] == "label" for e in events[check:write]), f"chunk {n + 1}'s requests go beside chunk {n}'s check"
+
+
+def test_a_chunk_whose_check_is_out_is_written_when_the_next_chunks_requests_fail(smol, tmp_path) -> None:
+    """A job stopped by an error loses at most the chunk in flight: the third chunk's failing request does not drop
+    the second, read before it and held for its check."""
+    whole = score_chunks(Recording(), smol, tmp_path / "whole.jsonl", check_ahead=lambda: None)
+    ids = [it.id for it in make_items()]
+    before_first_write = whole[: whole.index(("write", ids[:2]))]  # chunks 1 and 2's label requests
+    backend = Recording(fail_at_label_call=sum(e[0] == "label" for e in before_first_write) + 1)
+    out = tmp_path / "cell.jsonl"
+    with pytest.raises(Interrupted):
+        score_chunks(backend, smol, out, check_ahead=lambda: None)
+    assert [r["id"] for r in partial_records(out)[1]] == ids[:4]

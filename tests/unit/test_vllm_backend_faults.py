@@ -53,6 +53,30 @@ def top_of(body: dict, choice: int = 0) -> dict:
 # ------------------------------------------------------------------------------------------ happy path
 
 
+def test_the_clients_of_a_process_load_the_certificates_once(stub: StubCompletions, monkeypatch) -> None:
+    """Every HTTP client a scoring job makes (its backend, the server's description, health probes, /metrics) verifies
+    with one TLS context: loading the certificates costs about 25 ms of CPU a client."""
+    import ssl
+
+    from anyjev.serving import health
+    from anyjev.serving.describe import describe_server
+    from anyjev.serving.metrics import read_metrics
+
+    made = []
+    real = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context", lambda *a, **kw: made.append(1) or real(*a, **kw))
+    health.tls_context.cache_clear()
+    for _ in range(3):
+        with make_backend(stub.url) as backend:
+            backend.label_logprobs(prompts(1), LABELS)
+        describe_server(stub.url, "m")
+        with health.http_client() as client:
+            client.get(stub.url + "/health")
+        with pytest.raises(BackendError):
+            read_metrics(stub.url)  # the stub has no /metrics
+    assert len(made) == 1
+
+
 def test_many_prompts_split_into_requests_and_mapped_back_by_id_and_index(stub: StubCompletions) -> None:
     rng = random.Random(0)
     reordered = []
@@ -386,6 +410,35 @@ def test_answer_mass_requests_wait_for_label_requests_on_the_same_server(tmp_pat
     other.close()
     assert done.wait(10)
     worker.join()
+
+
+def test_an_answer_mass_call_holds_the_lock_once_and_sends_its_requests_side_by_side(stub: StubCompletions, tmp_path,
+                                                                                      monkeypatch) -> None:
+    """The answer masses of a cell go in one exclusive window: the request lock is taken once for the call (and once for
+    a window around several calls), and its requests go side by side inside it, as logprob_token_ids requests may
+    (vLLM pads each request's ids to the longest list of the batch); each request's own label set comes back."""
+    import fcntl
+    import threading
+
+    from anyjev.backends import vllm
+
+    taken = []
+    real_flock = fcntl.flock
+    monkeypatch.setattr(vllm.fcntl, "flock", lambda fh, op: (taken.append(op), real_flock(fh, op))[1])
+    arrived = threading.Barrier(4)
+    stub.default = Reply(first=lambda: arrived.wait(HANG_GUARD))  # each waits until all four are in flight
+    with make_backend(stub.url, prompts_per_request=2, max_concurrency=4, request_lock=tmp_path / "lock") as backend:
+        values = backend.vocab_logprobs(prompts(8), LABELS)
+        assert backend.requests_sent == 4 and values.shape == (8, 4)
+        assert [op for op in taken if op != fcntl.LOCK_UN] == [fcntl.LOCK_EX]
+        taken.clear()
+        stub.default = Reply()
+        with backend.exclusive():
+            backend.vocab_logprobs(prompts(3), LABELS)
+            backend.vocab_logprobs(prompts(2), LABELS[:2])
+        assert [op for op in taken if op != fcntl.LOCK_UN] == [fcntl.LOCK_EX]
+    for payload in stub.requests:
+        assert "allowed_token_ids" not in payload and payload["logprob_token_ids"] in (LABELS, LABELS[:2])
 
 
 # ------------------------------------------------------------ a batch shared with a logprob_token_ids request
