@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """The scoring job's own CPU per prompt: ``anyjev score-model``, the real job command in a process of its own as the
-workflow runs it, over a realistic cell set against the stand-in vLLM server (bench/stand_in_vllm.py: it answers at
+workflow runs it, over a realistic cell set against the stand-in vLLM server (testbed/vllm_server.py: it answers at
 once, in processes of its own), so that what is measured is the client.
 
 Two jobs, one model each (SmolLM2's files; the stand-in computes nothing):
@@ -79,7 +79,7 @@ def build(work: Path, grid_tasks: int, items: int, n_test: int) -> dict[str, Pat
 
     from bench.bench_scale import build_grid
     from bench.common import CONFIG, SMOL_DIR
-    from bench.stand_in_vllm import make_server_env
+    from testbed.vllm_server import make_server_env
 
     server_python = make_server_env(work / "stand-in")
     configs = {}
@@ -395,6 +395,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from bench import time_limit
+    from bench.common import run_under_limit
 
-    sys.exit(time_limit.run(main, seconds=2 * 3600))
+    sys.exit(run_under_limit(main, seconds=2 * 3600))

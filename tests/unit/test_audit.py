@@ -21,9 +21,9 @@ from anyjev.run.audit import AUDIT_ID, audited_items
 from anyjev.run.cell import ScoreJob, score_job
 from anyjev.run.evaluate import EvaluateJob, evaluate_cell
 from anyjev.run.prepared import prepare_items
-from anyjev.run.store import read_cell
-from tests.stub_http import Reply, StubCompletions
-from tests.unit.test_server_check import MODEL, N_ITEMS, fail_after, url_job
+from anyjev.run.store import partial_path, read_cell
+from tests.stub_http import Reply, Status, StubCompletions
+from tests.unit.test_server_check import MODEL, N_ITEMS, url_job
 
 
 def audit_job(root: Path, url: str, tokenizer: Path) -> tuple[ScoreJob, Path]:
@@ -129,11 +129,19 @@ def test_a_resumed_cell_keeps_its_item_records_and_audits_once(tmp_path, stub, q
     job, task_file = audit_job(tmp_path / "whole", stub.url, tokenizer)
     score_job(job, task_file, tmp_path / "whole" / "scores.jsonl", None, owner_pid=0)
     job, task_file = audit_job(tmp_path / "cut", stub.url, tokenizer)
-    # the canary, the server check, 4 chunks of 2 items each with its check: every item checkpointed, no audit yet
-    fail_after(stub, 2 + 2 * (N_ITEMS // 2))
+    # every item checkpointed, then the audit's first request refused: the cell stops before its audit is recorded
+    checkpoint = partial_path(tmp_path / "cut" / "scores.jsonl")
+
+    def refuse_the_audit(payload: dict) -> Reply | Status:
+        items = checkpoint.read_text().count('"type":"item"') if checkpoint.exists() else 0
+        if "cache_salt" in payload and items == N_ITEMS:  # a salted request after every item: the audit's
+            return Status(400, {"error": {"message": "stopped by the test"}})
+        return stub.default
+
+    stub.decide = refuse_the_audit
     with pytest.raises(Exception, match="stopped by the test"):
         score_job(job, task_file, tmp_path / "cut" / "scores.jsonl", None, owner_pid=0)
-    stub.default, stub.requests[:] = Reply(), []
+    stub.decide, stub.default, stub.requests[:] = None, Reply(), []
     counts = score_job(job, task_file, tmp_path / "cut" / "scores.jsonl", None, owner_pid=0)
     assert counts["scored"] == 0 and counts["audit"]["prompts"] == 2 * N_ITEMS
     whole, cut = (read_cell(tmp_path / d / "scores.jsonl") for d in ("whole", "cut"))

@@ -104,7 +104,8 @@ def test_a_refused_resume_says_in_words_what_changed(tmp_path, stub, qwen3_token
     fail_after(stub, 1)
     with pytest.raises(BackendError):
         score_job(job, task_file, out, None, owner_pid=0)
-    stub.default, stub.dtype, stub.shift, stub.fingerprint = Reply(), "bfloat16", 0.3, "stub-fp-2"
+    answer_all(stub)
+    stub.dtype, stub.shift, stub.fingerprint = "bfloat16", 0.3, "stub-fp-2"
     with pytest.raises(ServerChangedError) as exc:
         score_job(job, task_file, out, None, owner_pid=0)
     message = str(exc.value)
