@@ -33,7 +33,7 @@ from anyjev.schema import setting
 
 log = logging.getLogger(__name__)
 
-# predictions.csv's columns and what each holds (the run reader, anyjev.results, reads them back as these types).
+# predictions.csv's columns and what each holds (the run reader, anyjev.rundata, reads them back as these types).
 PREDICTION_COLUMNS = {"item_id": "text", "level": "text", "group": "text", "gold": "int", "pred": "int", "conf": "float",
                       "p_gold": "float", "n_top": "int"}
 
@@ -145,7 +145,7 @@ def evaluate_cell(job: EvaluateJob, scores: str, metrics_out: str, predictions_o
     the cell's TASK_FILE (the workflow gives it), the scores are first checked to hold every item of the task once
     (:func:`check_scored_items`), and a split holding fewer items than the config asked is noted. FIGURE, when given,
     draws from the evaluation before ``metrics.json`` is written (the cell's reliability diagram:
-    :func:`anyjev.outputs.draw.evaluation_reliability`)."""
+    :func:`anyjev.reports.draw.evaluation_reliability`)."""
     identity, records, extras = read_cell(scores)
     header: dict = {}
     if task_file:

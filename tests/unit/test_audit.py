@@ -13,15 +13,15 @@ import pytest
 
 from anyjev.decision.options import PromptOptions
 from anyjev.decision.tokenizer import load_tokenizer
-from anyjev.outputs.tables import write_summary
-from anyjev.outputs.viewer.run_page import run_page
 from anyjev.paths import METRICS, PREDICTIONS, SCORES
-from anyjev.results import read_cells
+from anyjev.reports.tables import write_summary
+from anyjev.reports.viewer.run_page import run_page
 from anyjev.run.audit import AUDIT_ID, audited_items
 from anyjev.run.cell import ScoreJob, score_job
 from anyjev.run.evaluate import EvaluateJob, evaluate_cell
 from anyjev.run.prepared import prepare_items
 from anyjev.run.store import read_cell
+from anyjev.rundata import read_cells
 from tests.stub_http import Reply, StubCompletions
 from tests.unit.test_server_check import MODEL, N_ITEMS, fail_after, url_job
 

@@ -1,4 +1,4 @@
-"""The differences table (anyjev/outputs/differences.py): every level minus raw from each cell's metrics.json, and one
+"""The differences table (anyjev/reports/differences.py): every level minus raw from each cell's metrics.json, and one
 model minus another on the same task, each with its paired interval; the run reader's frame of them."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import pytest
 import anyjev.numbers.compare as compare
 from anyjev.errors import FileFormatError
 from anyjev.numbers.options import EvaluationOptions
-from anyjev.outputs.differences import COLUMNS, differences_markdown, write_differences
 from anyjev.paths import REPLICATES
-from anyjev.results import read_cells
+from anyjev.reports.differences import COLUMNS, differences_markdown, write_differences
 from anyjev.run.evaluate import EvaluateJob, compare_cells, compare_many, evaluate_cell
 from anyjev.run.records import cell_groups
 from anyjev.run.replicates import read_replicates
 from anyjev.run.store import read_cell
+from anyjev.rundata import read_cells
 
 REPO = Path(__file__).resolve().parents[2]
 CELL = REPO / "results" / "cells" / "smollm2-135m" / "mmlu"

@@ -1,4 +1,4 @@
-"""Run against run (``anyjev compare``, anyjev/outputs/versus.py) on two small runs: the committed reference run's MMLU
+"""Run against run (``anyjev compare``, anyjev/reports/versus.py) on two small runs: the committed reference run's MMLU
 cell and a copy whose scores are moved as another server's would be. Its numbers equal a direct computation (raw
 accuracy's difference and its BCa interval from the two cells' per-item correctness on the seeded resamples), a cell
 whose items differ is refused naming the first one, and the command line prints and writes the same table."""
@@ -17,10 +17,10 @@ from anyjev.cli import main
 from anyjev.numbers.bootstrap import resample_rows
 from anyjev.numbers.metrics import interval, jackknife_acceleration
 from anyjev.numbers.power import detectable_from_interval
-from anyjev.outputs.versus import compare_runs
-from anyjev.results import read_run
+from anyjev.reports.versus import compare_runs
 from anyjev.run.records import cell_groups
 from anyjev.run.store import read_cell
+from anyjev.rundata import read_run
 from tests.unit.test_differences import CELL, FAST, another_model, evaluate
 
 MODEL = "smollm2-135m"

@@ -1,5 +1,5 @@
 """One cell of a run (a model x task): where its files are and what they hold, each file read and checked
-(:mod:`anyjev.results.files`) the first time it is asked for, so that a table that needs only ``metrics.json`` never
+(:mod:`anyjev.rundata.files`) the first time it is asked for, so that a table that needs only ``metrics.json`` never
 reads a cell's scores."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pandas as pd
 from anyjev.decision.options import PromptOptions
 from anyjev.numbers.options import EvaluationOptions
 from anyjev.paths import METRICS, PREDICTIONS, PROVENANCE, SCORES
-from anyjev.results.files import Scores, evaluation_options, load_metrics, load_predictions, load_provenance, load_scores
+from anyjev.rundata.files import Scores, evaluation_options, load_metrics, load_predictions, load_provenance, load_scores
 
 
 class Cell:

@@ -1,4 +1,4 @@
-"""The run reader (anyjev/results/): a run's frames equal its files, every value, on the committed reference run
+"""The run reader (anyjev/rundata/): a run's frames equal its files, every value, on the committed reference run
 (the files read here with json and csv alone); a failed cell is a row with its error line and log; a file that is
 missing, empty or malformed is one error naming it (never a parser's traceback), from the library and from the
 `anyjev viewer` command; whatever metrics.json holds per level becomes a column."""
@@ -17,8 +17,8 @@ import pytest
 
 from anyjev.cli import main
 from anyjev.errors import FileFormatError
-from anyjev.outputs.tables import read_published, read_summary
-from anyjev.results import read_cells, read_run
+from anyjev.reports.tables import read_published, read_summary
+from anyjev.rundata import read_cells, read_run
 from tests.viewer_helpers import FAILED_ERROR, MODEL, RESULTS, TASKS, failed_run
 
 CELLS = [RESULTS / "cells" / MODEL / t for t in TASKS]

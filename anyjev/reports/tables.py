@@ -1,6 +1,6 @@
 """Tables across cells: the summary (one row per model, task, level) as CSV, Markdown and LaTeX, the
 README's excerpt of it, and the comparison with published numbers. Built from a run's frames
-(:mod:`anyjev.results`), so they can be rebuilt without a server. The workflow's two table steps:
+(:mod:`anyjev.rundata`), so they can be rebuilt without a server. The workflow's two table steps:
 :func:`summary_table` (a :class:`SummaryJob`) and :func:`vs_published` (a :class:`VsPublishedJob`).
 """
 
@@ -20,8 +20,8 @@ from anyjev.decision.layouts import GROUPS
 from anyjev.files import write_text_atomic
 from anyjev.jobs import Job
 from anyjev.numbers.metrics import METRICS
-from anyjev.results import CellLayout, Run, read_layout
-from anyjev.results.files import read_csv
+from anyjev.rundata import CellLayout, Run, read_layout
+from anyjev.rundata.files import read_csv
 
 TABLE_METRICS = ("acc", "macro_f1", "nll", "brier", "ece", "flip", "cov@5", "aurc")
 METRIC_TITLES = {"acc": "acc", "macro_f1": "macro-F1", "nll": "NLL", "brier": "Brier", "ece": "ECE", "flip": "flip",
@@ -31,7 +31,7 @@ HIGHER_IS_BETTER = {"acc": True, "macro_f1": True, "nll": False, "brier": False,
                     "cov@5": True, "aurc": False}
 README_METRICS = ("acc", "macro_f1", "nll", "brier", "ece", "flip")
 INTERVAL_NOTE = "bootstrap 95% intervals (see metrics.json settings)"  # a table of no finished cell
-# summary.csv's columns that every table row has, and their kinds (anyjev.results.files.read_csv)
+# summary.csv's columns that every table row has, and their kinds (anyjev.rundata.files.read_csv)
 SUMMARY_COLUMNS = {"model": "text", "task": "text", "level": "text", "n": "int", "K": "text"} | {
     f"{m}{end}": "float?" for m in TABLE_METRICS for end in ("", "_lo", "_hi")}
 PUBLISHED_COLUMNS = {"model": "text", "task": "text", "level": "text", "metric": "text", "value": "float"}
@@ -416,8 +416,8 @@ def vs_published_markdown(df: pd.DataFrame) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m anyjev.outputs.tables readme results/tables/summary.csv``: print the README's table."""
-    p = argparse.ArgumentParser(prog="python -m anyjev.outputs.tables")
+    """``python -m anyjev.reports.tables readme results/tables/summary.csv``: print the README's table."""
+    p = argparse.ArgumentParser(prog="python -m anyjev.reports.tables")
     sub = p.add_subparsers(dest="what", required=True)
     s = sub.add_parser("readme", help="the README's results table (Markdown) from summary.csv")
     s.add_argument("summary_csv")
