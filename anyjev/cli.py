@@ -187,13 +187,13 @@ def _prompt_options(args: argparse.Namespace):
     """The prompt options of ``anyjev show``: the scored cell's own (``--scores``), else the config's for ``--model``
     (which may be left out when every model of the config renders alike)."""
     from anyjev.decision.options import PromptOptions
-    from anyjev.run.store import read_scores
+    from anyjev.rundata.scores import read_scores
     from anyjev.settings import Settings
 
     if args.scores:
         if args.model is not None:
             raise ArgumentError("--model", "goes with --config: a scores file records the prompt options it was scored with")
-        return PromptOptions.from_identity(read_scores(args.scores)[0])
+        return PromptOptions.from_identity(read_scores(args.scores).identity)
     settings = Settings.load(args.config)
     if args.model is not None:
         if args.model not in settings.models:

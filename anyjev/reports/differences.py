@@ -23,10 +23,11 @@ from anyjev.jobs import Job
 from anyjev.numbers.options import EvaluationOptions
 from anyjev.numbers.power import detectable_from_interval
 from anyjev.paths import REPLICATES, SCORES
-from anyjev.reports.tables import METRIC_TITLES, TABLE_METRICS, arrow
+from anyjev.reports.tables import METRIC_TITLES, arrow
 from anyjev.run.evaluate import compare_many
 from anyjev.rundata import CellLayout, Run, read_layout
 from anyjev.rundata.frames import flatten
+from anyjev.rundata.summary import TABLE_METRICS
 
 
 @dataclass(frozen=True)

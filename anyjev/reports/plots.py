@@ -24,16 +24,9 @@ import numpy as np
 
 from anyjev.jobs import Job
 from anyjev.reports.draw import LEVEL_COLORS, STYLE, draw_reliability, interval, pyplot, save_figure
-from anyjev.reports.tables import (
-    HIGHER_IS_BETTER,
-    METRIC_TITLES,
-    TABLE_METRICS,
-    arrow,
-    k_range,
-    read_summary,
-    read_vs_published,
-)
+from anyjev.reports.tables import HIGHER_IS_BETTER, METRIC_TITLES, arrow, k_range
 from anyjev.rundata import CellLayout, Run, read_layout
+from anyjev.rundata.summary import TABLE_METRICS, read_summary, read_vs_published
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -28,10 +28,11 @@ from anyjev.reports.plots import (
     vs_published_plot,
 )
 from anyjev.reports.provenance import ProvenanceJob, provenance_table
-from anyjev.reports.tables import SummaryJob, VsPublishedJob, read_summary, summary_table, vs_published
+from anyjev.reports.tables import SummaryJob, VsPublishedJob, summary_table, vs_published
 from anyjev.reports.viewer import ViewerJob, write_viewer
 from anyjev.rundata import read_layout
 from anyjev.rundata.run import Failure
+from anyjev.rundata.summary import read_summary
 
 
 @dataclass(frozen=True)

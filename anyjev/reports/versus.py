@@ -25,10 +25,10 @@ from anyjev.files import write_text_atomic
 from anyjev.numbers.levels import ALL_LEVELS
 from anyjev.paths import CELL_DIR, REPLICATES, SCORES
 from anyjev.reports.differences import INTERVALS_NOTE, markdown_table, with_power
-from anyjev.reports.tables import TABLE_METRICS
 from anyjev.run.evaluate import compare_many
 from anyjev.rundata import Cell, Run, read_run
 from anyjev.rundata.frames import flatten
+from anyjev.rundata.summary import TABLE_METRICS
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anyjev.reports.tables import TABLE_METRICS
+from anyjev.rundata.summary import TABLE_METRICS
 from tests.conftest import require
 from tests.viewer_helpers import FAILED_ERROR, MODEL, RESULTS, TASKS, failed_run, reference_tasks, run_data
 

@@ -15,16 +15,9 @@ import pytest
 import yaml
 
 from anyjev.reports.provenance import sections_html, sections_markdown, write_provenance
-from anyjev.reports.tables import (
-    HIGHER_IS_BETTER,
-    TABLE_METRICS,
-    main,
-    read_summary,
-    readme_markdown,
-    summary_latex,
-    summary_markdown,
-)
+from anyjev.reports.tables import HIGHER_IS_BETTER, main, readme_markdown, summary_latex, summary_markdown
 from anyjev.rundata import read_cells
+from anyjev.rundata.summary import TABLE_METRICS, read_summary
 from tests.conftest import REPO, require
 from tests.readme_table import README_END, README_START, readme_block
 from tests.waiting import HANG_GUARD

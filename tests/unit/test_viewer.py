@@ -357,8 +357,7 @@ def test_models_sharing_a_tokenizer_rebuild_each_task_once_and_every_cell_is_che
     """Two models whose tokenizer folder is the same: each task's test items are rendered and tokenised once for
     both, both get the same prompts, and a cell whose stored hash is not its prompt's is still refused."""
     from anyjev.run import rebuild
-    from anyjev.run.store import read_scores
-    from anyjev.rundata.files import is_test
+    from anyjev.rundata.scores import is_test, read_scores
     from tests.viewer_helpers import TASKS
 
     results, logs = tmp_path / "results", tmp_path / "logs"
@@ -374,7 +373,7 @@ def test_models_sharing_a_tokenizer_rebuild_each_task_once_and_every_cell_is_che
     write_viewer(job, tmp_path / "viewer")
 
     test_ids = [rec["id"] for task in TASKS
-                for rec in read_scores(RESULTS / "cells" / MODEL / task / "scores.jsonl")[1] if is_test(rec)]
+                for rec in read_scores(RESULTS / "cells" / MODEL / task / "scores.jsonl").items if is_test(rec)]
     assert sorted(built) == sorted(test_ids)  # once each, not once per model
     for task in TASKS:
         ours, twins = (viewer_file(tmp_path / "viewer" / "cells" / m / f"{task}.items.js")[1][2] for m in (MODEL, "twin"))

@@ -364,7 +364,8 @@ def published_overlap_rows():
     """Published rows this run can be compared with, known at parse time from keys alone (model, task,
     level, metric), so the comparison figure is requested only when it will hold something.
     """
-    from anyjev.reports.tables import published_overlap, read_published
+    from anyjev.reports.tables import published_overlap
+    from anyjev.rundata.summary import read_published
 
     path = published_table()
     return len(published_overlap(read_published(path), CELLS, SETTINGS.levels)) if path else 0

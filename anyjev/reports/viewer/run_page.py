@@ -11,9 +11,10 @@ from typing import Any
 import pandas as pd
 
 from anyjev.decision.layouts import GROUPS
-from anyjev.reports.tables import METRIC_TITLES, TABLE_METRICS, arrow, cell_notes, interval_note
+from anyjev.reports.tables import METRIC_TITLES, arrow, cell_notes, interval_note
 from anyjev.reports.viewer.encoding import num
 from anyjev.rundata import Run
+from anyjev.rundata.summary import TABLE_METRICS
 
 VIEWER_FORMAT = "anyjev.viewer/1"
 

@@ -25,7 +25,7 @@ from anyjev.reports.viewer.page import index_html
 from anyjev.reports.viewer.run_page import run_page
 from anyjev.run.rebuild import scored_prompts
 from anyjev.rundata import Cell, CellLayout, Run, read_layout
-from anyjev.rundata.files import is_test
+from anyjev.rundata.scores import is_test
 
 # The viewer's files in its folder: the page, and each finished cell's two data files under CELLS/<model>/.
 INDEX, CELLS = "index.html", "cells"
