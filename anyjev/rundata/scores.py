@@ -49,7 +49,7 @@ class Scores:
     identity: dict[str, Any]
     items: list[dict[str, Any]]
     extras: dict[str, dict[str, Any]]
-    server: dict[str, Any] | None = None
+    server: dict[str, Any] | None
 
 
 def split_lines(text: str) -> list[str]:
