@@ -84,7 +84,7 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
     job = EvaluateJob.from_json(args.job)
     figure = None
     if args.png:  # the cell's reliability diagram, drawn in this process from the evaluation it holds
-        from anyjev.outputs.draw import evaluation_reliability
+        from anyjev.reports.draw import evaluation_reliability
 
         def figure(evaluation):
             log.info("reliability diagram: %s", evaluation_reliability(evaluation, job.levels, args.png, args.pdf,
@@ -95,37 +95,37 @@ def cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def cmd_summary_table(args: argparse.Namespace) -> None:
-    from anyjev.outputs.tables import SummaryJob, summary_table
+    from anyjev.reports.tables import SummaryJob, summary_table
 
     log.info("summary: %d rows", len(summary_table(SummaryJob.from_json(args.job), args.csv, args.md, args.tex)))
 
 
 def cmd_differences_table(args: argparse.Namespace) -> None:
-    from anyjev.outputs.differences import DifferencesJob, differences_table
+    from anyjev.reports.differences import DifferencesJob, differences_table
 
     log.info("differences: %d rows", len(differences_table(DifferencesJob.from_json(args.job), args.csv, args.md)))
 
 
 def cmd_provenance_table(args: argparse.Namespace) -> None:
-    from anyjev.outputs.provenance import ProvenanceJob, provenance_table
+    from anyjev.reports.provenance import ProvenanceJob, provenance_table
 
     log.info("provenance: %d sections", len(provenance_table(ProvenanceJob.from_json(args.job), args.md, args.html)))
 
 
 def cmd_vs_published(args: argparse.Namespace) -> None:
-    from anyjev.outputs.tables import VsPublishedJob, vs_published
+    from anyjev.reports.tables import VsPublishedJob, vs_published
 
     log.info("vs published: %d matching rows", len(vs_published(VsPublishedJob.from_json(args.job), args.csv, args.md)))
 
 
 def cmd_reliability_plot(args: argparse.Namespace) -> None:
-    from anyjev.outputs.plots import ReliabilityJob, reliability_plot
+    from anyjev.reports.plots import ReliabilityJob, reliability_plot
 
     log.info("reliability diagram: %s", reliability_plot(ReliabilityJob.from_json(args.job), args.png, args.pdf)[0])
 
 
 def cmd_summary_plots(args: argparse.Namespace) -> None:
-    from anyjev.outputs.plots import SummaryPlotsJob, summary_plots
+    from anyjev.reports.plots import SummaryPlotsJob, summary_plots
 
     summary = summary_plots(SummaryPlotsJob.from_json(args.job), args.by_level_png, args.by_level_pdf, args.flip_png,
                             args.flip_pdf)
@@ -133,7 +133,7 @@ def cmd_summary_plots(args: argparse.Namespace) -> None:
 
 
 def cmd_vs_published_plot(args: argparse.Namespace) -> None:
-    from anyjev.outputs.plots import VsPublishedPlotJob, vs_published_plot
+    from anyjev.reports.plots import VsPublishedPlotJob, vs_published_plot
 
     log.info("vs published plot: %d rows", len(vs_published_plot(VsPublishedPlotJob.from_json(args.job), args.png, args.pdf)))
 
@@ -187,13 +187,13 @@ def _prompt_options(args: argparse.Namespace):
     """The prompt options of ``anyjev show``: the scored cell's own (``--scores``), else the config's for ``--model``
     (which may be left out when every model of the config renders alike)."""
     from anyjev.decision.options import PromptOptions
-    from anyjev.run.store import read_scores
+    from anyjev.rundata.scores import read_scores
     from anyjev.settings import Settings
 
     if args.scores:
         if args.model is not None:
             raise ArgumentError("--model", "goes with --config: a scores file records the prompt options it was scored with")
-        return PromptOptions.from_identity(read_scores(args.scores)[0])
+        return PromptOptions.from_identity(read_scores(args.scores).identity)
     settings = Settings.load(args.config)
     if args.model is not None:
         if args.model not in settings.models:
@@ -232,15 +232,15 @@ def cmd_ls(args: argparse.Namespace) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
-    from anyjev.outputs.versus import compare_run_folders
+    from anyjev.reports.versus import compare_run_folders
 
     _, md = compare_run_folders(args.run_a, args.run_b, csv_out=args.csv, md_out=args.md)
     sys.stdout.write(md)
 
 
 def cmd_viewer(args: argparse.Namespace) -> None:
-    from anyjev.outputs.viewer import ViewerJob, write_viewer
-    from anyjev.results import CellLayout
+    from anyjev.reports.viewer import ViewerJob, write_viewer
+    from anyjev.rundata import CellLayout
     from anyjev.settings import Settings
 
     if args.job:

@@ -39,6 +39,16 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
+def file_stat(path: str | os.PathLike[str]) -> list[int] | None:
+    """A file's size and modification time (ns), or None when it is not there: what tells a later run that a file is
+    still the one a record names."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns]
+
+
 def current_umask() -> int:
     """The process's umask, read without changing it (Linux: /proc/self/status; elsewhere set and restored)."""
     with contextlib.suppress(OSError):

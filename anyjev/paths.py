@@ -2,11 +2,11 @@
 
 The workflow builds each rule's output, log and benchmark from :class:`RunPaths` (``workflow/rules/common.smk``; a
 rule reads another's output as ``rules.<name>.output``), the people's commands look in the same places by default
-(:mod:`anyjev.cli`), and the run reader finds a run's cells by the same names (:class:`anyjev.results.CellLayout`).
+(:mod:`anyjev.cli`), and the run reader finds a run's cells by the same names (:class:`anyjev.rundata.CellLayout`).
 Paths are relative to the run's working directory (Snakemake's ``--directory``); patterns hold ``{model}``,
 ``{task}`` or ``{dataset}``. A step handed a folder names the files inside it itself: a fetched dataset's record
 (:mod:`anyjev.data.hub`), a prepared model's record (:mod:`anyjev.serving.models`), the viewer's page
-(:mod:`anyjev.outputs.viewer`).
+(:mod:`anyjev.reports.viewer`).
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ class RunPaths:
 
     @property
     def viewer(self) -> str:
-        """The item-level viewer's folder (its files: :mod:`anyjev.outputs.viewer`)."""
+        """The item-level viewer's folder (its files: :mod:`anyjev.reports.viewer`)."""
         return f"{self.results}/viewer"
 
     # ------------------------------------------------------------------------------------- logs and benchmarks

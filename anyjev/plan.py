@@ -41,13 +41,13 @@ from anyjev.decision.tokenizer import Tokenizers
 from anyjev.errors import BackendError, ConfigError, FileFormatError, LabelTokenError, TaskDataError
 from anyjev.numbers.evaluation import l1_refused
 from anyjev.numbers.power import accuracy_half_width, correctness, detectable_difference, discordance, items_needed
-from anyjev.results import CellLayout, Run, read_layout
 from anyjev.run.allocation import score_jobs_mode
 from anyjev.run.audit import audited
 from anyjev.run.cell import api_key_from_env, check_max_model_len, context_length
 from anyjev.run.prepared import PreparedItem, prepare_items
 from anyjev.run.probes import CONTENT_FREE_PROBES, prepare_content_free
 from anyjev.run.requests import sent_counts
+from anyjev.rundata import CellLayout, Run, read_layout
 from anyjev.serving.describe import describe_server
 from anyjev.serving.spec import check_server_python
 from anyjev.settings import Settings

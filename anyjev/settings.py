@@ -27,17 +27,17 @@ from anyjev.errors import ConfigError
 from anyjev.jobs import from_data, to_data
 from anyjev.lock import Lock
 from anyjev.numbers.options import EvaluationOptions
-from anyjev.outputs.differences import DifferencesJob
-from anyjev.outputs.plots import ReliabilityJob
-from anyjev.outputs.provenance import ProvenanceJob
-from anyjev.outputs.tables import SummaryJob, VsPublishedJob
-from anyjev.outputs.viewer import ViewerJob
 from anyjev.paths import PROVENANCE, SCORES
-from anyjev.results import CellLayout
+from anyjev.reports.differences import DifferencesJob
+from anyjev.reports.plots import ReliabilityJob
+from anyjev.reports.provenance import ProvenanceJob
+from anyjev.reports.tables import SummaryJob, VsPublishedJob
+from anyjev.reports.viewer import ViewerJob
 from anyjev.run.allocation import ModelCell
 from anyjev.run.cell import ExternalServer, ManagedServer, ScoreJob
 from anyjev.run.evaluate import EvaluateJob
 from anyjev.run.identity import ScoringOptions
+from anyjev.rundata import CellLayout
 from anyjev.schema import setting
 from anyjev.serving.models import ModelJob
 from anyjev.serving.spec import ServerSpec

@@ -21,8 +21,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from anyjev.results import read_run  # noqa: E402
 from anyjev.run.evaluate import evaluate_records  # noqa: E402
+from anyjev.rundata import read_run  # noqa: E402
 from bench.common import run_record, run_under_limit, write_json  # noqa: E402
 
 OUT = REPO / "results" / "bench" / "prior_modes.json"

@@ -378,7 +378,7 @@ def measure_in_process(work: str | Path, config: str | Path, n: int) -> dict:
     (medians, after a first call not counted); and an interpreter that starts and imports nothing. A job's wall time
     less these is its start-up."""
     work, config = Path(work), Path(config)
-    from anyjev.outputs.draw import evaluation_reliability
+    from anyjev.reports.draw import evaluation_reliability
     from anyjev.run.evaluate import evaluate_cell
     from anyjev.settings import Settings
 

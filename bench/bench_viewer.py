@@ -34,8 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from anyjev.jobs import from_data  # noqa: E402
-from anyjev.outputs.viewer import ViewerJob  # noqa: E402
-from anyjev.results import CellLayout, read_run  # noqa: E402
+from anyjev.reports.viewer import ViewerJob  # noqa: E402
+from anyjev.rundata import CellLayout, read_run  # noqa: E402
 from bench.common import machine_of, measured_on, run_record, run_under_limit, write_json  # noqa: E402
 
 CHROMIUM = Path(os.environ.get("ANYJEV_CHROMIUM", "/usr/bin/chromium"))
@@ -237,7 +237,7 @@ def run_benchmark(args) -> dict:
     from playwright.sync_api import sync_playwright
 
     from anyjev.decision.tokenizer import load_tokenizer
-    from anyjev.outputs.viewer import write_viewer
+    from anyjev.reports.viewer import write_viewer
 
     record = run_record()
     tokenizer = load_tokenizer(REPO / "resources" / "models" / "smollm2-135m")

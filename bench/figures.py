@@ -82,7 +82,7 @@ DOCS = ("README.md", "docs/*.md")
 
 # generated blocks: marker name -> (what writes it, the test that keeps it equal)
 GENERATED = {
-    "summary": ("python -m anyjev.outputs.tables readme results/tables/summary.csv", "tests/unit/test_committed_outputs.py"),
+    "summary": ("python -m anyjev.reports.tables readme results/tables/summary.csv", "tests/unit/test_committed_outputs.py"),
     "readme-timing": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "reproduced": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
     "l0-cost": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),

@@ -9,7 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
-from anyjev.results import CellLayout
+from anyjev.rundata import CellLayout
 from tests.conftest import REPO
 
 RESULTS = REPO / "results"

@@ -43,6 +43,7 @@ from anyjev.run.progress import Progress
 from anyjev.run.records import item_record
 from anyjev.run.requests import answer_masses, name_items, read_layouts
 from anyjev.run.store import PartialScores
+from anyjev.rundata.scores import CERTIFICATE
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,7 @@ def certify_records(calib: Sequence[dict], *, target: float, confidence: float, 
 
 
 def certificate_record(rule: StopRule) -> dict:
-    return {"type": "certificate", "id": CERTIFICATE_ID, "statistic": STATISTIC,
+    return {"type": CERTIFICATE, "id": CERTIFICATE_ID, "statistic": STATISTIC,
             "groups": {g: c.to_dict() for g, c in rule.certificates.items()}}
 
 

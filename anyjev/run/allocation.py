@@ -38,10 +38,10 @@ from anyjev.errors import (
     ServerError,
     TaskDataError,
 )
-from anyjev.files import file_sha256, now_iso, write_json_atomic
+from anyjev.files import file_sha256, file_stat, now_iso, write_json_atomic
 from anyjev.jobs import Job
 from anyjev.run.cell import ScoreJob, score_job
-from anyjev.run.publish import FORMAT, file_stat
+from anyjev.rundata.allocations import FORMAT
 from anyjev.schema import check_setting
 from anyjev.serving.lease import release_server
 

@@ -6,7 +6,7 @@ the batch). After a cell is scored, the audit reads a seeded draw of its test it
 composition: every distinct prompt its record holds, one prompt per request, one request in flight, in the reverse of
 the order scoring sent them, each request with a prefix-cache salt of its own (vLLM's ``cache_salt``: no block cached
 before, by scoring or by another audit request, is reused). The values it reads are kept in the scores file, in one
-record of type ``audit`` after the items (:mod:`anyjev.run.store`), with what the audit cost; the item records are
+record of type ``audit`` after the items (:mod:`anyjev.rundata.scores`), with what the audit cost; the item records are
 as they were.
 
 The evaluation then compares (:func:`audit_summary`): the largest absolute change of a label log-prob, and, at each
@@ -30,6 +30,7 @@ from anyjev.numbers.metrics import TIE_TOL
 from anyjev.numbers.options import EvaluationOptions
 from anyjev.run.prepared import PreparedItem
 from anyjev.run.records import cell_groups
+from anyjev.rundata.scores import AUDIT
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class BatchAudit:
         cost = {"requests": self.backend.requests_sent - requests, "prompts": len(reads),
                 "prompt_tokens": sum(len(ids) for _, _, ids, _ in reads), "seconds": round(time.monotonic() - t0, 3)}
         log.info("batch audit: %d items, %d prompts read again in %.1f s", len(items), len(reads), cost["seconds"])
-        return {"type": "audit", "id": AUDIT_ID, "how": HOW, "seed": AUDIT_SEED, "items": values, "cost": cost}
+        return {"type": AUDIT, "id": AUDIT_ID, "how": HOW, "seed": AUDIT_SEED, "items": values, "cost": cost}
 
 
 def with_audited_values(records: Sequence[dict], audit: Mapping[str, Any]) -> list[dict]:

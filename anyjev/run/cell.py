@@ -27,7 +27,7 @@ from anyjev.run.identity import ScoringOptions, scoring_identity
 from anyjev.run.prepared import prepare_items
 from anyjev.run.scoring import finish_from_checkpoint, score_cell
 from anyjev.run.server_check import ServerGuard
-from anyjev.run.store import scored_under
+from anyjev.rundata.scores import scored_under
 from anyjev.serving.build import resolve_server
 from anyjev.serving.describe import describe_server
 from anyjev.serving.metrics import CacheCounters, read_counters, settled_counters

@@ -1,6 +1,7 @@
-"""The evaluate job: a scored cell read back (:mod:`anyjev.run.records`), evaluated offline
-(:mod:`anyjev.numbers.evaluation`), and written as ``metrics.json`` and ``predictions.csv``; and two cells of one task
-compared (:func:`compare_cells`). No server needed."""
+"""The evaluate job: a scored cell read back (:mod:`anyjev.rundata.scores`, into arrays by :mod:`anyjev.run.records`),
+evaluated offline (:mod:`anyjev.numbers.evaluation`), and written as ``metrics.json`` and ``predictions.csv`` (their
+formats: :mod:`anyjev.rundata.cellfiles`); and two cells of one task compared (:func:`compare_cells`). No server
+needed."""
 
 from __future__ import annotations
 
@@ -27,16 +28,13 @@ from anyjev.numbers.options import EvaluationOptions
 from anyjev.paths import SCORES, STAGED
 from anyjev.run.audit import audit_summary
 from anyjev.run.records import cell_groups
-from anyjev.run.replicates import replicates_for, write_replicates
-from anyjev.run.store import read_cell
+from anyjev.run.replicates import write_replicates
+from anyjev.rundata.cellfiles import PREDICTION_COLUMNS
+from anyjev.rundata.replicates import replicates_for
+from anyjev.rundata.scores import read_scores
 from anyjev.schema import setting
 
 log = logging.getLogger(__name__)
-
-# predictions.csv's columns and what each holds (the run reader, anyjev.results, reads them back as these types).
-PREDICTION_COLUMNS = {"item_id": "text", "level": "text", "group": "text", "gold": "int", "pred": "int", "conf": "float",
-                      "p_gold": "float", "n_top": "int"}
-
 
 @dataclass(frozen=True)
 class EvaluateJob(Job):
@@ -127,8 +125,8 @@ def check_scored_items(scores: str, records: list[dict], task_file: str, splits:
     whole = False
     if os.path.isfile(staged):
         try:
-            whole = scored_items_problem(read_cell(staged)[1], task_file, splits) is None
-        except (TaskDataError, ValueError, KeyError):
+            whole = scored_items_problem(read_scores(staged).items, task_file, splits) is None
+        except TaskDataError:
             whole = False
     way = (f"its staged copy holds them all: cp {staged} {scores}, then run again" if whole else
            f"rescore the cell: delete {scores} and run again (under score_jobs: model, delete {staged} and the "
@@ -145,8 +143,9 @@ def evaluate_cell(job: EvaluateJob, scores: str, metrics_out: str, predictions_o
     the cell's TASK_FILE (the workflow gives it), the scores are first checked to hold every item of the task once
     (:func:`check_scored_items`), and a split holding fewer items than the config asked is noted. FIGURE, when given,
     draws from the evaluation before ``metrics.json`` is written (the cell's reliability diagram:
-    :func:`anyjev.outputs.draw.evaluation_reliability`)."""
-    identity, records, extras = read_cell(scores)
+    :func:`anyjev.reports.draw.evaluation_reliability`)."""
+    cell = read_scores(scores)
+    identity, records, extras = cell.identity, cell.items, cell.extras
     header: dict = {}
     if task_file:
         header, splits = item_splits(task_file)
@@ -199,13 +198,13 @@ def compare_many(scores: Sequence[str], options: EvaluationOptions | None = None
     positions: each file is read, checked against the first and resampled once, however many pairs it is in
     (:func:`anyjev.numbers.compare.models_minus_models`). REPLICATES: each cell's replicates file as its evaluate job
     wrote it (None: none), used where it was made from that scores file under OPTIONS instead of resampling the cell
-    (:func:`anyjev.run.replicates.replicates_for`)."""
+    (:func:`anyjev.rundata.replicates.replicates_for`)."""
     options = options or EvaluationOptions()
-    cells = [read_cell(path) for path in scores]
-    first, (_, first_records, _) = scores[0], cells[0]
-    mine = _items(first_records)
-    for path, (_, records, _) in zip(scores[1:], cells[1:], strict=True):
-        theirs = _items(records)
+    cells = [read_scores(path) for path in scores]
+    first = scores[0]
+    mine = _items(cells[0].items)
+    for path, cell in zip(scores[1:], cells[1:], strict=True):
+        theirs = _items(cell.items)
         for i, (x, y) in enumerate(zip(mine, theirs, strict=False)):
             differ = [f"{name} {yv!r} where {first} has {xv!r}" for name, xv, yv in zip(ITEM_FIELDS, x, y, strict=True)
                       if xv != yv]
@@ -215,8 +214,7 @@ def compare_many(scores: Sequence[str], options: EvaluationOptions | None = None
         if len(mine) != len(theirs):
             raise TaskDataError(path, "items", f"{len(theirs)} items where {first} has {len(mine)} (two cells are "
                                 f"compared on the same items)")
-    grouped = [cell_groups(records, extras, options.prior_mode, path) for path, (_, records, extras) in zip(scores, cells,
-                                                                                                        strict=True)]
+    grouped = [cell_groups(cell.items, cell.extras, options.prior_mode, path) for path, cell in zip(scores, cells, strict=True)]
     known = [None if path is None else replicates_for(path, scores_path, options)
              for path, scores_path in zip(replicates, scores, strict=True)] if replicates else []
     differences = models_minus_models([g.groups for g in grouped], options, level, known=known)

@@ -23,7 +23,7 @@ from anyjev.errors import TaskDataError
 from anyjev.files import file_sha256, write_text_atomic
 from anyjev.run.prepared import prepare_item
 from anyjev.run.rebuild import RenderedPrompt, render_prepared, scored_prompts
-from anyjev.run.store import read_scores
+from anyjev.rundata.scores import read_scores
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,8 @@ def export_scores_with_prompts(scores_path: str | os.PathLike, task_file: str | 
     The prompts are rebuilt from the task file with the scoring code, and each one's hash must equal
     the ``prompt_sha`` stored when it was scored: a different task file, tokenizer or prompt version is
     refused (TaskDataError naming the item and layout) instead of pairing scores with the wrong text."""
-    identity, records = read_scores(scores_path)
+    scores = read_scores(scores_path)
+    identity, records = scores.identity, scores.items
     task = load_task_file(task_file)
     want = identity.get("task_sha256")
     if want and want != (have := file_sha256(task_file)):

@@ -13,6 +13,7 @@ from anyjev.decision.options import PromptOptions
 from anyjev.run.prepared import PreparedItem, prepare_item
 from anyjev.run.records import layouts_record
 from anyjev.run.requests import read_layouts
+from anyjev.rundata.scores import CONTENT_FREE
 
 # The content-free probes (Zhao et al., 2021), each shown as the item's state.
 CONTENT_FREE_PROBES: tuple[str, ...] = ("N/A", "", "[MASK]")
@@ -57,6 +58,6 @@ def score_content_free(backend: Backend, probes: Sequence[tuple[list[str], Prepa
     """Records (``type: content_free``) of the probes: the question keys served, the probe, every layout's
     log-probs (position space: the prior of a layout does not depend on which listing it came from)."""
     values, _ = read_layouts(backend, [(p.label_ids, p.layouts) for _, p in probes])
-    return [{"type": "content_free", "id": p.item.id, "questions": sorted(keys), "probe": p.item.state, "labels": p.labels,
+    return [{"type": CONTENT_FREE, "id": p.item.id, "questions": sorted(keys), "probe": p.item.state, "labels": p.labels,
              "label_ids": p.label_ids, "layouts": layouts_record(p, v)}
             for (keys, p), v in zip(probes, values, strict=True)]

@@ -1,12 +1,11 @@
 """A model's job records (``results/allocations/<model>/<job>.json``: what one scoring job recorded for each cell,
-written by :mod:`anyjev.run.allocation`) read back: which cells an earlier job finished, and one cell published (the
-``score_cell`` step under ``score_jobs: model``), or failed with its own error. It imports nothing the scoring needs (no
-HTTP client, tokenizer or array library): a cell's publishing is a process of its own, and the workflow reads the
-records when it parses."""
+written by :mod:`anyjev.run.allocation`, read by :mod:`anyjev.rundata.allocations`) put to use: which cells an earlier
+job finished, and one cell published (the ``score_cell`` step under ``score_jobs: model``), or failed with its own
+error. It imports nothing the scoring needs (no HTTP client, tokenizer or array library): a cell's publishing is a
+process of its own, and the workflow reads the records when it parses."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass
@@ -23,15 +22,16 @@ from anyjev.errors import (
     ServerError,
     TaskDataError,
 )
-from anyjev.files import file_sha256, write_text_atomic
+from anyjev.files import file_sha256, file_stat, write_text_atomic
 from anyjev.jobs import Job
+from anyjev.rundata.allocations import read_allocation
+from anyjev.rundata.checked import read_text
 
 if TYPE_CHECKING:
     from anyjev.run.allocation import ModelCell
 
 log = logging.getLogger(__name__)
 
-FORMAT = "anyjev.allocation/1"
 # The recorded errors publish-cell raises again as themselves (the others as AnyjevError, their type in the message).
 ERROR_TYPES = {cls.__name__: cls for cls in (LabelTokenError, BackendError, ConfigError, TaskDataError,
                                              BatchCollisionError, ServerError)}
@@ -44,22 +44,6 @@ class PublishJob(Job):
 
     task: str
     model_log: str | None = None
-
-
-def file_stat(path: str | os.PathLike[str]) -> list[int] | None:
-    """A file's size and modification time (ns), or None when it is not there."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [st.st_size, st.st_mtime_ns]
-
-
-def read_allocation(path: str | os.PathLike[str]) -> dict[str, Any]:
-    record = json.loads(Path(path).read_text())
-    if record.get("format") != FORMAT:
-        raise TaskDataError(str(path), "line 1", f"not an {FORMAT} record")
-    return record
 
 
 def finished_cells(folder: str | os.PathLike[str], cells: dict[str, ModelCell],
@@ -124,7 +108,7 @@ def publish_cell(job: PublishJob, allocation: str | os.PathLike[str], out: str |
         raise AnyjevError(f"cell {model}/{task}: {task_file} was built again with other content after {where} scored "
                           f"the cell ({allocation}); the next run scores the cell again")
     for src, dst in ((outcome["scores"], out), (outcome["provenance"], provenance_path)):
-        write_text_atomic(dst, Path(src).read_text(encoding="utf-8"))
+        write_text_atomic(dst, read_text(src))
     log.info("published %s/%s from %s: %s", model, task, where, outcome["counts"])
     return outcome
 

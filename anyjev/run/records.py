@@ -4,7 +4,7 @@ evaluation reads a cell back into arrays per option count K (:func:`cell_groups`
 An item record holds its id, split, gold, prior group, K, labels and label ids, its question key, and per layout it
 read: the option order (caller's option indices by position), the Yes/No phrasing, the prompt hash and the label
 log-probs in position space; plus its answer mass and, when read adaptively, its ``adaptive`` summary. Other record
-types (``content_free`` probes, an adaptive ``certificate``, the batch ``audit``) sit after the items (:mod:`anyjev.run.store`).
+types (``content_free`` probes, an adaptive ``certificate``, the batch ``audit``) sit after the items (:mod:`anyjev.rundata.scores`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from anyjev.numbers.bootstrap import KGroup
 from anyjev.numbers.levels import level_inputs
 from anyjev.numbers.logprobs import log_softmax
 from anyjev.run.prepared import PreparedItem
+from anyjev.rundata.scores import CONTENT_FREE, ITEM
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ def layouts_record(p: PreparedItem, values: dict[str, list[float]]) -> dict:
 def item_record(p: PreparedItem, values: dict[str, list[float]], answer_mass: float | None = None) -> dict:
     """An item's record; only the layouts named in VALUES (those read) are stored."""
     record = {
-        "type": "item",
+        "type": ITEM,
         "id": p.item.id,
         "split": p.item.split,
         "gold": p.item.gold,
@@ -196,7 +197,7 @@ def cell_groups(records: list[dict], extras: dict[str, dict] | None, prior_mode:
         raise TaskDataError(source, "items", "no test items to evaluate")
     cf: dict[str, list[dict]] = {}
     for rec in sorted((extras or {}).values(), key=lambda r: r["id"]):
-        if rec.get("type") == "content_free":
+        if rec.get("type") == CONTENT_FREE:
             for key in rec["questions"]:
                 cf.setdefault(key, []).append(rec)
     if prior_mode == "content_free" and not cf:

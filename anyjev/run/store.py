@@ -1,12 +1,5 @@
-"""Per-item score files that outlive the server.
-
-A cell's scores are a JSON-lines file: a header line with the cell's identity (what was read: model,
-task file, prompt version, layouts), then one line per item with its gold label, prior group, label
-strings and ids, and for every layout its order, prompt hash and label log-probabilities. A cell may
-also hold records of other types after its items (``certificate``: adaptive scoring's stopping threshold;
-``content_free``: the content-free probes; ``audit``: the batch audit, :mod:`anyjev.run.audit`), each with a unique
-``id``; :func:`read_scores` returns the items
-only, :func:`read_cell` the others too.
+"""Per-item score files that outlive the server: a cell's scores written (its format, and its one reader, are
+:mod:`anyjev.rundata.scores`).
 
 While scoring, items are appended to ``<out>.partial`` and flushed as they complete, so a killed job
 loses at most the chunks in flight (the chunk being read, and the one read before it while the server check for it
@@ -26,16 +19,12 @@ from typing import TYPE_CHECKING
 
 from anyjev.errors import ServerChangedError, TaskDataError
 from anyjev.files import write_text_atomic
+from anyjev.rundata.scores import FORMAT, is_item, split_lines
 
 if TYPE_CHECKING:  # imported where a server is bound: reading a scores file (evaluate, inspect) needs no HTTP client
     from anyjev.run.server_check import ServerIdentity
 
 log = logging.getLogger(__name__)
-
-FORMAT = "anyjev.scores/1"
-# What to do with a published scores file that does not read (a cell's folder under results/cells/).
-WAY_BACK = ("delete it and run again: a cell scored by its model's job (score_jobs: model) is published again from its "
-            "staged copy, without a server; a cell scored alone is scored again")
 
 
 def partial_path(out: str | os.PathLike) -> Path:
@@ -44,13 +33,6 @@ def partial_path(out: str | os.PathLike) -> Path:
 
 def _dumps(obj: dict) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
-def _lines(text: str) -> list[str]:
-    """Lines split on "\n" only: str.splitlines() also splits on U+2028, U+0085 and other characters that
-    json.dumps(ensure_ascii=False) writes unescaped (e.g. inside an item id)."""
-    lines = text.split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 class PartialScores:
@@ -75,7 +57,7 @@ class PartialScores:
         if not self.path.exists():
             return
         text = self.path.read_text(encoding="utf-8")
-        lines = _lines(text)
+        lines = split_lines(text)
         # Every line is written with its "\n": a last line without one was cut by a kill mid-write.
         torn_tail = bool(text) and not text.endswith("\n")
         try:
@@ -183,11 +165,6 @@ class PartialScores:
         self.path.unlink(missing_ok=True)
 
 
-def is_item(rec: dict) -> bool:
-    """Item records carry ``type: item`` (older files none); other record types are cell-level extras."""
-    return rec.get("type", "item") == "item"
-
-
 def write_scores(out: str | os.PathLike, identity: dict, records: list[dict], *, server: dict | None = None) -> None:
     """The final scores file: its header (identity, and the server the records were scored on when known), then
     RECORDS."""
@@ -197,42 +174,3 @@ def write_scores(out: str | os.PathLike, identity: dict, records: list[dict], *,
 def _write_lines(out: str | os.PathLike, identity: dict, lines: list[str], *, server: dict | None) -> None:
     header = {"type": "header", "format": FORMAT, "identity": identity} | ({"server": server} if server else {})
     write_text_atomic(out, "".join(line + "\n" for line in [_dumps(header), *lines]))
-
-
-def scored_under(path: str | os.PathLike, identity: dict) -> bool:
-    """Whether PATH is a final scores file made under IDENTITY (reads its header line only)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            header = json.loads(fh.readline())
-    except (OSError, json.JSONDecodeError):
-        return False
-    return header.get("format") == FORMAT and header.get("identity") == identity
-
-
-def read_scores(path: str | os.PathLike) -> tuple[dict, list[dict]]:
-    """(identity, item records) of a final scores file."""
-    identity, items, _ = read_cell(path)
-    return identity, items
-
-
-def read_cell(path: str | os.PathLike) -> tuple[dict, list[dict], dict[str, dict]]:
-    """(identity, item records, other records by id) of a final scores file."""
-    path = Path(path)
-    with open(path, encoding="utf-8") as fh:
-        lines = _lines(fh.read())
-    if not lines:
-        raise TaskDataError(str(path), "line 1", f"empty scores file: {WAY_BACK}")
-    try:
-        header = json.loads(lines[0])
-    except json.JSONDecodeError as exc:
-        raise TaskDataError(str(path), "line 1", f"not JSON ({exc}): the file is cut short or damaged; {WAY_BACK}") from None
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise TaskDataError(str(path), "line 1", f"not an {FORMAT} file (header {header!r:.200})")
-    records = []
-    for n, line in enumerate(lines[1:], start=2):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise TaskDataError(str(path), f"line {n}", f"not JSON ({exc}): the file is cut short or damaged; "
-                                f"{WAY_BACK}") from None
-    return header["identity"], [r for r in records if is_item(r)], {r["id"]: r for r in records if not is_item(r)}

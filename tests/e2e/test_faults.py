@@ -38,7 +38,7 @@ import pytest
 
 from anyjev.data.taskfile import load_task_file
 from anyjev.paths import RunPaths
-from anyjev.run.store import read_scores
+from anyjev.rundata.scores import read_scores
 from anyjev.serving.proc import group_pids, proc_cmdline
 from anyjev.serving.state import read_record
 from tests.conftest import interruptible
@@ -206,9 +206,11 @@ def without_model_name(identity: dict, model: str) -> dict:
 def compare_with_reference(work: Path, ref: dict) -> float:
     """Assert WORK's final cell equals REF's (the uninterrupted reduced run's, another model name for the same model
     and config); returns the largest log-prob difference."""
-    ident, recs = read_scores(work / f"results/cells/{MODEL}/{TASK}/scores.jsonl")
+    read = read_scores(work / f"results/cells/{MODEL}/{TASK}/scores.jsonl")
+    ident, recs = read.identity, read.items
     ref_cell = ref["dir"] / f"results/cells/{ref['model']}/{TASK}"
-    ref_ident, ref_recs = read_scores(ref_cell / "scores.jsonl")
+    read = read_scores(ref_cell / "scores.jsonl")
+    ref_ident, ref_recs = read.identity, read.items
     assert without_model_name(ident, MODEL) == without_model_name(ref_ident, ref["model"])
     ids, ref_ids = [r["id"] for r in recs], [r["id"] for r in ref_recs]
     assert ids == ref_ids, "item ids differ from the uninterrupted run (order, drops or duplicates)"
@@ -784,7 +786,7 @@ def test_sigterm_to_snakemake_mid_cell_then_the_cell_resumes(w, report, request)
     out, log = run.output, score_log(work)
     final = work / f"results/cells/{MODEL}/{TASK}/scores.jsonl"
     kept = record_lines(final) if final.exists() else checkpoint(work)
-    ids = [r["id"] for r in read_scores(final)[1]] if final.exists() else [i for i, _ in kept]
+    ids = [r["id"] for r in read_scores(final).items] if final.exists() else [i for i, _ in kept]
     seen = next((x.strip() for x in out.splitlines() if "Will exit after finishing" in x), "")
     report.record(request.node.nodeid, "SIGTERM to snakemake mid-cell (after four interrupted runs)",
                   f"{seen} {stopped_line(out)} Score log of the rerun cell: {resumed_line(log)}", len(altered(done, kept)),

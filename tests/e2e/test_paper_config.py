@@ -235,10 +235,10 @@ def test_only_score_model_goes_to_the_cluster(paper_dry_run):
 JOB_TYPES = {"prepare-model": "anyjev.serving.models:ModelJob", "fetch-task": "anyjev.data.hub:FetchJob",
              "prepare-task": "anyjev.data.prepare:PrepareJob", "score-model": "anyjev.run.allocation:ScoreModelJob",
              "publish-cell": "anyjev.run.publish:PublishJob", "evaluate": "anyjev.run.evaluate:EvaluateJob",
-             "summary-table": "anyjev.outputs.tables:SummaryJob", "provenance-table": "anyjev.outputs.provenance:ProvenanceJob",
-             "vs-published": "anyjev.outputs.tables:VsPublishedJob", "summary-plots": "anyjev.outputs.plots:SummaryPlotsJob",
-             "vs-published-plot": "anyjev.outputs.plots:VsPublishedPlotJob",
-             "differences-table": "anyjev.outputs.differences:DifferencesJob", "viewer": "anyjev.outputs.viewer:ViewerJob"}
+             "summary-table": "anyjev.reports.tables:SummaryJob", "provenance-table": "anyjev.reports.provenance:ProvenanceJob",
+             "vs-published": "anyjev.reports.tables:VsPublishedJob", "summary-plots": "anyjev.reports.plots:SummaryPlotsJob",
+             "vs-published-plot": "anyjev.reports.plots:VsPublishedPlotJob",
+             "differences-table": "anyjev.reports.differences:DifferencesJob", "viewer": "anyjev.reports.viewer:ViewerJob"}
 
 
 def test_every_command_line_names_its_job_file(paper_dry_run):

@@ -38,7 +38,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from anyjev.run.store import read_scores
+from anyjev.rundata.scores import read_scores
 from testbed.slurm import NODE_ARGS
 from tests.conftest import require_vllm
 from tests.e2e import rehearsal as R
@@ -324,7 +324,8 @@ def test_a_cell_scored_through_slurm_equals_it_scored_locally(rehearsal, cancell
     decisions at every level, the same metrics (3 decimals; the bounds of ECE, AURC and cov@5 to 1/n)."""
     local, work = cancelled["work"], rehearsal["work"]
     cell = f"results/cells/{CANCEL_MODEL}/{CANCEL_TASK}"
-    (ident, recs), (ref_ident, ref_recs) = (read_scores(d / cell / "scores.jsonl") for d in (local, work))
+    (ident, recs), (ref_ident, ref_recs) = ((s.identity, s.items) for s in (read_scores(d / cell / "scores.jsonl")
+                                                                           for d in (local, work)))
     assert ident == ref_ident and [r["id"] for r in recs] == [r["id"] for r in ref_recs]
     worst = 0.0
     for rec, ref in zip(recs, ref_recs, strict=True):

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from anyjev.outputs.tables import TABLE_METRICS
+from anyjev.rundata.summary import TABLE_METRICS
 from tests.conftest import require
 from tests.viewer_helpers import FAILED_ERROR, MODEL, RESULTS, TASKS, failed_run, reference_tasks, run_data
 
@@ -387,7 +387,7 @@ def test_the_page_fetches_a_cells_data_only_when_it_is_opened(view) -> None:
 # ---------------------------------------------------------------------------------------- a failed cell
 @pytest.fixture(scope="module")
 def failed(tasks, smollm2_tokenizer, tmp_path_factory) -> dict:
-    from anyjev.outputs.viewer import write_viewer
+    from anyjev.reports.viewer import write_viewer
 
     root = tmp_path_factory.mktemp("failed-run")
     job = failed_run(root, tasks)
@@ -416,7 +416,7 @@ def test_a_run_with_a_failed_cell_shows_it_and_the_cells_that_finished(view, fai
 
 def reference_page_with(run: dict, out: Path) -> Path:
     """The reference run's page with RUN as its run data, written to OUT."""
-    from anyjev.outputs.viewer.encoding import safe_json
+    from anyjev.reports.viewer.encoding import safe_json
 
     page_html = REFERENCE.read_text(encoding="utf-8")
     marker = '<script type="application/json" id="anyjev-run">'

@@ -24,7 +24,7 @@ from anyjev.run.full import score_prepared
 from anyjev.run.identity import ScoringOptions
 from anyjev.run.prepared import prepare_items
 from anyjev.run.scoring import score_cell
-from anyjev.run.store import read_cell
+from anyjev.rundata.scores import read_scores
 from anyjev.serving.metrics import read_counters
 from tests.integration.test_fidelity_real import FP32_TOL
 
@@ -49,7 +49,8 @@ def test_the_audit_measures_the_real_servers_prefix_cache_drift(vllm_fp32, smoll
                             chunk_items=1, audit=BatchAudit(backend, N_ITEMS))
         hits = read_counters(url, name).minus(before).cache_hits
         assert hits > 0, "scoring reused cached blocks"
-        _, records, extras = read_cell(out)
+        read = read_scores(out)
+        records, extras = read.items, read.extras
         audit = extras[AUDIT_ID]
         assert counts["audit"]["prompts"] == audit["cost"]["prompts"] == audit["cost"]["requests"] == N_ITEMS * LAYOUTS
         # what the audit recorded is what the server computes for the prompt alone: read once more, salted afresh

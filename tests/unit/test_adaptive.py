@@ -37,7 +37,8 @@ from anyjev.run.evaluate import evaluate_records
 from anyjev.run.identity import ScoringOptions, scoring_identity
 from anyjev.run.prepared import prepare_item, prepare_items
 from anyjev.run.scoring import score_cell
-from anyjev.run.store import partial_path, read_cell
+from anyjev.run.store import partial_path
+from anyjev.rundata.scores import read_scores
 from tests.conftest import QWEN3_TOKENIZER_DIR, require
 from tests.waiting import HANG_GUARD
 
@@ -233,7 +234,7 @@ def test_canonical_cell_evaluates_the_same_for_any_listing(qwen3_tokenizer, tmp_
     for name, items in (("plain", plain), ("shuffled", shuffled)):
         out = tmp_path / f"{name}.jsonl"
         _score(qwen3_tokenizer, out, items, ["q"] * len(items), option_order="canonical")
-        _, records, _ = read_cell(out)
+        records = read_scores(out).items
         results.append(evaluate_records(records, EvaluationOptions(n_boot=1000)))
     for level in ("raw", "L0-perm", "L0-bc", "L0"):
         for g in ("fwd", "rev"):
@@ -301,7 +302,8 @@ def adaptive_cell(qwen3_tokenizer, tmp_path_factory) -> tuple[Path, list[Item], 
 
 def test_adaptive_cell_certifies_on_calibration_items_and_stops_test_items(adaptive_cell) -> None:
     out, items, counts = adaptive_cell
-    identity, records, extras = read_cell(out)
+    read = read_scores(out)
+    identity, records, extras = read.identity, read.items, read.extras
     assert identity["rotations"]["mode"] == "adaptive" and identity["rotations"]["target_disagreement"] == 0.05
     cert = extras[CERTIFICATE_ID]["groups"]
     assert set(cert) == {"fwd", "rev"}
@@ -328,8 +330,8 @@ def test_adaptive_decisions_agree_with_full_reading(qwen3_tokenizer, adaptive_ce
     out, items, _ = adaptive_cell
     full_out = tmp_path / "full.jsonl"
     _run(qwen3_tokenizer, full_out, items)
-    _, full_records, _ = read_cell(full_out)
-    _, records, _ = read_cell(out)
+    full_records = read_scores(full_out).items
+    records = read_scores(out).items
     full = {r["id"]: r for r in full_records}
     rule = certify_records([r for r in full_records if r["split"] == "calib"], **RULE)
     disagree, stopped = 0, 0
@@ -405,7 +407,8 @@ def test_adaptive_resume_after_sigkill_equals_uninterrupted(qwen3_tokenizer, ada
 def test_adaptive_without_enough_calibration_items_reads_everything(qwen3_tokenizer, tmp_path) -> None:
     out = tmp_path / "few.jsonl"
     counts = _run(qwen3_tokenizer, out, _items(10, 6), **(ADAPTIVE | {"target_disagreement": 0.01, "confidence": 0.95}))
-    _, records, extras = read_cell(out)
+    read = read_scores(out)
+    records, extras = read.items, read.extras
     cert = extras[CERTIFICATE_ID]["groups"]["fwd"]
     assert cert["threshold"] is None and cert["n"] == 10 and "cannot certify" in cert["reason"]
     assert counts["certificate"]["fwd"]["threshold"] is None
@@ -425,7 +428,8 @@ def test_adaptive_canonical_content_free_together(qwen3_tokenizer, tmp_path) -> 
     kw = ADAPTIVE | {"option_order": "canonical", "content_free": True}
     out = tmp_path / "all.jsonl"
     _score(qwen3_tokenizer, out, items, [it.question.key() for it in items], **kw)
-    identity, records, extras = read_cell(out)
+    read = read_scores(out)
+    identity, records, extras = read.identity, read.items, read.extras
     assert identity["option_order"] == "canonical" and identity["content_free"] == ["N/A", "", "[MASK]"]
     probes = [e for e in extras.values() if e["type"] == "content_free"]
     assert len(probes) == 3  # one option set: every listing shares its probes under canonical order
@@ -493,7 +497,7 @@ def test_adaptive_cell_evaluates_the_decision_the_rule_certified(qwen3_tokenizer
     """An adaptive cell's evaluated L0 is the stopping rule's own statistic (L0 over the rotations read under the
     calibration items' frozen prior), so the reported decision is the certified one."""
     out, _, _ = adaptive_cell
-    _, records, _ = read_cell(out)
+    records = read_scores(out).items
     rule = certify_records([r for r in records if r["split"] == "calib"], **RULE)
     res = evaluate_records(records, EvaluationOptions(n_boot=1000))
     # the Yes/No item (K = 2) read every layout and keeps the test items' own prior
@@ -556,7 +560,8 @@ def test_content_free_prior_mode(qwen3_tokenizer, tmp_path) -> None:
     items = _items(10, 12)[:-1]  # choice items only
     out = tmp_path / "cf.jsonl"
     _run(qwen3_tokenizer, out, items, content_free=True)
-    _, records, extras = read_cell(out)
+    read = read_scores(out)
+    records, extras = read.items, read.extras
     probes = [e for e in extras.values() if e["type"] == "content_free"]
     assert sorted(p["probe"] for p in probes) == ["", "N/A", "[MASK]"]  # one question: three probes
     assert all(set(p["layouts"]) == set(records[0]["layouts"]) for p in probes)
@@ -577,7 +582,8 @@ def test_content_free_prior_mode(qwen3_tokenizer, tmp_path) -> None:
     # without probes the default cell has no L0-cf and content_free mode names the problem
     plain = tmp_path / "plain.jsonl"
     _run(qwen3_tokenizer, plain, items)
-    _, rec2, ext2 = read_cell(plain)
+    read = read_scores(plain)
+    rec2, ext2 = read.items, read.extras
     assert ext2 == {} and "L0-cf" not in evaluate_records(rec2, settings).levels
     with pytest.raises(Exception, match="content-free probes"):
         evaluate_records(rec2, EvaluationOptions(n_boot=1000, prior_mode="content_free"), extras=ext2)

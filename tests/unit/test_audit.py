@@ -13,15 +13,16 @@ import pytest
 
 from anyjev.decision.options import PromptOptions
 from anyjev.decision.tokenizer import load_tokenizer
-from anyjev.outputs.tables import write_summary
-from anyjev.outputs.viewer.run_page import run_page
 from anyjev.paths import METRICS, PREDICTIONS, SCORES
-from anyjev.results import read_cells
+from anyjev.reports.tables import write_summary
+from anyjev.reports.viewer.run_page import run_page
 from anyjev.run.audit import AUDIT_ID, audited_items
 from anyjev.run.cell import ScoreJob, score_job
 from anyjev.run.evaluate import EvaluateJob, evaluate_cell
 from anyjev.run.prepared import prepare_items
-from anyjev.run.store import partial_path, read_cell
+from anyjev.run.store import partial_path
+from anyjev.rundata import read_cells
+from anyjev.rundata.scores import read_scores
 from tests.stub_http import Reply, Status, StubCompletions
 from tests.unit.test_server_check import MODEL, N_ITEMS, url_job
 
@@ -74,7 +75,8 @@ def test_a_batch_dependent_server_has_its_changed_decisions_flagged(tmp_path, st
     out = tmp_path / "scores.jsonl"
     counts = score_job(job, task_file, out, None, owner_pid=0)
 
-    _, items, extras = read_cell(out)
+    read = read_scores(out)
+    extras = read.extras
     audit = extras[AUDIT_ID]
     assert sorted(audit["items"]) == sorted(p.item.id for p in prepared), "every test item, as asked"
     assert json.loads(out.read_text().splitlines()[0])["identity"]["audit"] == N_ITEMS, "not the default: recorded"
@@ -107,7 +109,8 @@ def test_the_audits_requests_go_alone_in_reverse_order_each_with_its_own_salt(tm
     job, task_file = audit_job(tmp_path, stub.url, Path(qwen3_tokenizer.name_or_path))
     out = tmp_path / "scores.jsonl"
     score_job(job, task_file, out, None, owner_pid=0)
-    _, items, extras = read_cell(out)
+    read = read_scores(out)
+    items, extras = read.items, read.extras
     audit = extras[AUDIT_ID]
     n = audit["cost"]["prompts"]
     sent = [r for r in stub.requests if "cache_salt" in r][-n - 1 : -1]  # the last salted request: the server check's
@@ -144,12 +147,12 @@ def test_a_resumed_cell_keeps_its_item_records_and_audits_once(tmp_path, stub, q
     stub.decide, stub.default, stub.requests[:] = None, Reply(), []
     counts = score_job(job, task_file, tmp_path / "cut" / "scores.jsonl", None, owner_pid=0)
     assert counts["scored"] == 0 and counts["audit"]["prompts"] == 2 * N_ITEMS
-    whole, cut = (read_cell(tmp_path / d / "scores.jsonl") for d in ("whole", "cut"))
-    assert cut[1] == whole[1], "the same item records"
+    whole, cut = (read_scores(tmp_path / d / "scores.jsonl") for d in ("whole", "cut"))
+    assert cut.items == whole.items, "the same item records"
     lines = {d: (tmp_path / d / "scores.jsonl").read_text().splitlines() for d in ("whole", "cut")}
     assert lines["cut"][1 : 1 + N_ITEMS] == lines["whole"][1 : 1 + N_ITEMS], "every item line the same bytes"
-    assert [{k: v for k, v in r.items() if k != "cost"} for r in (whole[2][AUDIT_ID], cut[2][AUDIT_ID])] == [
-        {k: v for k, v in whole[2][AUDIT_ID].items() if k != "cost"}] * 2
+    assert [{k: v for k, v in r.items() if k != "cost"} for r in (whole.extras[AUDIT_ID], cut.extras[AUDIT_ID])] == [
+        {k: v for k, v in whole.extras[AUDIT_ID].items() if k != "cost"}] * 2
     again = score_job(job, task_file, tmp_path / "cut" / "scores.jsonl", None, owner_pid=0)
     assert again["prompts"] == 0 and "audit" not in again, "a finished cell is not audited again"
 

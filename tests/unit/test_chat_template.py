@@ -22,7 +22,8 @@ from anyjev.run.cell import ScoreJob
 from anyjev.run.identity import ScoringOptions, scoring_identity
 from anyjev.run.prepared import prepare_items
 from anyjev.run.scoring import score_cell
-from anyjev.run.store import partial_path, read_scores
+from anyjev.run.store import partial_path
+from anyjev.rundata.scores import read_scores
 from anyjev.settings import Settings
 from tests.conftest import REPO
 from tests.unit.test_store_scoring import FakeBackend, Interrupted, groups_of, make_items
@@ -126,7 +127,7 @@ def test_a_checkpoint_made_under_another_template_is_not_resumed(smollm2_tokeniz
     counts = run(ChatTemplate("none"), FakeBackend())
     assert counts["resumed"] == 0 and counts["scored"] == len(items)
     assert list(tmp_path.glob("cell.jsonl.partial.stale-*")), "the other template's checkpoint is kept aside"
-    assert read_scores(out)[0]["chat_template"] == "none"
+    assert read_scores(out).identity["chat_template"] == "none"
 
 
 def test_the_documented_file_template_is_the_plain_prompt_after_the_bos_token(smollm2_tokenizer) -> None:

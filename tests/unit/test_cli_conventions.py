@@ -18,7 +18,7 @@ from anyjev.backends.vllm import ClientOptions
 from anyjev.cli import build_parser
 from anyjev.run.cell import ExternalServer, ScoreJob
 from anyjev.run.identity import ScoringOptions
-from anyjev.run.publish import FORMAT as ALLOCATION_FORMAT
+from anyjev.rundata.allocations import FORMAT as ALLOCATION_FORMAT
 from tests.conftest import REPO
 
 ITEM = {"id": "a", "state": "It rains.", "question": "Is it wet?", "kind": "noul", "gold": 0}

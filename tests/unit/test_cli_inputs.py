@@ -71,7 +71,7 @@ def test_a_scores_file_torn_mid_line_is_refused_with_the_way_back(cut, tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert code == EXIT_BAD_INPUT, err
     where = "line 2" if cut == "mid-line" else "line 1"
-    assert err[-1].startswith(f"anyjev evaluate: TaskDataError: {scores}:{where}: not JSON"), err
+    assert err[-1].startswith(f"anyjev evaluate: FileFormatError: {scores}:{where}: not JSON"), err
     assert err[-1].endswith("delete it and run again: a cell scored by its model's job (score_jobs: model) is published "
                             "again from its staged copy, without a server; a cell scored alone is scored again"), err
     assert not any("Traceback" in line for line in err)

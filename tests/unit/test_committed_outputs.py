@@ -16,11 +16,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from anyjev.outputs.tables import read_summary, readme_markdown, write_summary
 from anyjev.paths import REPLICATES
-from anyjev.results import read_cells
+from anyjev.reports.tables import readme_markdown, write_summary
 from anyjev.run.evaluate import evaluate_cell
-from anyjev.run.replicates import read_replicates, replicates_for
+from anyjev.rundata import read_cells
+from anyjev.rundata.replicates import read_replicates, replicates_for
+from anyjev.rundata.summary import read_summary
 from anyjev.settings import Settings
 from tests.conftest import DEFAULT_CONFIG, REPO
 from tests.readme_table import readme_block

@@ -1,4 +1,4 @@
-"""The differences table (anyjev/outputs/differences.py): every level minus raw from each cell's metrics.json, and one
+"""The differences table (anyjev/reports/differences.py): every level minus raw from each cell's metrics.json, and one
 model minus another on the same task, each with its paired interval; the run reader's frame of them."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import pytest
 import anyjev.numbers.compare as compare
 from anyjev.errors import FileFormatError
 from anyjev.numbers.options import EvaluationOptions
-from anyjev.outputs.differences import COLUMNS, differences_markdown, write_differences
 from anyjev.paths import REPLICATES
-from anyjev.results import read_cells
+from anyjev.reports.differences import COLUMNS, differences_markdown, write_differences
 from anyjev.run.evaluate import EvaluateJob, compare_cells, compare_many, evaluate_cell
 from anyjev.run.records import cell_groups
-from anyjev.run.replicates import read_replicates
-from anyjev.run.store import read_cell
+from anyjev.rundata import read_cells
+from anyjev.rundata.replicates import read_replicates
+from anyjev.rundata.scores import read_scores
 
 REPO = Path(__file__).resolve().parents[2]
 CELL = REPO / "results" / "cells" / "smollm2-135m" / "mmlu"
@@ -178,7 +178,7 @@ def test_a_pair_resampling_other_calibration_rows_than_a_cells_evaluation_resamp
     _, kept = read_replicates(two_models[0] / REPLICATES)
     assert any(kept.calib), "the cell's evaluation resampled no calibration rows: nothing to tell apart"
     elsewhere = dataclasses.replace(kept, calib=tuple(not c for c in kept.calib))
-    groups = [cell_groups(read_cell(str(p / "scores.jsonl"))[1], None, FAST.prior_mode, "test").groups for p in two_models]
+    groups = [cell_groups(read_scores(str(p / "scores.jsonl")).items, None, FAST.prior_mode, "test").groups for p in two_models]
     resampled = counting_resamples(monkeypatch)
     compare.models_minus_models(groups, FAST, known=[kept, None])
     assert len(resampled) == 1  # the second cell only

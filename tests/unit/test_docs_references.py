@@ -123,4 +123,4 @@ def test_the_reader_finds_paths_links_and_names() -> None:
     assert {"results/tables/summary.csv", "results/tables/summary.md"} <= {
         w for d in DOCS for w, _ in mentioned_paths(d, roots)}
     assert "anyjev.config.validate_config" in set(DOTTED.findall(doc_text(sample)))
-    assert not resolves("anyjev.outputs.cells.cells_to_wait_for") and resolves("anyjev.results.CellLayout")
+    assert not resolves("anyjev.reports.cells.cells_to_wait_for") and resolves("anyjev.rundata.CellLayout")

@@ -43,9 +43,10 @@ def make_records(rng: np.random.Generator, n_test: int, n_calib: int, k: int, *,
         for g, ords in orders.items():
             for s, order in enumerate(ords):
                 lp = log_softmax(z[order] + pos_bias + 0.1 * rng.normal(size=k))
-                layouts[f"{g}/r{s}"] = {"lp": lp.tolist(), "order": order.tolist()}
+                layouts[f"{g}/r{s}"] = {"lp": lp.tolist(), "order": order.tolist(), "swapped": False,
+                                        "prompt_sha": f"{i}-{g}-{s}"}
         out.append({"id": f"{id_prefix}{i}", "split": "test" if i < n_test else "calib", "gold": gold, "group": group,
-                    "k": k, "layouts": layouts})
+                    "k": k, "labels": [chr(65 + p) for p in range(k)], "question": f"{id_prefix}{i}", "layouts": layouts})
     return out
 
 

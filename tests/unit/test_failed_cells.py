@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from anyjev.results import CellLayout
+from anyjev.rundata import CellLayout
 
 MISSING = [9454 + i for i in range(40)]
 LABEL_LINE = ("anyjev publish-cell: LabelTokenError: cell m/t failed in the scoring job of model 'm': prompt 0: the server's "

@@ -268,7 +268,7 @@ def test_every_generated_block_is_kept_equal_by_a_test() -> None:
 def _generator_source(writer: str) -> str:
     if "bench.report" in writer:
         return (REPO / "bench" / "report.py").read_text()
-    return (REPO / "anyjev" / "outputs" / "tables.py").read_text()
+    return (REPO / "anyjev" / "reports" / "tables.py").read_text()
 
 
 def test_a_listed_text_is_not_a_measurement_and_an_entry_whose_text_left_its_doc_fails(tmp_path: Path, monkeypatch) -> None:

@@ -24,7 +24,7 @@ from anyjev.numbers.logprobs import log_softmax
 from anyjev.run.identity import ScoringOptions, scoring_identity
 from anyjev.run.prepared import prepare_items
 from anyjev.run.scoring import score_cell
-from anyjev.run.store import read_scores
+from anyjev.rundata.scores import read_scores
 from anyjev.serving.argv import PINNED_FLAGS, build_argv, check_extra_flags
 from anyjev.serving.build import resolve_server
 from anyjev.serving.spec import ServerSpec
@@ -142,7 +142,7 @@ def test_answer_mass_is_stored_per_item_from_the_raw_layout(smollm2_tokenizer, t
     backend, its = MassBackend(), items()
     out = tmp_path / "cell.jsonl"
     counts = score(backend, smollm2_tokenizer, its, out, MASS, chunk_items=2)
-    _, records = read_scores(out)
+    records = read_scores(out).items
     assert len(records) == len(its)
     sent = [p for call in backend.vocab_calls for p in call]
     for rec in records:
@@ -158,7 +158,7 @@ def test_answer_mass_off_adds_nothing(smollm2_tokenizer, tmp_path) -> None:
     backend, its = MassBackend(), items()
     score(backend, smollm2_tokenizer, its, tmp_path / "a.jsonl", ScoringOptions())
     assert backend.vocab_calls == []
-    assert all("answer_mass" not in r for r in read_scores(tmp_path / "a.jsonl")[1])
+    assert all("answer_mass" not in r for r in read_scores(tmp_path / "a.jsonl").items)
 
 
 def test_the_backend_protocol_declares_what_the_library_asks_of_a_backend() -> None:

@@ -25,7 +25,8 @@ from anyjev.run.identity import ScoringOptions
 from anyjev.run.inspect import export_scores_with_prompts, list_tasks, show_prompt, tasks_table
 from anyjev.run.prepared import prepare_items
 from anyjev.run.scoring import score_cell
-from anyjev.run.store import read_scores, write_scores
+from anyjev.run.store import write_scores
+from anyjev.rundata.scores import read_scores
 
 COLOUR = choice("Which colour is the object?", ["red", "green", "blue"])
 SEVERITY = score("How severe is it?", ["low", "medium", "high"])
@@ -60,7 +61,7 @@ def scored(smollm2_tokenizer, tmp_path_factory) -> dict:
     options = ScoringOptions()
     prepared = prepare_items(smollm2_tokenizer, task.items, task.prior_groups(), options.prompt)
     score_cell(StubBackend(), smollm2_tokenizer, prepared, str(scores), identity, options=options, chunk_items=2)
-    return {"task_file": task_file, "scores": scores, "records": read_scores(scores)[1]}
+    return {"task_file": task_file, "scores": scores, "records": read_scores(scores).items}
 
 
 def _ids(out: str) -> list[list[int]]:
@@ -117,7 +118,8 @@ def test_export_pairs_scores_with_their_prompt_text(scored, smollm2_tokenizer) -
 
 
 def test_export_refuses_a_prompt_that_was_not_scored(scored, smollm2_tokenizer, tmp_path) -> None:
-    identity, records = read_scores(scored["scores"])
+    read = read_scores(scored["scores"])
+    identity, records = read.identity, read.items
     records[2]["layouts"]["fwd/r0"]["prompt_sha"] = "0123456789abcdef"
     bad = tmp_path / "scores.jsonl"
     write_scores(bad, identity, records)

@@ -13,12 +13,12 @@ import pytest
 from anyjev.cli import main
 from anyjev.jobs import from_data
 from anyjev.numbers.options import EvaluationOptions
-from anyjev.outputs.differences import DifferencesJob
-from anyjev.outputs.plots import ReliabilityJob, SummaryPlotsJob, VsPublishedPlotJob
-from anyjev.outputs.provenance import ProvenanceJob
-from anyjev.outputs.tables import SummaryJob, VsPublishedJob
 from anyjev.paths import CONFIG
-from anyjev.results import CellLayout
+from anyjev.reports.differences import DifferencesJob
+from anyjev.reports.plots import ReliabilityJob, SummaryPlotsJob, VsPublishedPlotJob
+from anyjev.reports.provenance import ProvenanceJob
+from anyjev.reports.tables import SummaryJob, VsPublishedJob
+from anyjev.rundata import CellLayout
 from anyjev.settings import Settings
 from tests.conftest import REPO
 
@@ -87,7 +87,7 @@ def test_a_step_whose_table_is_missing_says_which_in_one_line(step, tmp_path, ca
 
 @pytest.mark.parametrize("step", ["summary-table", "provenance-table", "reliability-plot"])
 def test_a_step_that_reads_the_run_shows_a_cell_that_has_not_run(step, tmp_path) -> None:
-    """What the end of a run with failed cells writes too (anyjev/outputs/run.py): a cell without files is listed as not
+    """What the end of a run with failed cells writes too (anyjev/reports/run.py): a cell without files is listed as not
     run, with the log it would have, rather than left out."""
     job, flags, written = steps(tmp_path / "nowhere", tmp_path / "out")[step]
     assert main([step, "--job", job.to_file(tmp_path / "jobs"), *flags]) == 0
@@ -128,7 +128,7 @@ def test_the_workflow_parse_imports_no_drawing_library() -> None:
 
     common = (REPO / "workflow" / "rules" / "common.smk").read_text()
     modules = sorted(set(re.findall(r"^from (anyjev[\w.]*) import", common, flags=re.M)))
-    assert "anyjev.outputs.plots" in modules and "anyjev.outputs.run" in modules, modules
+    assert "anyjev.reports.plots" in modules and "anyjev.reports.run" in modules, modules
     probe = "; ".join(f"import {m}" for m in modules) + "; import sys; print(sorted(m for m in ('matplotlib',) if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", f"common.smk's imports load {out.stdout.strip()}"

@@ -12,8 +12,8 @@ from tests.conftest import REPO
 
 DISTRIBUTION = {"yaml": "pyyaml", "huggingface_hub": "huggingface-hub"}  # module -> distribution name
 # Core dependencies imported where they are used, not at module level: matplotlib when a figure is drawn
-# (anyjev/outputs/plots.py, pyplot()), so that every `snakemake` call's parse does not load it.
-IMPORTED_WHERE_USED = {"matplotlib": REPO / "anyjev" / "outputs" / "draw.py"}
+# (anyjev/reports/plots.py, pyplot()), so that every `snakemake` call's parse does not load it.
+IMPORTED_WHERE_USED = {"matplotlib": REPO / "anyjev" / "reports" / "draw.py"}
 
 
 def module_level_imports(path: Path) -> set[str]:

@@ -18,9 +18,9 @@ from anyjev.numbers.power import (
     discordance,
     items_needed,
 )
-from anyjev.outputs.differences import differences_markdown, with_power
 from anyjev.plan import TaskCounts, pilot_discordance, power_plan, power_text
-from anyjev.results import read_run
+from anyjev.reports.differences import differences_markdown, with_power
+from anyjev.rundata import read_run
 from anyjev.settings import Settings
 from tests.conftest import DEFAULT_CONFIG, REPO
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from anyjev.paths import RunPaths
-from anyjev.results import CellLayout
+from anyjev.rundata import CellLayout
 from tests.workflow_rules import workflow_rules, written_paths
 
 
@@ -27,7 +27,7 @@ def test_no_record_of_a_model_lies_among_its_cells() -> None:
 
 
 def test_the_failed_cell_report_reads_the_logs_the_earlier_steps_write() -> None:
-    """A cell whose scoring never ran is explained by its earlier steps' logs (anyjev.results.CellLayout): the
+    """A cell whose scoring never ran is explained by its earlier steps' logs (anyjev.rundata.CellLayout): the
     rules that make what a cell needs log to the files the workflow's layout reads, nearest first."""
     rules = workflow_rules("model")
     written = [[plain(log) for log in rules[name]["log"]] for name in ("score_model", "prepare_task", "fetch_hub_task", "prepare_model")]

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from anyjev.run.evaluate import EvaluateJob
-from anyjev.run.publish import FORMAT, PublishJob
+from anyjev.run.publish import PublishJob
+from anyjev.rundata.allocations import FORMAT
 from anyjev.serving.proc import pid_alive, proc_cmdline
 from tests.conftest import REPO
 from tests.waiting import has_mapped, wait_for

@@ -21,7 +21,8 @@ from anyjev.numbers.logprobs import log_softmax
 from anyjev.run.identity import ScoringOptions
 from anyjev.run.prepared import prepare_items
 from anyjev.run.scoring import score_cell
-from anyjev.run.store import FORMAT, PartialScores, partial_path, read_scores
+from anyjev.run.store import PartialScores, partial_path
+from anyjev.rundata.scores import FORMAT, read_scores
 
 IDENTITY = {"task": "mixed", "model": {"backend": "fake"}, "prompt_version": "test", "layouts": {"permute": True, "flip": True}}
 
@@ -132,7 +133,8 @@ def reference(smol, tmp_path_factory) -> tuple[bytes, list[dict], FakeBackend, d
     out = tmp_path_factory.mktemp("ref") / "cell.jsonl"
     backend = FakeBackend()
     counts = run(backend, smol, make_items(), out)
-    identity, records = read_scores(out)
+    read = read_scores(out)
+    identity, records = read.identity, read.items
     assert identity == IDENTITY
     return out.read_bytes(), records, backend, counts
 
@@ -263,7 +265,7 @@ def test_line_separator_characters_in_item_ids(smol, tmp_path) -> None:
     backend = FakeBackend()
     counts = run(backend, smol, items, out)
     assert counts["resumed"] > 0
-    assert [r["id"] for r in read_scores(out)[1]] == [it.id for it in items]
+    assert [r["id"] for r in read_scores(out).items] == [it.id for it in items]
 
 
 def test_corrupt_middle_line_is_refused(smol, tmp_path) -> None:
@@ -290,7 +292,8 @@ def test_partial_under_another_identity_is_moved_aside(smol, tmp_path) -> None:
     stale = list(tmp_path.glob("cell.jsonl.partial.stale-*"))
     assert len(stale) == 1
     assert stale[0].read_text(encoding="utf-8") == old_partial  # kept intact, not mixed in
-    identity, records = read_scores(out)
+    read = read_scores(out)
+    identity, records = read.identity, read.items
     assert identity == other
     assert sorted(backend.work_shas) == sorted(set().union(*(record_shas(r) for r in records)))
     fresh = tmp_path / "fresh.jsonl"
@@ -306,7 +309,7 @@ def test_noul_reversed_layouts_reuse_the_forward_prompts(smol, tmp_path) -> None
     backend = FakeBackend()
     items = [Item("only", "Meeting moved to 3pm.", SPAM, 1, "test")]
     counts = run(backend, smol, items, out)
-    (rec,) = read_scores(out)[1]
+    (rec,) = read_scores(out).items
     lay = rec["layouts"]
     assert len(backend.work) == 2 and counts["prompts"] == 2
     assert set(backend.sent_shas) == {lay["fwd/r0"]["prompt_sha"], lay["fwd/r1"]["prompt_sha"]}
@@ -320,7 +323,7 @@ def test_two_option_choice_reversed_order_is_a_rotation(smol, tmp_path) -> None:
     q = choice("Which is heavier?", ["a feather", "a brick"])
     backend = FakeBackend()
     run(backend, smol, [Item("x", "", q, 1, None)], tmp_path / "c.jsonl")
-    (rec,) = read_scores(tmp_path / "c.jsonl")[1]
+    (rec,) = read_scores(tmp_path / "c.jsonl").items
     assert len(rec["layouts"]) == 4 and len(backend.work) == 2 and len(set(backend.sent)) == 2
     assert rec["layouts"]["rev/r0"]["prompt_sha"] == rec["layouts"]["fwd/r1"]["prompt_sha"]
 
@@ -331,7 +334,7 @@ def test_identical_items_are_sent_once(smol, tmp_path) -> None:
     run(backend, smol, items, tmp_path / "dup.jsonl")
     assert len(backend.work) == 2 and len(set(backend.sent)) == 2
     assert len(backend.call_log[-1]) == 2  # one request holds both items' prompts, each once
-    a, b = read_scores(tmp_path / "dup.jsonl")[1]
+    a, b = read_scores(tmp_path / "dup.jsonl").items
     assert a["layouts"] == b["layouts"] and (a["id"], b["id"]) == ("a", "b")
 
 

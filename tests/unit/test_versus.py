@@ -1,4 +1,4 @@
-"""Run against run (``anyjev compare``, anyjev/outputs/versus.py) on two small runs: the committed reference run's MMLU
+"""Run against run (``anyjev compare``, anyjev/reports/versus.py) on two small runs: the committed reference run's MMLU
 cell and a copy whose scores are moved as another server's would be. Its numbers equal a direct computation (raw
 accuracy's difference and its BCa interval from the two cells' per-item correctness on the seeded resamples), a cell
 whose items differ is refused naming the first one, and the command line prints and writes the same table."""
@@ -17,10 +17,10 @@ from anyjev.cli import main
 from anyjev.numbers.bootstrap import resample_rows
 from anyjev.numbers.metrics import interval, jackknife_acceleration
 from anyjev.numbers.power import detectable_from_interval
-from anyjev.outputs.versus import compare_runs
-from anyjev.results import read_run
+from anyjev.reports.versus import compare_runs
 from anyjev.run.records import cell_groups
-from anyjev.run.store import read_cell
+from anyjev.rundata import read_run
+from anyjev.rundata.scores import read_scores
 from tests.unit.test_differences import CELL, FAST, another_model, evaluate
 
 MODEL = "smollm2-135m"
@@ -42,7 +42,7 @@ def two_runs(tmp_path_factory) -> tuple[Path, Path]:
 
 def raw_correct(scores: Path) -> np.ndarray:
     """Each test item's raw correctness (no ties here), cell order: its fwd/r0 layout's top label maps to gold."""
-    _, records, _ = read_cell(scores)
+    records = read_scores(scores).items
     test = [r for r in records if r.get("split") in (None, "test")]
     out = []
     for r in test:
@@ -68,7 +68,8 @@ def test_run_b_minus_run_a_equals_a_direct_computation(two_runs):
     # raw accuracy, directly: the per-item correctness of both cells on the seeded resamples of the test items
     scores = [d / "results/cells" / MODEL / "mmlu/scores.jsonl" for d in two_runs]
     ca, cb = (raw_correct(s) for s in scores)
-    _, records, extras = read_cell(scores[0])
+    read = read_scores(scores[0])
+    records, extras = read.items, read.extras
     groups = cell_groups(records, extras, FAST.prior_mode, "a").groups
     rows = resample_rows(groups, [True] * len(groups), FAST).test  # the test items each resample draws (one K group)
     boot = cb[rows].mean(axis=1) - ca[rows].mean(axis=1)

@@ -1,4 +1,4 @@
-"""The viewer's generator (anyjev/outputs/viewer/) and the finished/failed cells helper (anyjev/results/layout.py):
+"""The viewer's generator (anyjev/reports/viewer/) and the finished/failed cells helper (anyjev/rundata/layout.py):
 the committed results/viewer is what the generator writes from the committed cells, per-item levels are the
 library's, a predictions file or a prompt that does not follow from the scores is refused, failed cells name
 their error and log. The page itself is tested in a real browser: tests/e2e/test_viewer_browser.py."""
@@ -18,10 +18,10 @@ import pytest
 from anyjev.cli import main
 from anyjev.errors import TaskDataError
 from anyjev.numbers.options import EvaluationOptions
-from anyjev.outputs.viewer import write_viewer
-from anyjev.outputs.viewer.encoding import Lines, js_data
-from anyjev.results.layout import error_line
+from anyjev.reports.viewer import write_viewer
+from anyjev.reports.viewer.encoding import Lines, js_data
 from anyjev.run.evaluate import evaluate_records, item_levels
+from anyjev.rundata.layout import error_line
 from tests.unit.test_committed_outputs import differences
 from tests.unit.test_evaluation import levels_of, make_records
 from tests.viewer_helpers import (
@@ -190,9 +190,9 @@ def test_a_cells_notes_are_shown_by_the_viewer_and_the_tables(tmp_path, tasks, s
     """A cell whose evaluation refused L1 (here: fewer calibration items than evaluation.min_calib_items asks) says why
     on its card and cell page, in the run page's notes, in summary.md and as a comment of summary.tex; a table that
     does not show L1 leaves that note out."""
-    from anyjev.outputs.tables import write_summary
-    from anyjev.results import read_cells
+    from anyjev.reports.tables import write_summary
     from anyjev.run.evaluate import EvaluateJob, evaluate_cell
+    from anyjev.rundata import read_cells
 
     job = one_cell(tmp_path, tasks)
     cell = tmp_path / "results" / "cells" / MODEL / "rotten_tomatoes"
@@ -291,7 +291,7 @@ def test_the_docs_figures_are_generated_from_the_committed_benchmark() -> None:
 
 
 def test_an_adaptive_item_shows_the_rotations_it_did_not_read_as_not_read() -> None:
-    from anyjev.outputs.viewer.items_page import layout_names, matrix
+    from anyjev.reports.viewer.items_page import layout_names, matrix
 
     lp = [-0.5, -1.5, -2.0, -2.5]
     p = np.exp(lp).tolist()
@@ -311,7 +311,7 @@ def test_a_prior_group_is_named_as_a_person_reads_it() -> None:
     shortened, or the task's name when every item shares the question."""
     from anyjev.data.tasks import Item, Task
     from anyjev.decision.questions import choice, noul
-    from anyjev.outputs.viewer.items_page import prior_group_names
+    from anyjev.reports.viewer.items_page import prior_group_names
 
     long = "Which of the following statements about the sentence above is the one a careful reader would pick first?"
     q1, q2 = choice(long, ["a", "b"]), noul("Is it spam?")
@@ -327,7 +327,7 @@ def test_a_prior_group_is_named_as_a_person_reads_it() -> None:
 
 def test_a_damaged_page_template_is_one_error_naming_it(tmp_path, monkeypatch) -> None:
     from anyjev.errors import FileFormatError
-    from anyjev.outputs.viewer import page
+    from anyjev.reports.viewer import page
 
     template = tmp_path / "index.html"
     template.write_text(page.TEMPLATE.read_text().replace("/*RUN*/", ""))
@@ -356,9 +356,8 @@ def test_a_prompt_whose_text_does_not_encode_to_the_scored_ids_names_its_item_an
 def test_models_sharing_a_tokenizer_rebuild_each_task_once_and_every_cell_is_checked(tasks, tmp_path, monkeypatch) -> None:
     """Two models whose tokenizer folder is the same: each task's test items are rendered and tokenised once for
     both, both get the same prompts, and a cell whose stored hash is not its prompt's is still refused."""
-    from anyjev.results.files import is_test
     from anyjev.run import rebuild
-    from anyjev.run.store import read_scores
+    from anyjev.rundata.scores import is_test, read_scores
     from tests.viewer_helpers import TASKS
 
     results, logs = tmp_path / "results", tmp_path / "logs"
@@ -374,7 +373,7 @@ def test_models_sharing_a_tokenizer_rebuild_each_task_once_and_every_cell_is_che
     write_viewer(job, tmp_path / "viewer")
 
     test_ids = [rec["id"] for task in TASKS
-                for rec in read_scores(RESULTS / "cells" / MODEL / task / "scores.jsonl")[1] if is_test(rec)]
+                for rec in read_scores(RESULTS / "cells" / MODEL / task / "scores.jsonl").items if is_test(rec)]
     assert sorted(built) == sorted(test_ids)  # once each, not once per model
     for task in TASKS:
         ours, twins = (viewer_file(tmp_path / "viewer" / "cells" / m / f"{task}.items.js")[1][2] for m in (MODEL, "twin"))

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from anyjev import cli
-from anyjev.outputs.viewer import INDEX
 from anyjev.paths import CONFIG, Figure, RunPaths
+from anyjev.reports.viewer import INDEX
 from tests.conftest import REPO
 from tests.workflow_rules import written_paths
 

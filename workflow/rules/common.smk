@@ -12,14 +12,14 @@ from anyjev.claims import Claim, config_name, made_by, record_claims, refusals
 from anyjev.config import check_runnable, load_strict, validate_config, value_source, with_shipped_paths
 from anyjev.data.hub import META_FILE as HUB_META
 from anyjev.errors import ConfigError
-from anyjev.outputs.plots import SummaryPlotsJob, VsPublishedPlotJob
-from anyjev.outputs.run import RunOutputs, kept_as_they_are, write_run_outputs
-from anyjev.outputs.viewer import CELLS as VIEWER_CELLS, INDEX as VIEWER_INDEX
 from anyjev.paths import METRICS, PREDICTIONS, PROVENANCE, REPLICATES, SCORES, run_paths
-from anyjev.results import CellLayout
+from anyjev.reports.plots import SummaryPlotsJob, VsPublishedPlotJob
+from anyjev.reports.run import RunOutputs, kept_as_they_are, write_run_outputs
+from anyjev.reports.viewer import CELLS as VIEWER_CELLS, INDEX as VIEWER_INDEX
 from anyjev.run.allocation import ScoreModelJob, score_jobs_mode
 from anyjev.run.interrupt import interrupt_jobs, interrupted_line
 from anyjev.run.publish import PublishJob, finished_cells, retry_failed
+from anyjev.rundata import CellLayout
 from anyjev.serving.models import PROVENANCE_FILE as MODEL_RECORD
 from anyjev.settings import SCORE_RESOURCES, Settings
 
@@ -364,7 +364,8 @@ def published_overlap_rows():
     """Published rows this run can be compared with, known at parse time from keys alone (model, task,
     level, metric), so the comparison figure is requested only when it will hold something.
     """
-    from anyjev.outputs.tables import published_overlap, read_published
+    from anyjev.reports.tables import published_overlap
+    from anyjev.rundata.summary import read_published
 
     path = published_table()
     return len(published_overlap(read_published(path), CELLS, SETTINGS.levels)) if path else 0
@@ -395,7 +396,7 @@ def output_targets():
 
 def run_outputs():
     """Every cross-cell output of the run: the jobs the rules hand their commands, and where the rules write; what a
-    run with failed cells writes at its end from the cells that finished (anyjev/outputs/run.py)."""
+    run with failed cells writes at its end from the cells that finished (anyjev/reports/run.py)."""
     return RunOutputs(
         summary_table=summary_job(),
         differences_table=differences_job(),
@@ -426,7 +427,7 @@ RUN_OUTPUT_RULES = {
 def write_partial_outputs():
     """At the end of a run with failed cells: the tables, figures, comparison, provenance report and viewer of the
     cells that finished, each failed cell listed with its error line and log, when the run was asked for them and
-    they replace nothing of another run's (anyjev/outputs/run.py, kept_as_they_are). Never raises: the run's own error
+    they replace nothing of another run's (anyjev/reports/run.py, kept_as_they_are). Never raises: the run's own error
     is what matters."""
     if not any(job.rule.name in RUN_OUTPUT_RULES for job in workflow.dag.jobs):
         return

@@ -1,6 +1,6 @@
 # The run's item-level viewer (docs/viewer.md): its index.html opens from disk, offline. A run whose cells all
 # finished builds it here; a run with failed cells builds it at its end from the cells that finished and shows the
-# failed ones, with the first line of their error and their log (onerror: anyjev/results/layout.py says which).
+# failed ones, with the first line of their error and their log (onerror: anyjev/rundata/layout.py says which).
 
 
 rule viewer:
@@ -12,7 +12,7 @@ rule viewer:
         tasks=expand(rules.prepare_task.output.task_file, task=TASKS),
         models=[f for m in MODELS for f in model_marker(m)],
     output:
-        # the viewer's files in its folder (anyjev/outputs/viewer): the page, and the cells' data
+        # the viewer's files in its folder (anyjev/reports/viewer): the page, and the cells' data
         index=report(f"{PATHS.viewer}/{VIEWER_INDEX}", caption="../report/viewer.rst", category="Viewer"),
         cells=directory(f"{PATHS.viewer}/{VIEWER_CELLS}"),
     log:

@@ -1,4 +1,4 @@
-"""The run reader (anyjev/results/): a run's frames equal its files, every value, on the committed reference run
+"""The run reader (anyjev/rundata/): a run's frames equal its files, every value, on the committed reference run
 (the files read here with json and csv alone); a failed cell is a row with its error line and log; a file that is
 missing, empty or malformed is one error naming it (never a parser's traceback), from the library and from the
 `anyjev viewer` command; whatever metrics.json holds per level becomes a column."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import shutil
 from pathlib import Path
 
@@ -17,8 +18,12 @@ import pytest
 
 from anyjev.cli import main
 from anyjev.errors import FileFormatError
-from anyjev.outputs.tables import read_published, read_summary
-from anyjev.results import read_cells, read_run
+from anyjev.rundata import read_cells, read_run
+from anyjev.rundata.allocations import read_allocation
+from anyjev.rundata.cellfiles import read_metrics, read_predictions, read_provenance
+from anyjev.rundata.replicates import read_replicates
+from anyjev.rundata.scores import read_scores
+from anyjev.rundata.summary import read_published, read_summary, read_vs_published
 from tests.viewer_helpers import FAILED_ERROR, MODEL, RESULTS, TASKS, failed_run
 
 CELLS = [RESULTS / "cells" / MODEL / t for t in TASKS]
@@ -194,15 +199,69 @@ def test_a_malformed_file_is_one_error_naming_it(tmp_path, name, text, frame, wh
     assert str(err.value).startswith(str(tmp_path))
 
 
-def test_a_missing_table_or_an_empty_one_is_one_error_naming_it(tmp_path) -> None:
-    (tmp_path / "summary.csv").write_text("")
-    with pytest.raises(FileFormatError, match=r"summary.csv:line 1: empty file"):
-        read_summary(tmp_path / "summary.csv")
-    (tmp_path / "summary.csv").write_text("model,task,level\nm,t,raw\n")
-    with pytest.raises(FileFormatError, match=r"summary.csv:line 1: the header lacks column\(s\) n, K, acc"):
-        read_summary(tmp_path / "summary.csv")
-    with pytest.raises(FileFormatError, match=r"published.csv:file: missing"):
-        read_published(tmp_path / "published.csv")
+# Every kind of file of a run, read through its one reader: (reader, file name, its malformed text, where that is).
+SCORES_HEAD = '{"type": "header", "format": "anyjev.scores/1", "identity": {}}\n'
+ALLOCATION_HEAD = '{"format": "anyjev.allocation/1", "model": "m", "cells": '
+READERS = {
+    "scores.jsonl": (read_scores, SCORES_HEAD + '{"type": "item", "id": "a"}\n', "line 2: item record lacks 'gold'"),
+    "metrics.json": (read_metrics, "[1, 2]", "line 1: a JSON list, not an object"),
+    "predictions.csv": (read_predictions, "item_id,level\nrt-1,raw\n", "line 1: the header lacks column(s) group"),
+    "provenance.json": (read_provenance, '{"vllm_version": ', "line 1: not JSON"),
+    "replicates.npz": (read_replicates, "PK not an archive", "file: not a replicates file"),
+    "allocation.json": (read_allocation, ALLOCATION_HEAD + '{"t": {"status": "ok"}}}', "cells.t: the outcome lacks 'scores'"),
+    "summary.csv": (read_summary, "model,task,level\nm,t,raw\n", "line 1: the header lacks column(s) n, K, acc"),
+    "published.csv": (read_published, "# source\nmodel,task,level,metric,value\nm,t,raw,acc,high\n",
+                      "line 3: column value is 'high', not a number"),
+    "vs_published.csv": (read_vs_published, "model,task\nm,t\n", "line 1: the header lacks column(s) level"),
+}
+# What an empty one is refused as (a provenance.json may be missing: a cell scored outside the workflow has none).
+EMPTY = {"scores.jsonl": "line 1: empty scores file", "replicates.npz": "file: empty file"}
+CSV_EMPTY = "line 1: empty file (no header line"
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty", "malformed"])
+@pytest.mark.parametrize("name", sorted(READERS))
+def test_every_file_of_a_run_read_bad_is_one_error_naming_it(tmp_path: Path, name: str, kind: str) -> None:
+    """Missing, empty (zero bytes) or malformed, each kind of file of a run is refused by its reader as one
+    FileFormatError line that starts with the file's path and says where in it, never a parser's own exception."""
+    reader, malformed, where = READERS[name]
+    path = tmp_path / name
+    if kind == "missing" and name == "provenance.json":
+        assert reader(path) == {}
+        return
+    if kind != "missing":
+        path.write_text({"empty": "", "malformed": malformed}[kind])
+    want = {"missing": "file: missing", "malformed": where,
+            "empty": EMPTY.get(name, CSV_EMPTY if name.endswith(".csv") else "line 1: empty file")}[kind]
+    with pytest.raises(FileFormatError) as err:
+        reader(path)
+    assert type(err.value) is FileFormatError and str(err.value).startswith(f"{path}:{want}"), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("lines", "where"), [
+    ([SCORES_HEAD.strip(), '{"type": "probe", "id": "p"}'], "line 2: record type 'probe' is none of item, content_free"),
+    ([SCORES_HEAD.strip(), '{"type": "audit", "id": "x"}', '{"type": "audit", "id": "x"}'],
+     "line 3: a second audit record with id 'x'"),
+    ([SCORES_HEAD.strip(), '{"type": "item", "id": "a", "gold": 0'], "line 2: not JSON"),
+    (['{"type": "header", "format": "anyjev.scores/0", "identity": {}}'], "line 1: not an anyjev.scores/1 file"),
+    (['{"type": "header", "format": "anyjev.scores/1", "identity": []}'], "line 1: the header's identity is not an object"),
+])
+def test_a_scores_file_is_checked_record_by_record(tmp_path: Path, lines: list[str], where: str) -> None:
+    path = tmp_path / "scores.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    with pytest.raises(FileFormatError, match=re.escape(f"{path}:{where}")):
+        read_scores(path)
+
+
+def test_a_job_record_of_another_format_or_status_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "job.json"
+    path.write_text('{"format": "anyjev.scores/1", "model": "m", "cells": {}}')
+    with pytest.raises(FileFormatError, match=re.escape(f"{path}:format: is 'anyjev.scores/1', not 'anyjev.allocation/1'")):
+        read_allocation(path)
+    path.write_text(ALLOCATION_HEAD + '{"t": {"status": "lost"}}}')
+    with pytest.raises(FileFormatError, match=re.escape(f"{path}:cells.t.status: is 'lost', not ok or failed")):
+        read_allocation(path)
 
 
 def test_the_viewer_command_names_a_malformed_file_in_one_line(tmp_path, capsys) -> None:

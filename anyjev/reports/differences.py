@@ -22,11 +22,12 @@ from anyjev.files import write_text_atomic
 from anyjev.jobs import Job
 from anyjev.numbers.options import EvaluationOptions
 from anyjev.numbers.power import detectable_from_interval
-from anyjev.outputs.tables import METRIC_TITLES, TABLE_METRICS, arrow
 from anyjev.paths import REPLICATES, SCORES
-from anyjev.results import CellLayout, Run, read_layout
-from anyjev.results.frames import flatten
+from anyjev.reports.tables import METRIC_TITLES, arrow
 from anyjev.run.evaluate import compare_many
+from anyjev.rundata import CellLayout, Run, read_layout
+from anyjev.rundata.frames import flatten
+from anyjev.rundata.summary import TABLE_METRICS
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ import pandas as pd
 from anyjev.data.tasks import Task
 from anyjev.decision.layouts import GROUPS
 from anyjev.numbers.evaluation import ItemLevels
-from anyjev.outputs.viewer.cell_page import CellFrames
-from anyjev.outputs.viewer.encoding import Lines, Table, probs, sig
-from anyjev.results.frames import layout_parts
+from anyjev.reports.viewer.cell_page import CellFrames
+from anyjev.reports.viewer.encoding import Lines, Table, probs, sig
 from anyjev.run.rebuild import RenderedPrompt
+from anyjev.rundata.frames import layout_parts
 
 GROUP_NAME_WIDTH = 60  # characters of a question's text that name its prior group
 

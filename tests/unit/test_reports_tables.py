@@ -14,17 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from anyjev.outputs.provenance import sections_html, sections_markdown, write_provenance
-from anyjev.outputs.tables import (
-    HIGHER_IS_BETTER,
-    TABLE_METRICS,
-    main,
-    read_summary,
-    readme_markdown,
-    summary_latex,
-    summary_markdown,
-)
-from anyjev.results import read_cells
+from anyjev.reports.provenance import sections_html, sections_markdown, write_provenance
+from anyjev.reports.tables import HIGHER_IS_BETTER, main, readme_markdown, summary_latex, summary_markdown
+from anyjev.rundata import read_cells
+from anyjev.rundata.summary import TABLE_METRICS, read_summary
 from tests.conftest import REPO, require
 from tests.readme_table import README_END, README_START, readme_block
 from tests.waiting import HANG_GUARD
@@ -84,7 +77,7 @@ def test_readme_table_is_the_generated_one(summary) -> None:
     block = readme_block(text)
     assert block is not None, f"README.md has no {README_START} ... {README_END} markers around its results table"
     assert block.strip() == readme_markdown(summary).strip(), (
-        "README's results table differs from `python -m anyjev.outputs.tables readme results/tables/summary.csv`")
+        "README's results table differs from `python -m anyjev.reports.tables readme results/tables/summary.csv`")
 
 
 def test_readme_command_prints_the_table(summary, capsys) -> None:

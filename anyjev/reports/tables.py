@@ -1,6 +1,6 @@
 """Tables across cells: the summary (one row per model, task, level) as CSV, Markdown and LaTeX, the
 README's excerpt of it, and the comparison with published numbers. Built from a run's frames
-(:mod:`anyjev.results`), so they can be rebuilt without a server. The workflow's two table steps:
+(:mod:`anyjev.rundata`), so they can be rebuilt without a server. The workflow's two table steps:
 :func:`summary_table` (a :class:`SummaryJob`) and :func:`vs_published` (a :class:`VsPublishedJob`).
 """
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,10 +19,9 @@ from anyjev.decision.layouts import GROUPS
 from anyjev.files import write_text_atomic
 from anyjev.jobs import Job
 from anyjev.numbers.metrics import METRICS
-from anyjev.results import CellLayout, Run, read_layout
-from anyjev.results.files import read_csv
+from anyjev.rundata import CellLayout, Run, read_layout
+from anyjev.rundata.summary import TABLE_METRICS, read_published, read_summary
 
-TABLE_METRICS = ("acc", "macro_f1", "nll", "brier", "ece", "flip", "cov@5", "aurc")
 METRIC_TITLES = {"acc": "acc", "macro_f1": "macro-F1", "nll": "NLL", "brier": "Brier", "ece": "ECE", "flip": "flip",
                  "cov@5": "cov@5%", "aurc": "AURC"}
 # Which way is better: True = higher. cov@5 is the share answerable at <= 5% error; flip is order sensitivity.
@@ -31,12 +29,6 @@ HIGHER_IS_BETTER = {"acc": True, "macro_f1": True, "nll": False, "brier": False,
                     "cov@5": True, "aurc": False}
 README_METRICS = ("acc", "macro_f1", "nll", "brier", "ece", "flip")
 INTERVAL_NOTE = "bootstrap 95% intervals (see metrics.json settings)"  # a table of no finished cell
-# summary.csv's columns that every table row has, and their kinds (anyjev.results.files.read_csv)
-SUMMARY_COLUMNS = {"model": "text", "task": "text", "level": "text", "n": "int", "K": "text"} | {
-    f"{m}{end}": "float?" for m in TABLE_METRICS for end in ("", "_lo", "_hi")}
-PUBLISHED_COLUMNS = {"model": "text", "task": "text", "level": "text", "metric": "text", "value": "float"}
-VS_PUBLISHED_COLUMNS = {"model": "text", "task": "text", "level": "text", "metric": "text", "ours": "float",
-                        "lo": "float", "hi": "float", "published": "float"}
 
 
 @dataclass(frozen=True)
@@ -288,11 +280,6 @@ def readme_markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_summary(path: str | os.PathLike) -> pd.DataFrame:
-    """summary.csv, checked, with K kept as text (it may be ``mixed (2-5)``)."""
-    return read_csv(path, SUMMARY_COLUMNS)
-
-
 # ------------------------------------------------------------------------------------------------ LaTeX
 _TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
                 "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
@@ -354,11 +341,6 @@ def write_summary(run: Run, levels: Sequence[str], csv_out: str, md_out: str, te
 
 
 # -------------------------------------------------------------------------------------------- published
-def read_published(path: str | os.PathLike) -> pd.DataFrame:
-    """A table of published numbers (long form: model, task, level, metric, value; ``#`` starts a comment)."""
-    return read_csv(path, PUBLISHED_COLUMNS, comment="#")
-
-
 def published_overlap(published: pd.DataFrame, cells: Iterable[tuple[str, str]], levels: Sequence[str]) -> pd.DataFrame:
     """The published rows this run can be compared with (known before any job runs: keys only)."""
     keys = {(m, t) for m, t in cells}
@@ -395,11 +377,6 @@ def vs_published(job: VsPublishedJob, csv_out: str, md_out: str) -> pd.DataFrame
     return table
 
 
-def read_vs_published(path: str | os.PathLike) -> pd.DataFrame:
-    """vs_published.csv, checked."""
-    return read_csv(path, VS_PUBLISHED_COLUMNS)
-
-
 NO_OVERLAP = ("No overlap: no (model, task, level, metric) of this run has a published counterpart, so there is "
               "nothing to compare and no comparison figure is made.\n")
 
@@ -416,8 +393,8 @@ def vs_published_markdown(df: pd.DataFrame) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m anyjev.outputs.tables readme results/tables/summary.csv``: print the README's table."""
-    p = argparse.ArgumentParser(prog="python -m anyjev.outputs.tables")
+    """``python -m anyjev.reports.tables readme results/tables/summary.csv``: print the README's table."""
+    p = argparse.ArgumentParser(prog="python -m anyjev.reports.tables")
     sub = p.add_subparsers(dest="what", required=True)
     s = sub.add_parser("readme", help="the README's results table (Markdown) from summary.csv")
     s.add_argument("summary_csv")

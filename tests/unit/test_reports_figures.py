@@ -15,10 +15,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from anyjev.outputs import draw, plots
-from anyjev.outputs.tables import VsPublishedJob, read_summary, summary_frame, vs_published, vs_published_frame, vs_published_markdown
 from anyjev.paths import Figure, RunPaths
-from anyjev.results import CellLayout, read_cells
+from anyjev.reports import draw, plots
+from anyjev.reports.tables import VsPublishedJob, summary_frame, vs_published, vs_published_frame, vs_published_markdown
+from anyjev.rundata import CellLayout, read_cells
+from anyjev.rundata.summary import read_summary
 from tests.conftest import REPO
 from tests.workflow_rules import workflow_rules
 

@@ -2,7 +2,7 @@
 fetches nothing from a network and needs no server (docs/viewer.md).
 
 Three pages (hash routes of one HTML file) and two data files per cell, each made by a module of its own from the
-run as the run reader (:mod:`anyjev.results`) gives it:
+run as the run reader (:mod:`anyjev.rundata`) gives it:
 
 * ``index.html`` (:mod:`.page`, :mod:`.run_page`): the page, its CSS and JavaScript (``assets/``, this project's
   own) and the run-level data inline: every cell with its summary-table numbers per level, or why it has none;
@@ -18,6 +18,6 @@ The level code is the library's (:mod:`.levels`): the generator refuses a cell w
 follow from its ``scores.jsonl`` under its ``metrics.json`` settings. :mod:`.write` puts it together.
 """
 
-from anyjev.outputs.viewer.write import CELLS, INDEX, ViewerJob, write_viewer
+from anyjev.reports.viewer.write import CELLS, INDEX, ViewerJob, write_viewer
 
 __all__ = ["CELLS", "INDEX", "ViewerJob", "write_viewer"]

@@ -9,8 +9,8 @@ from anyjev.errors import TaskDataError
 from anyjev.numbers.evaluation import ItemLevels
 from anyjev.numbers.metrics import tie_weights
 from anyjev.paths import PREDICTIONS
-from anyjev.results import Cell
 from anyjev.run.evaluate import item_levels
+from anyjev.rundata import Cell
 
 CHECK_TOL = 1e-6  # predictions.csv against the library's levels (float noise across machines is ~1e-10)
 

@@ -1,6 +1,6 @@
 """Drawing a figure, without pandas: matplotlib without a display, the house style, the PNG + PDF pair written
 atomically, and a cell's reliability diagram from arrays. The evaluate step draws its cell's diagram from the
-evaluation it holds (:func:`evaluation_reliability`); :mod:`anyjev.outputs.plots` draws the run's figures from its
+evaluation it holds (:func:`evaluation_reliability`); :mod:`anyjev.reports.plots` draws the run's figures from its
 tables, and a cell's diagram from its files, with the same functions."""
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def draw_reliability(points: Mapping[str, tuple[np.ndarray, np.ndarray]], png: s
 
 def evaluation_reliability(evaluation: Evaluation, levels: Sequence[str], png: str | os.PathLike,
                            pdf: str | os.PathLike | None = None, *, title: str = "") -> tuple[Path, Path]:
-    """A cell's reliability diagram from its evaluation, the figure that :func:`anyjev.outputs.plots.reliability_plot`
+    """A cell's reliability diagram from its evaluation, the figure that :func:`anyjev.reports.plots.reliability_plot`
     draws from the predictions.csv and metrics.json the evaluation is written to."""
     points, widths = {}, []
     for level in levels:

@@ -1,5 +1,5 @@
 """Where a run keeps a cell's files and the logs of the steps that make them, and so which cells finished, which
-failed and why: what the run reader (:mod:`anyjev.results`) reads a run by.
+failed and why: what the run reader (:mod:`anyjev.rundata`) reads a run by.
 
 A cell is *finished* when its ``metrics.json`` exists. A cell without one has *failed* when the log of the step
 that should have made its next file exists (the score log while it has no ``scores.jsonl``, else the evaluate log):

@@ -1,5 +1,5 @@
 """The run page's data (inline in ``index.html``): every cell of the run, a finished one with its summary-table
-numbers per level (the rows :func:`anyjev.outputs.tables.summary_frame` makes of the run's frames, as in
+numbers per level (the rows :func:`anyjev.reports.tables.summary_frame` makes of the run's frames, as in
 ``summary.csv``) and header facts from the cells frame (the batch audit's among them), a failed one with the first
 line of its error and its log."""
 
@@ -11,9 +11,10 @@ from typing import Any
 import pandas as pd
 
 from anyjev.decision.layouts import GROUPS
-from anyjev.outputs.tables import METRIC_TITLES, TABLE_METRICS, arrow, cell_notes, interval_note
-from anyjev.outputs.viewer.encoding import num
-from anyjev.results import Run
+from anyjev.reports.tables import METRIC_TITLES, arrow, cell_notes, interval_note
+from anyjev.reports.viewer.encoding import num
+from anyjev.rundata import Run
+from anyjev.rundata.summary import TABLE_METRICS
 
 VIEWER_FORMAT = "anyjev.viewer/1"
 

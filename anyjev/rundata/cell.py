@@ -1,19 +1,21 @@
 """One cell of a run (a model x task): where its files are and what they hold, each file read and checked
-(:mod:`anyjev.results.files`) the first time it is asked for, so that a table that needs only ``metrics.json`` never
-reads a cell's scores."""
+(:mod:`anyjev.rundata.cellfiles`, :mod:`anyjev.rundata.scores`) the first time it is asked for, so that a table that
+needs only ``metrics.json`` never reads a cell's scores."""
 
 from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from anyjev.decision.options import PromptOptions
 from anyjev.numbers.options import EvaluationOptions
 from anyjev.paths import METRICS, PREDICTIONS, PROVENANCE, SCORES
-from anyjev.results.files import Scores, evaluation_options, load_metrics, load_predictions, load_provenance, load_scores
+from anyjev.rundata.cellfiles import evaluation_options, read_metrics, read_predictions, read_provenance
+from anyjev.rundata.scores import Scores, read_scores
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class Cell:
@@ -38,22 +40,22 @@ class Cell:
     @cached_property
     def metrics(self) -> dict[str, Any]:
         """``metrics.json``."""
-        return load_metrics(self.file(METRICS))
+        return read_metrics(self.file(METRICS))
 
     @cached_property
     def predictions(self) -> pd.DataFrame:
         """``predictions.csv``: item_id, level, group, gold, pred, conf, p_gold, n_top."""
-        return load_predictions(self.file(PREDICTIONS))
+        return read_predictions(self.file(PREDICTIONS))
 
     @cached_property
     def scores(self) -> Scores:
         """``scores.jsonl``: the identity, the item records and the other records."""
-        return load_scores(self.file(SCORES))
+        return read_scores(self.file(SCORES))
 
     @cached_property
     def provenance(self) -> dict[str, Any]:
         """``provenance.json`` (empty for a cell scored outside the workflow)."""
-        return load_provenance(self.file(PROVENANCE))
+        return read_provenance(self.file(PROVENANCE))
 
     @property
     def evaluation_options(self) -> EvaluationOptions:

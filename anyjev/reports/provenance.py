@@ -3,7 +3,7 @@ hashes), how (vLLM version, argv, system fingerprints, git commit) and what the 
 rates, temperatures, interval settings), from each cell's provenance.json and metrics.json.
 
 Written as Markdown (readable on GitHub) and HTML (shown inside the Snakemake report), from a run read by
-:mod:`anyjev.results`. A provenance field is shown when the cell recorded it (a cell scored outside the workflow has
+:mod:`anyjev.rundata`. A provenance field is shown when the cell recorded it (a cell scored outside the workflow has
 no provenance.json). The workflow's step: :func:`provenance_table` (a :class:`ProvenanceJob`).
 """
 
@@ -20,7 +20,7 @@ import yaml
 
 from anyjev.files import write_text_atomic
 from anyjev.jobs import Job
-from anyjev.results import CellLayout, Run, read_layout
+from anyjev.rundata import CellLayout, Run, read_layout
 
 Section = tuple[str, list[str], list[list[str]]]  # title, table header, rows (or a preformatted block)
 

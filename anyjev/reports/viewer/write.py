@@ -1,4 +1,4 @@
-"""Writing a run's viewer: the run read through :mod:`anyjev.results`, each finished cell's levels computed and
+"""Writing a run's viewer: the run read through :mod:`anyjev.rundata`, each finished cell's levels computed and
 checked, its prompts rebuilt and verified, its two data files written, then ``index.html``; all into a temporary
 folder that replaces the output folder as a whole."""
 
@@ -16,16 +16,16 @@ from anyjev.decision.labels import LabelChecker
 from anyjev.decision.tokenizer import Tokenizers
 from anyjev.files import current_umask, write_text_atomic
 from anyjev.jobs import Job
-from anyjev.outputs.tables import summary_frame
-from anyjev.outputs.viewer.cell_page import CellFrames, cell_page
-from anyjev.outputs.viewer.encoding import js_data
-from anyjev.outputs.viewer.items_page import items_page
-from anyjev.outputs.viewer.levels import cell_levels, check_predictions
-from anyjev.outputs.viewer.page import index_html
-from anyjev.outputs.viewer.run_page import run_page
-from anyjev.results import Cell, CellLayout, Run, read_layout
-from anyjev.results.files import is_test
+from anyjev.reports.tables import summary_frame
+from anyjev.reports.viewer.cell_page import CellFrames, cell_page
+from anyjev.reports.viewer.encoding import js_data
+from anyjev.reports.viewer.items_page import items_page
+from anyjev.reports.viewer.levels import cell_levels, check_predictions
+from anyjev.reports.viewer.page import index_html
+from anyjev.reports.viewer.run_page import run_page
 from anyjev.run.rebuild import scored_prompts
+from anyjev.rundata import Cell, CellLayout, Run, read_layout
+from anyjev.rundata.scores import is_test
 
 # The viewer's files in its folder: the page, and each finished cell's two data files under CELLS/<model>/.
 INDEX, CELLS = "index.html", "cells"
@@ -90,7 +90,7 @@ def write_cell(run: Run, cell: Cell, job: ViewerJob, out: Path, prompts: _Prompt
 def write_viewer(job: ViewerJob, out: str | os.PathLike, *, tokenizers: dict | None = None, run: Run | None = None) -> Path:
     """Write the viewer of JOB's run into OUT (replaced as a whole): ``index.html`` and the data of every finished
     cell; returns the path of ``index.html``. TOKENIZERS may hand over loaded tokenizers by model, RUN the run already
-    read (by :func:`anyjev.results.read_layout` with JOB's layout and cells)."""
+    read (by :func:`anyjev.rundata.read_layout` with JOB's layout and cells)."""
     run = run or read_layout(job.layout, job.cells)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -13,9 +13,9 @@ import pandas as pd
 from anyjev.decision.layouts import GROUPS
 from anyjev.numbers.evaluation import ItemLevels
 from anyjev.numbers.metrics import reliability_bins, tie_weights
-from anyjev.outputs.draw import reliability_bin_count, wilson_interval
-from anyjev.results import Cell, Run
-from anyjev.results import frames as tidy
+from anyjev.reports.draw import reliability_bin_count, wilson_interval
+from anyjev.rundata import Cell, Run
+from anyjev.rundata import frames as tidy
 
 
 @dataclass

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from anyjev.errors import FileFormatError
-from anyjev.outputs.viewer.encoding import safe_json
+from anyjev.reports.viewer.encoding import safe_json
 
 ASSETS = Path(__file__).with_name("assets")
 TEMPLATE = ASSETS / "page.html"

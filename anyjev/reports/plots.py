@@ -1,6 +1,6 @@
 """Figures for a paper, each written as PNG (300 dpi) and PDF (embedded TrueType fonts), sized for a
 single column (3.5 in) or the text width (7 in) at 7-8 pt type; matplotlib without a display (the style and the
-drawing of a cell's reliability diagram: :mod:`anyjev.outputs.draw`).
+drawing of a cell's reliability diagram: :mod:`anyjev.reports.draw`).
 
 Levels are alternatives, not a sequence: they are categories on the x axis, shown as points with their
 interval (a vertical segment from lo to hi: BCa, widened to include the point where the bootstrap
@@ -23,17 +23,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from anyjev.jobs import Job
-from anyjev.outputs.draw import LEVEL_COLORS, STYLE, draw_reliability, interval, pyplot, save_figure
-from anyjev.outputs.tables import (
-    HIGHER_IS_BETTER,
-    METRIC_TITLES,
-    TABLE_METRICS,
-    arrow,
-    k_range,
-    read_summary,
-    read_vs_published,
-)
-from anyjev.results import CellLayout, Run, read_layout
+from anyjev.reports.draw import LEVEL_COLORS, STYLE, draw_reliability, interval, pyplot, save_figure
+from anyjev.reports.tables import HIGHER_IS_BETTER, METRIC_TITLES, arrow, k_range
+from anyjev.rundata import CellLayout, Run, read_layout
+from anyjev.rundata.summary import TABLE_METRICS, read_summary, read_vs_published
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -153,7 +146,7 @@ def reliability_plot(job: ReliabilityJob, png: str, pdf: str, *, run: Run | None
 
 def plot_reliability(preds: pd.DataFrame, levels: Sequence[str], png: str | os.PathLike, pdf: str | os.PathLike | None = None,
                      *, k: object = None, title: str = "", ece_intervals: Mapping[str, Mapping] | None = None) -> tuple[Path, Path]:
-    """A cell's reliability diagram from its predictions (predictions.csv's rows): :func:`anyjev.outputs.draw.draw_reliability`
+    """A cell's reliability diagram from its predictions (predictions.csv's rows): :func:`anyjev.reports.draw.draw_reliability`
     of its test items' forward-group confidences, the confidence axis from 1/K (the largest K; 0 when K is not given)."""
     kr = k_range(k) if k is not None else None
     points = {}

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from anyjev.errors import FileFormatError
-from anyjev.outputs.differences import DifferencesJob, differences_table
-from anyjev.outputs.plots import (
+from anyjev.paths import RunPaths
+from anyjev.reports.differences import DifferencesJob, differences_table
+from anyjev.reports.plots import (
     ReliabilityJob,
     SummaryPlotsJob,
     VsPublishedPlotJob,
@@ -26,12 +27,12 @@ from anyjev.outputs.plots import (
     summary_plots,
     vs_published_plot,
 )
-from anyjev.outputs.provenance import ProvenanceJob, provenance_table
-from anyjev.outputs.tables import SummaryJob, VsPublishedJob, read_summary, summary_table, vs_published
-from anyjev.outputs.viewer import ViewerJob, write_viewer
-from anyjev.paths import RunPaths
-from anyjev.results import read_layout
-from anyjev.results.run import Failure
+from anyjev.reports.provenance import ProvenanceJob, provenance_table
+from anyjev.reports.tables import SummaryJob, VsPublishedJob, summary_table, vs_published
+from anyjev.reports.viewer import ViewerJob, write_viewer
+from anyjev.rundata import read_layout
+from anyjev.rundata.run import Failure
+from anyjev.rundata.summary import read_summary
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ fp32 against bf16, one prompt profile against another), compared item by item. F
 metric of every level both have, B's value minus A's with the BCa interval of the paired difference, exactly as one
 model minus another (:func:`anyjev.run.evaluate.compare_many`: both cells resampled on the same items, their kept
 bootstrap replicates paired where they were made from their scores), and the smallest difference its items could have
-detected (:func:`anyjev.outputs.differences.with_power`).
+detected (:func:`anyjev.reports.differences.with_power`).
 
 A cell is refused, with the reason, when its two runs did not read the same items (the first item that differs is
 named: id, split, gold or K) or were evaluated under other settings (their intervals would not be paired); the other
@@ -23,12 +23,12 @@ import pandas as pd
 from anyjev.errors import ArgumentError, TaskDataError
 from anyjev.files import write_text_atomic
 from anyjev.numbers.levels import ALL_LEVELS
-from anyjev.outputs.differences import INTERVALS_NOTE, markdown_table, with_power
-from anyjev.outputs.tables import TABLE_METRICS
 from anyjev.paths import CELL_DIR, REPLICATES, SCORES
-from anyjev.results import Cell, Run, read_run
-from anyjev.results.frames import flatten
+from anyjev.reports.differences import INTERVALS_NOTE, markdown_table, with_power
 from anyjev.run.evaluate import compare_many
+from anyjev.rundata import Cell, Run, read_run
+from anyjev.rundata.frames import flatten
+from anyjev.rundata.summary import TABLE_METRICS
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from anyjev.results.cell import Cell
+from anyjev.rundata.cell import Cell
 
 CELL_KEY = ["model", "task"]
 ITEM_COLUMNS = ["item_id", "split", "gold", "k", "prior_group", "question_key", "labels", "label_ids", "label_kind",

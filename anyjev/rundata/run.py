@@ -1,5 +1,5 @@
-"""A run read back: which of its cells finished (:class:`~anyjev.results.cell.Cell`) and which failed, and the tidy
-frames of what they hold (:mod:`anyjev.results.frames`), each built the first time it is asked for."""
+"""A run read back: which of its cells finished (:class:`~anyjev.rundata.cell.Cell`) and which failed, and the tidy
+frames of what they hold (:mod:`anyjev.rundata.frames`), each built the first time it is asked for."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 
 from anyjev.errors import FileFormatError
-from anyjev.results import frames
-from anyjev.results.cell import METRICS, Cell
-from anyjev.results.layout import CellLayout
+from anyjev.rundata import frames
+from anyjev.rundata.cell import METRICS, Cell
+from anyjev.rundata.layout import CellLayout
 
 Failure = dict[str, str | None]  # {"error": the first line of its error, "log": its log (None: unknown)}
 

@@ -1,1 +1,0 @@
-"""The outputs: tables and figures across cells."""
