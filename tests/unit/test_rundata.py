@@ -68,6 +68,10 @@ def test_the_cells_frame_is_each_cells_metrics_and_provenance(run) -> None:
         want |= {("answer_mass" if k == "value" else f"answer_mass_{k}"): v for k, v in m["answer_mass"].items()}
         for g, fit in m["temperature"].items():
             want |= {(f"T_{g}" if k == "T" else f"T_{g}_{k}"): v for k, v in fit.items()}
+        audit = m["audit"]  # the batch audit's numbers: what it read, what moved, what changed at each level, its cost
+        want |= {"audit_items": audit["items"], "audit_max_abs_logprob_diff": audit["max_abs_logprob_diff"]}
+        want |= {f"audit_changed_{level}": n for level, n in audit["changed"].items()}
+        want |= {f"audit_cost_{k}": v for k, v in audit["cost"].items()}
         assert set(row) == {"model", "task", *want}
         for key, value in want.items():
             assert same(row[key], value), (task, key, row[key], value)
