@@ -63,6 +63,8 @@ from bench.common import CONFIG, MODELS_DIR, Server, measured_on, run_record, ru
 
 MODEL = "smollm2-135m"
 PINNED_BLOCK = 32
+# The bare servers, by name: (prefix caching, KV-cache block size).
+SERVERS = {"nocache_b32": (False, PINNED_BLOCK), "nocache_b128": (False, 128), "cache_b32": (True, PINNED_BLOCK)}
 TAIL_TOKENS = 16  # the per_request pass's prompts: each layout's last tokens
 ENGINE_CONCURRENCY = 64  # requests in flight in an engine pass: all of a cell's
 WARM_UP_ITEMS = 8  # each cell's first items, sent once to each server before anything is measured
@@ -253,7 +255,8 @@ def ratios(passes: dict) -> dict:
                 out[f"{name}_vs_engine_nocache_b32_{variant}"] = round(rate[name] / rate[f"engine_nocache_b32_{variant}"], 3)
             out[f"{name}_vs_engine_cache_b32"] = round(rate[name] / rate["engine_cache_b32"], 3)
     out["engine_cache_b32_vs_engine_nocache_b32"] = round(rate["engine_cache_b32"] / rate["engine_nocache_b32"], 3)
-    out["engine_nocache_b128_vs_engine_nocache_b32"] = round(rate["engine_nocache_b128"] / rate["engine_nocache_b32"], 3)
+    if "engine_nocache_b128" in rate:  # --servers may leave it out
+        out["engine_nocache_b128_vs_engine_nocache_b32"] = round(rate["engine_nocache_b128"] / rate["engine_nocache_b32"], 3)
     return out
 
 
@@ -322,8 +325,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="also the run from a fresh server's readiness to each cell's last item (a server start a rep)")
     ap.add_argument("--server-flags", action="append", default=[], metavar="NAME=FLAGS",
                     help="also the bare engine, with the cache and without, on servers started with FLAGS (repeatable)")
+    ap.add_argument("--servers", default=",".join(SERVERS), type=lambda v: v.split(","),
+                    help=f"which of the bare servers to measure, of {', '.join(SERVERS)}")
+    ap.add_argument("--shapes", action=argparse.BooleanOptionalAction, default=True,
+                    help="the run's request shapes on the caching server (in flight, chunk by chunk)")
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "ceiling.json"))
     args = ap.parse_args(argv)
+    if not set(args.servers) <= set(SERVERS):
+        ap.error(f"--servers: {', '.join(sorted(set(args.servers) - set(SERVERS)))} is none of {', '.join(SERVERS)}")
     from anyjev.decision.tokenizer import load_tokenizer
     from anyjev.settings import Settings
 
@@ -350,9 +359,9 @@ def main(argv: list[str] | None = None) -> int:
             say(f"{task} {name}: {figures['tokens_per_s']:.0f} computed tokens/s ({figures['computed_tokens']:.0f} in "
                 f"{figures['wall_s']:.1f} s)")
 
-        servers = [("nocache_b32", spec("ceiling-nocache-b32", caching=False, block_size=PINNED_BLOCK)),
-                   ("nocache_b128", spec("ceiling-nocache-b128", caching=False, block_size=128)),
-                   ("cache_b32", spec("ceiling-cache-b32", caching=True, block_size=PINNED_BLOCK))]
+        servers = [(key, spec(f"ceiling-{key}".replace("_", "-"), caching=caching, block_size=block))
+                   for key, (caching, block) in SERVERS.items() if key in args.servers]
+        report["servers"] = args.servers
         flagged = dict(v.split("=", 1) for v in args.server_flags)
         report["server_flags"] = flagged
         for name, flags in flagged.items():
@@ -371,11 +380,12 @@ def main(argv: list[str] | None = None) -> int:
                         record(cell.task, f"engine_{key}", engine_pass(server, cell))
                         if key == "nocache_b32":
                             record(cell.task, "per_request", engine_pass(server, cell, tail=TAIL_TOKENS))
-                        if key == "cache_b32":
+                        if key == "cache_b32" and args.shapes:
                             client = settings.client
                             record(cell.task, SHAPE_PASSES[0], engine_pass(server, cell, in_flight=client.max_concurrency))
                             record(cell.task, SHAPE_PASSES[1], engine_pass(server, cell, in_flight=client.max_concurrency,
                                                                            chunk_items=client.chunk_items))
+                        if key == "cache_b32":
                             for name in args.variants:
                                 record(cell.task, name, run_pass(server, cell, settings, tokenizer, RUN_VARIANTS[name], work))
         for _ in range(args.reps if args.from_ready else 0):
@@ -409,6 +419,9 @@ def markdown(report: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(f"{r:.0f}" for r in rates) + " | "
                      + " | ".join(f"{r / b:.2f}" for r, b in zip(rates, base, strict=True)) + " |")
     lines.append("")
+    for name in (n for n in names if n.startswith("run")):
+        lines.append(f"- `{name}` against `engine_cache_b32` (the same requests): " + ", ".join(
+            f"{task} {c['ratios'][f'{name}_vs_engine_cache_b32']:.3f}" for task, c in columns.items()))
     lines.append(f"- the client's CPU time in a `run` pass: at most {report['all_cells']['run_client_cpu_share_max']:.1%} "
                  "of its wall")
     together = {name: p["median"] for name, p in report["all_cells"]["passes"].items()}
