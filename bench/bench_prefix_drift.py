@@ -50,9 +50,7 @@ def workload(tokenizer, n_mmlu: int, n_long: int, long_layouts: int | None) -> l
     out = [("mmlu", prepare_item(tokenizer, checker, it, "g", PromptOptions())) for it in mmlu(n_mmlu).items[:n_mmlu]]
     for it in long_state_task(n_long).items:
         p = prepare_item(tokenizer, checker, it, "g", PromptOptions())
-        if long_layouts:
-            p.layouts = p.layouts[:long_layouts]
-        out.append(("long", p))
+        out.append(("long", p.first_layouts(long_layouts) if long_layouts else p))
     return out
 
 

@@ -4,6 +4,7 @@ labels checked in context. Every path that needs the prompts a cell scored (scor
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +33,10 @@ class PreparedItem:
     label_kind: str
     layouts: list[tuple[Layout, list[int]]]
     prompt_shas: list[str]
+
+    def first_layouts(self, n: int) -> PreparedItem:
+        """This item reading its first N layouts only (a shorter workload with the same prompts)."""
+        return dataclasses.replace(self, layouts=self.layouts[:n], prompt_shas=self.prompt_shas[:n])
 
 
 def _check_published_labels(tokenizer, item, labels: list[str], ids: list[int]) -> None:

@@ -14,7 +14,7 @@ from tests.tiny_tokenizer import write_tiny_tokenizer
 
 def shell_commands(out: str) -> list[str]:
     lines = (line.strip().removeprefix("Shell command:").strip() for line in out.splitlines())
-    return [line for line in lines if line.startswith("python -m anyjev")]
+    return [line.removeprefix("exec ") for line in lines if line.startswith("exec python -m anyjev")]
 
 
 def handed_job(command: str, work: Path) -> dict:

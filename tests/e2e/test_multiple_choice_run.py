@@ -32,7 +32,10 @@ def test_the_worked_examples_run_through_the_workflow(tmp_path: Path, smollm2_di
     work = tmp_path / "w"
     examples = worked_examples()
     tasks = {name: as_fixture_task(task, work / "data", local=True) for name, task in examples.items()}
-    make_workdir(work, reduced_config({MODEL: smollm2_model(chat_template="none")}, tasks), smollm2_dir)
+    config = reduced_config({MODEL: smollm2_model(chat_template="none")}, tasks)
+    # the fixtures' 4 calibration items are fewer than L1 asks by default (evaluation.min_calib_items): said so, L1 runs
+    config["evaluation"] = config.get("evaluation", {}) | {"min_calib_items": N_CALIB}
+    make_workdir(work, config, smollm2_dir)
     extra = {"HF_DATASETS_CACHE": str(work / "hf-datasets"), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(snakemake_cmd(work), capture_output=True, text=True, timeout=1500, env=env() | extra)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-6000:]

@@ -50,13 +50,14 @@ def snakemake(folder: Path, *args: str, directory: bool = True, timeout: float =
 
 
 def shell_jobs(out: str, folder: Path) -> dict[str, list[dict]]:
-    """The job each printed `python -m anyjev <command>` line hands over, by command: its --job argument is a short
+    """The job each printed `exec python -m anyjev <command>` line hands over, by command: its --job argument is a short
     path to a file in FOLDER (anyjev.jobs), read here."""
     jobs: dict[str, list[dict]] = {}
     for line in out.splitlines():
         line = line.strip().removeprefix("Shell command:").strip()
-        if not line.startswith("python -m anyjev "):
+        if not line.startswith("exec python -m anyjev "):  # every rule's command: the step is the job's process
             continue
+        line = line.removeprefix("exec ")
         argv = shlex.split(line.split(" > ")[0])
         path = argv[argv.index("--job") + 1]
         assert re.fullmatch(r"\.anyjev/jobs/[A-Za-z]+Job-[0-9a-f]{16}\.json", path), line

@@ -128,7 +128,9 @@ def test_one_score_model_job_per_model_through_sbatch(rehearsal):
     assert sorted(j for j, _, _ in run["submitted"]) == sorted(int(j["jobid"]) for j in jobs.values())
     for model, job in jobs.items():
         assert len(job["slurm"]) == 1 and not job["local"], job
-        assert job["slurm_log"].endswith(f"/.snakemake/slurm_logs/rule_score_model/{model}/{job['slurm'][0]}.log"), job
+        # the plugin names the folder by the job's wildcards: its model and the job's digest (the record it writes)
+        digest = job["wildcards"]["job"]
+        assert job["slurm_log"].endswith(f"/.snakemake/slurm_logs/rule_score_model/{model}_{digest}/{job['slurm'][0]}.log"), job
     others = [j for j in run["jobs"] if j["rule"] != "score_model"]
     assert {j["rule"] for j in others} >= {"score_cell", "evaluate_cell", "prepare_task"}
     assert all(j["local"] for j in others), [j["rule"] for j in others if not j["local"]]

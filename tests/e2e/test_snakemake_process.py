@@ -12,12 +12,13 @@ from pathlib import Path
 from tests.e2e.workflow_helpers import REPO, SNAKEFILE, env
 
 # Snakemake's command line (its first argument: this repository's folder); on its exit, on standard error: the state of
-# its collector, and every function on a class of Snakemake's modules whose code is in this repository (the workflow's
-# files or the library's: a method replaced from here).
+# its collector, and every function on a class of Snakemake's modules whose code is in this repository's library or
+# workflow (a method replaced from here; not its environments, .venv/, which may lie in the same folder).
 SNAKEMAKE_REPORTING_ITS_STATE = """
 import atexit, gc, inspect, json, sys
 
-ours = sys.argv.pop(1)
+repo = sys.argv.pop(1)
+ours = tuple(f"{repo}/{part}/" for part in ("anyjev", "workflow"))
 
 def state():
     replaced = []

@@ -37,17 +37,15 @@ LAYOUTS = 6  # an item's first rotations: enough to share the long state's block
 def test_the_audit_measures_the_real_servers_prefix_cache_drift(vllm_fp32, smollm2_tokenizer, tmp_path):
     assert "--enable-prefix-caching" in vllm_fp32.argv, "the default config's fp32 server caches prefixes"
     items = long_state_task(N_ITEMS, min_chars=1500, seed=2).items
-    prepared = prepare_items(smollm2_tokenizer, items, ["g"] * N_ITEMS, PromptOptions())
-    for p in prepared:
-        p.layouts = p.layouts[:LAYOUTS]
+    prepared = [p.first_layouts(LAYOUTS) for p in prepare_items(smollm2_tokenizer, items, ["g"] * N_ITEMS, PromptOptions())]
     out = tmp_path / "scores.jsonl"
-    url, name = vllm_fp32.url, vllm_fp32.served_name
-    with VLLMBackend(url, name) as backend:
+    url, name, key = vllm_fp32.url, vllm_fp32.served_name, vllm_fp32.api_key
+    with VLLMBackend(url, name, api_key=key) as backend:
         score_prepared(backend, prepared, answer_mass=False)  # the cache warmed with the cell's prompts
-        before = read_counters(url, name)
+        before = read_counters(url, name, api_key=key)
         counts = score_cell(backend, smollm2_tokenizer, prepared, str(out), {"cell": "audit"}, options=ScoringOptions(),
                             chunk_items=1, audit=BatchAudit(backend, N_ITEMS))
-        hits = read_counters(url, name).minus(before).cache_hits
+        hits = read_counters(url, name, api_key=key).minus(before).cache_hits
         assert hits > 0, "scoring reused cached blocks"
         read = read_scores(out)
         records, extras = read.items, read.extras

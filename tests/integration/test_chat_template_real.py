@@ -28,6 +28,9 @@ N_ITEMS = 3
 SYSTEM_MARK, USER_MARK = "\x00system\x00", "\x00user\x00"
 
 
+KEY_VARIABLE = "ANYJEV_TEST_CHAT_TEMPLATE_KEY"  # the session server's key, read by the url model when a job starts
+
+
 def scored_prompts(tmp_path: Path, server, smollm2_dir: Path, template: str) -> dict[tuple[str, str], dict]:
     """The cell scored on SERVER under TEMPLATE: {(item, layout): the exported record's layout (text, lp, ...)}."""
     root = tmp_path / template
@@ -36,7 +39,7 @@ def scored_prompts(tmp_path: Path, server, smollm2_dir: Path, template: str) -> 
     config = root / "config.yaml"
     config.write_text(yaml.safe_dump({
         "models": {"smol": {"source": "url", "url": server.url, "served_name": server.served_name,
-                            "tokenizer": str(smollm2_dir), "chat_template": template}},
+                            "tokenizer": str(smollm2_dir), "chat_template": template, "api_key_env": KEY_VARIABLE}},
         "tasks": {"mmlu": {"source": "file", "path": str(task_file), "n_test": N_ITEMS, "n_calib": 0}},
         "levels": ["raw", "L0"], "client": {"chunk_items": N_ITEMS}, "published": None}))
     job = ScoreJob.from_json(Settings.load(config).score_job("smol", "mmlu", models_dir="unused",
@@ -50,7 +53,9 @@ def scored_prompts(tmp_path: Path, server, smollm2_dir: Path, template: str) -> 
     return {(r["id"], name): lay for r in records for name, lay in r["layouts"].items()}
 
 
-def test_the_template_and_none_differ_exactly_by_the_templates_wrapper(vllm_fp32, smollm2_dir, tmp_path) -> None:
+def test_the_template_and_none_differ_exactly_by_the_templates_wrapper(vllm_fp32, smollm2_dir, tmp_path,
+                                                                       monkeypatch) -> None:
+    monkeypatch.setenv(KEY_VARIABLE, vllm_fp32.api_key)
     chat = scored_prompts(tmp_path, vllm_fp32, smollm2_dir, "auto")
     plain = scored_prompts(tmp_path, vllm_fp32, smollm2_dir, "none")
     assert chat.keys() == plain.keys() and len(chat) == N_ITEMS * 8  # 4 rotations of both listings

@@ -56,9 +56,7 @@ def test_prefix_cache_hits_and_stays_within_fp32_parity(vllm_fp32, vllm_fp32_opp
     checker = LabelChecker(smollm2_tokenizer)
     prepared = []
     for item in long_state_task(N_ITEMS, min_chars=1500, seed=1).items:
-        p = prepare_item(smollm2_tokenizer, checker, item, "g", PromptOptions())
-        p.layouts = p.layouts[:LAYOUTS]
-        prepared.append(p)
+        prepared.append(prepare_item(smollm2_tokenizer, checker, item, "g", PromptOptions()).first_layouts(LAYOUTS))
     argv = cached_server.argv
     block = int(argv[argv.index("--block-size") + 1])  # the pinned KV block (tokens); a hit is counted per full block
     shared = [len(os.path.commonprefix([ids for _, ids in p.layouts])) for p in prepared]

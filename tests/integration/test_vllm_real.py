@@ -226,11 +226,11 @@ def test_answer_masses_read_side_by_side_are_what_each_reads_alone(vllm_fp32, sm
         prepared = [prepare_item(smollm2_tokenizer, checker, it, "g", PromptOptions()) for it in items]
         prompts, labels = [p.layouts[0][1] for p in prepared], prepared[0].label_ids
         with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, prompts_per_request=1, max_concurrency=4,
-                         request_lock=tmp_path / "server.requests.lock") as client:
+                         request_lock=tmp_path / "server.requests.lock", api_key=vllm_fp32.api_key) as client:
             with client.exclusive():
                 together = client.vocab_logprobs(prompts, labels)
             assert client.requests_sent == len(prompts)
-        with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, max_concurrency=1) as alone:
+        with VLLMBackend(vllm_fp32.url, vllm_fp32.served_name, max_concurrency=1, api_key=vllm_fp32.api_key) as alone:
             each = np.concatenate([alone.vocab_logprobs([p], labels) for p in prompts])
         np.testing.assert_allclose(together, each, rtol=0, atol=FP32_TOL)
         assert (np.exp(together).sum(axis=1) < 1).all()
