@@ -179,7 +179,8 @@ def command(argv: list[str] | None = None) -> list[str]:
                     arg = p.relative_to(base).as_posix()
                     break
             else:
-                arg = arg if i == 0 else SCRATCH  # an interpreter elsewhere is named as it is
+                # an interpreter elsewhere (another checkout's .venv) by its file name: no folder of the machine
+                arg = p.name if i == 0 else SCRATCH
         out.append(arg)
     return out
 
