@@ -165,8 +165,9 @@ def markdown(report: dict) -> str:
                                                       f"(against the default), wall s to its exit, threads alive at its "
                                                       f"end" for s in sizes) + " |",
              "|---|" + "---|" * len(sizes)]
-    for name in SETTINGS:
-        title = "Snakemake's default (100/1s)" if SETTINGS[name] is None else f"`{SETTINGS[name]}`"
+    settings = report.get("settings", SETTINGS)  # the record's own names: an older one named them otherwise
+    for name, setting in settings.items():
+        title = "Snakemake's default (100/1s)" if setting is None else f"`{setting}`"
         lines.append(f"| {title} | " + " | ".join(f"{s[name]['main_cpu_s']:.1f} ({s[name]['cpu_vs_default']:.2f}x), "
                                                   f"{s[name]['process_wall_s']:.0f}, {s[name]['threads_at_end']:.0f}"
                                                   for s in sizes) + " |")

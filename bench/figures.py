@@ -75,29 +75,17 @@ from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
+from bench import report
 from bench.common import machine_of
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = ("README.md", "docs/*.md")
 
-# generated blocks: marker name -> (what writes it, the test that keeps it equal)
+# generated blocks: marker name -> (what writes it, the test that keeps it equal); bench.report's blocks from its own list
 GENERATED = {
     "summary": ("python -m anyjev.reports.tables readme results/tables/summary.csv", "tests/unit/test_committed_outputs.py"),
-    "readme-timing": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
-    "reproduced": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
-    "l0-cost": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
-    "l0-limits": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
-    "scale": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
-    "scheduler": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
-    "ceiling": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
-    "prefix-drift": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
-    "backends": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
-    "cpu-threads": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
-    "block-size": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
-    "default-run": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
-    "setup": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
-    "prior-modes": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
-    "viewer-bench": ("python -m bench.report", "tests/unit/test_benchmarks_doc.py"),
+    **{name: ("python -m bench.report", "tests/unit/test_benchmarks_doc.py")
+       for blocks in report.DOCUMENTS.values() for name in blocks},
 }
 
 # software whose version may follow its name

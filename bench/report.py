@@ -262,6 +262,12 @@ def ceiling_block(root: Path = REPO) -> str:
     return bench_ceiling.markdown(load("ceiling", root)).strip()
 
 
+def client_block(root: Path = REPO) -> str:
+    from bench import bench_client
+
+    return bench_client.markdown(load("client", root)).strip()
+
+
 def viewer_block(root: Path = REPO) -> str:
     from bench import bench_viewer
 
@@ -277,6 +283,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "block-size": block_size_block,
     "default-run": default_run_block,
     "setup": setup_block,
+    "client": client_block,
     "ceiling": ceiling_block,
     "scale": scale_block,
     "scheduler": scheduler_block,

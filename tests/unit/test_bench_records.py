@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -49,10 +48,8 @@ PENDING: dict[str, str] = {
                                  "docs/benchmarks.md that cites it, or measure it there again",
     "cpu_threads.json": "python bench/bench_cpu_threads.py --items 10 --repeats 3 (about 8 minutes)",
     "default_run.json": "python bench/bench_default_run.py (about 20 minutes: three commits' workflow runs)",
-    "fixed_costs.json": "python bench/bench_fixed_costs.py (about 5 minutes)",
     "l0_cost.json": "python bench/bench_l0_cost.py (about 2 hours), then the block-32 rows: python bench/bench_l0_cost.py "
                     "--full-only --mmlu-test 200 --mmlu-calib 0 --long-test 5 --long-calib 0 (about 20 minutes)",
-    "prior_modes.json": "python bench/bench_prior_modes.py (about 1 minute, no server)",
     "scale.json": "the scale benchmark measured again (issue 42): python bench/bench_scale.py, then --slurm --merge and "
                   "--real-server --merge (hours)",
     "scheduler.json": "python bench/bench_scheduler.py (about 15 minutes), or retired with the scheduler patch (issue 42)",
