@@ -693,7 +693,7 @@ def markdown(report: dict) -> str:
         lines += real_server_lines(report)
     url = report.get("url_dry_run")
     if url:
-        when = f" ({measured_on(url['run'])}, commit {url['run']['commit']})" if url.get("run") else ""
+        when = f" ({measured_on(url['run'])}, commit {url['run']['commit'][:7]})" if url.get("run") else ""
         lines += ["", f"The same grids with `url` models, whose tokenizer folders every parse checks{when}: `snakemake -n` "
                       + ", ".join(f"{s} s at {c} cells" for c, s in url["dry_run_s"].items()) + "."]
     missing = not_measured(report)

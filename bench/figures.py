@@ -321,8 +321,9 @@ def _last_word(key: str) -> str:
 
 def leaf_unit(key: str) -> str:
     """The unit a JSON key names by its last word (``wall_s`` s, ``cell_load_ms`` ms, ``items_kb`` kB, ``server_rss_mib``
-    MiB), or x under a key naming a comparison (``vs_*``, ``*_vs_*``, ``ratio*``, ``speedup*``); "" for none."""
-    words = re.sub(r"\[\d+\]", "", key).lower().split(".")
+    MiB), or x under a key naming a comparison (``vs_*``, ``*_vs_*``, ``ratio*``, ``speedup*``); "" for none. A number
+    below it names an entry, not a unit (``dry_run_s.300``: s)."""
+    words = [w for w in re.sub(r"\[\d+\]", "", key).lower().split(".") if not w.isdigit()] or [""]
     last = set(words[-1].split("_"))
     for unit, names in (("ms", {"ms"}), ("s", {"s", "sec", "secs", "seconds"}), ("kB", {"kb"}), ("MB", {"mb"}),
                         ("GB", {"gb"}), ("MiB", {"mib"}), ("GiB", {"gib"}), ("B", {"bytes"})):

@@ -50,8 +50,6 @@ PENDING: dict[str, str] = {
     "default_run.json": "python bench/bench_default_run.py (about 20 minutes: three commits' workflow runs)",
     "l0_cost.json": "python bench/bench_l0_cost.py (about 2 hours), then the block-32 rows: python bench/bench_l0_cost.py "
                     "--full-only --mmlu-test 200 --mmlu-calib 0 --long-test 5 --long-calib 0 (about 20 minutes)",
-    "scale.json": "the scale benchmark measured again (issue 42): python bench/bench_scale.py, then --slurm --merge and "
-                  "--real-server --merge (hours)",
     "scheduler.json": "python bench/bench_scheduler.py (about 15 minutes), or retired with the scheduler patch (issue 42)",
     "server_probe.json": "python bench/bench_server_probe.py (about 10 minutes)",
     "setup.json": "python bench/bench_setup.py (about 4 minutes, PyPI reachable)",
