@@ -15,6 +15,8 @@ from pathlib import Path
 ORDER_METRICS = ("ece", "aurc", "cov@5")
 PLACES_TOL = 5e-4 + 1e-12  # 3 decimals
 KEYS = ("model", "task", "level")
+# What a run spent, not what it found (the batch audit's seconds): recorded, never compared
+TIME_SUFFIX = "_seconds"
 
 
 def number_tolerance(metric: str, bound: bool, n: int, terms: int = 1) -> float:
@@ -24,8 +26,9 @@ def number_tolerance(metric: str, bound: bool, n: int, terms: int = 1) -> float:
 
 
 def summary_differences(fresh: Path, committed: Path) -> dict:
-    """FRESH's summary.csv against COMMITTED's: the values compared, the largest difference and where it is, and each
-    difference beyond :func:`number_tolerance` (``beyond``; [] when FRESH reproduces COMMITTED)."""
+    """FRESH's summary.csv against COMMITTED's: the values compared (a time the run took apart), the largest difference
+    and where it is, and each difference beyond :func:`number_tolerance` (``beyond``; [] when FRESH reproduces
+    COMMITTED)."""
     import pandas as pd
 
     ours, ref = pd.read_csv(fresh), pd.read_csv(committed)
@@ -33,7 +36,7 @@ def summary_differences(fresh: Path, committed: Path) -> dict:
         return {"values": 0, "largest_difference": None, "largest_at": None,
                 "beyond": [f"the rows differ: {len(ours)} (model, task, level) rows against {len(ref)}"]}
     values, largest, at, beyond = 0, 0.0, None, []
-    for col in (c for c in ref.columns if c not in KEYS):
+    for col in (c for c in ref.columns if c not in KEYS and not c.endswith(TIME_SUFFIX)):
         metric, bound = col.removesuffix("_lo").removesuffix("_hi"), col.endswith(("_lo", "_hi"))
         for i in ref.index:
             a, b = ours.at[i, col], ref.at[i, col]

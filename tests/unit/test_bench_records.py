@@ -194,6 +194,8 @@ def test_a_summary_that_moves_past_the_tolerance_is_named(tmp_path: Path) -> Non
     fields[header.index("nll")] = f"{float(fields[header.index('nll')]) + 4e-4:.6f}"  # within 3 decimals' worth
     fields[header.index("ece_hi")] = f"{float(fields[header.index('ece_hi')]) + 0.009:.6f}"  # within 1/n (n = 100)
     (tmp_path / "near.csv").write_text("\n".join([text[0], ",".join(fields), *text[2:]]) + "\n")
+    fields[header.index("audit_seconds")] = "99.0"  # a time the run took, not a result
+    (tmp_path / "near.csv").write_text("\n".join([text[0], ",".join(fields), *text[2:]]) + "\n")
     near = summary_differences(tmp_path / "near.csv", committed)
     assert near["beyond"] == [] and near["largest_difference"] == pytest.approx(0.009) and near["largest_at"].endswith("ece_hi")
     fields[header.index("acc")] = f"{float(fields[header.index('acc')]) + 0.01:.6f}"  # another decision
