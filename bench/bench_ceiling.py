@@ -160,26 +160,31 @@ def engine_pass(server: Server, cell: Cell, *, tail: int | None = None, in_fligh
     return measured(server, send)
 
 
-def run_pass(server: Server, cell: Cell, settings, tokenizer, variant: dict, work: Path) -> dict:
-    """The cell scored as its score job scores it (the config's client and scoring options), changed by VARIANT."""
+def score_as_the_job(server: Server, cell: Cell, settings, tokenizer, work: Path, variant: dict | None = None,
+                     backend_class: type | None = None):
+    """CELL scored on SERVER as its score job scores it (the config's client and scoring options, the canary, the
+    server check, chunks, answer masses, checkpoints), changed by VARIANT; the backend it used."""
     from anyjev.backends.vllm import VLLMBackend
     from anyjev.run.cell import request_lock
     from anyjev.run.scoring import score_cell
     from anyjev.run.server_check import ServerGuard
 
+    variant = variant or {}
     options = dataclasses.replace(settings.scoring, answer_mass=variant.get("answer_mass", settings.scoring.answer_mass))
     out = Path(tempfile.mkdtemp(dir=work)) / "scores.jsonl"
+    backend = (backend_class or VLLMBackend).from_options(
+        server.url, server.name, settings.client, api_key=server.api_key, decode=lambda i: tokenizer.decode([i]),
+        request_lock=request_lock(str(work / "state"), server.name))
+    with backend:
+        guard = ServerGuard(backend, cell.prepared[0], where=cell.task) if variant.get("guard", True) else None
+        score_cell(backend, tokenizer, cell.prepared, str(out), cell.identity, options=options,
+                   chunk_items=variant.get("chunk_items", settings.client.chunk_items), guard=guard)
+    return backend
 
-    def score() -> None:
-        backend = VLLMBackend.from_options(server.url, server.name, settings.client, api_key=server.api_key,
-                                           decode=lambda i: tokenizer.decode([i]),
-                                           request_lock=request_lock(str(work / "state"), server.name))
-        with backend:
-            guard = ServerGuard(backend, cell.prepared[0], where=cell.task) if variant.get("guard", True) else None
-            score_cell(backend, tokenizer, cell.prepared, str(out), cell.identity, options=options,
-                       chunk_items=variant.get("chunk_items", settings.client.chunk_items), guard=guard)
 
-    return measured(server, score)
+def run_pass(server: Server, cell: Cell, settings, tokenizer, variant: dict, work: Path) -> dict:
+    """The cell scored as its score job scores it, changed by VARIANT."""
+    return measured(server, lambda: score_as_the_job(server, cell, settings, tokenizer, work, variant))
 
 
 def from_ready(server_spec, cells: list[Cell], settings, tokenizer, logs: Path, work: Path) -> dict[str, dict]:
@@ -187,10 +192,8 @@ def from_ready(server_spec, cells: list[Cell], settings, tokenizer, logs: Path, 
     scores them: per cell, computed tokens per second of its wall (from the end of the cell before, the first from
     readiness, to its last item) and the seconds to its canary's answer."""
     from anyjev.backends.vllm import VLLMBackend
-    from anyjev.run.cell import request_lock
-    from anyjev.run.scoring import score_cell
-    from anyjev.run.server_check import ServerGuard
     from anyjev.serving.metrics import read_counters
+    from anyjev.serving.proc import group_pids
 
     class Timed(VLLMBackend):
         """The client, noting when its first answer came back."""
@@ -203,8 +206,6 @@ def from_ready(server_spec, cells: list[Cell], settings, tokenizer, logs: Path, 
                 self.first_answer = time.perf_counter()
             return body
 
-    from anyjev.serving.proc import group_pids
-
     out = {}
     with serving(server_spec, logs) as handle:
         server = Server(handle)
@@ -212,22 +213,16 @@ def from_ready(server_spec, cells: list[Cell], settings, tokenizer, logs: Path, 
         pids = group_pids(server.handle.pgid)
         for cell in cells:
             c0, s0, p0 = read_counters(server.url, server.name, api_key=server.api_key), cpu_seconds(pids), time.process_time()
-            scores = Path(tempfile.mkdtemp(dir=work)) / "scores.jsonl"
-            with Timed.from_options(server.url, server.name, settings.client, decode=lambda i: tokenizer.decode([i]),
-                                    request_lock=request_lock(str(work / "state"), server.name),
-                                    api_key=server.api_key) as backend:
-                score_cell(backend, tokenizer, cell.prepared, str(scores), cell.identity, options=settings.scoring,
-                           chunk_items=settings.client.chunk_items,
-                           guard=ServerGuard(backend, cell.prepared[0], where=cell.task))
-                end = time.perf_counter()
-                d = read_counters(server.url, server.name, api_key=server.api_key).minus(c0).as_dict()
-                out[cell.task] = {"computed_tokens": d["computed_tokens"], "prompt_tokens": d["prompt_tokens"],
-                                  "requests": d["requests_ok"], "wall_s": round(end - start, 2),
-                                  "tokens_per_s": round(d["computed_tokens"] / (end - start), 1),
-                                  "first_answer_s": round(backend.first_answer - start, 2),
-                                  "server_cpu_s": round(cpu_seconds(pids) - s0, 2),
-                                  "client_cpu_s": round(time.process_time() - p0, 2),
-                                  "loadavg_1m_after": round(os.getloadavg()[0], 2)}
+            backend = score_as_the_job(server, cell, settings, tokenizer, work, backend_class=Timed)
+            end = time.perf_counter()
+            d = read_counters(server.url, server.name, api_key=server.api_key).minus(c0).as_dict()
+            out[cell.task] = {"computed_tokens": d["computed_tokens"], "prompt_tokens": d["prompt_tokens"],
+                              "requests": d["requests_ok"], "wall_s": round(end - start, 2),
+                              "tokens_per_s": round(d["computed_tokens"] / (end - start), 1),
+                              "first_answer_s": round(backend.first_answer - start, 2),
+                              "server_cpu_s": round(cpu_seconds(pids) - s0, 2),
+                              "client_cpu_s": round(time.process_time() - p0, 2),
+                              "loadavg_1m_after": round(os.getloadavg()[0], 2)}
             start = end
     return out
 
