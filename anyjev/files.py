@@ -25,6 +25,13 @@ from anyjev.errors import NotWritableError
 _UMASK = re.compile(r"^Umask:\s*([0-7]+)$", re.M)
 
 
+def user_cache(kind: str) -> Path:
+    """Where the runs of this machine and user share what they make once (``models``, ``tokenizers``):
+    ``$XDG_CACHE_HOME/anyjev/KIND`` (``~/.cache/anyjev/KIND`` when XDG_CACHE_HOME is unset), the XDG base directory
+    for caches."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "anyjev" / kind
+
+
 def now_iso() -> str:
     """Current UTC time, ISO 8601 to the second."""
     return datetime.now(UTC).isoformat(timespec="seconds")

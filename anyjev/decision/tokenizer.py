@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from anyjev.decision.labels import LabelChecker
 from anyjev.errors import ArgumentError, one_line
+from anyjev.files import user_cache, write_text_atomic
+
+log = logging.getLogger(__name__)
 
 # What transformers builds a tokenizer from: one of these (a `tokenizers` serialization, a sentencepiece model, a BPE
 # vocabulary with its merges, a WordPiece vocabulary).
@@ -56,8 +61,6 @@ CHECKED_FILES = ("tokenizer.json", "tokenizer_config.json")
 @functools.cache
 def _unreadable(files: tuple[tuple[str, str, int, int], ...]) -> str | None:
     """Why the tokenizer of FILES ((name, real path, size, mtime) each) cannot be read, None when it can."""
-    import json
-
     from tokenizers import Tokenizer
 
     for name, real, _, _ in files:
@@ -73,19 +76,85 @@ def _unreadable(files: tuple[tuple[str, str, int, int], ...]) -> str | None:
 
 def load_tokenizer(path: str | os.PathLike[str], *, argument: str = "tokenizer folder"):
     """The tokenizer in the folder PATH (transformers, local files only). ArgumentError names ARGUMENT (the flag or
-    config key that gave the folder), the folder and what is missing."""
+    config key that gave the folder), the folder and what is missing.
+
+    transformers' AutoTokenizer imports torch (its model configurations import the generation code), about 2.5 CPU s
+    of a scoring job that needs no torch. So the class AutoTokenizer chose for a folder's files is remembered
+    (:func:`_remembered_class`), and a later load calls that class's own ``from_pretrained``, as AutoTokenizer does
+    once it has chosen, without the import."""
     where = f"{argument} {str(path)!r}"
     folder = _folder(path, where)
-    from transformers import AutoTokenizer
-
+    remembered = _remembered_class(folder)
+    if remembered is not None:
+        try:
+            return remembered.from_pretrained(str(folder), local_files_only=True)
+        except Exception as exc:  # noqa: BLE001 - AutoTokenizer below loads it, or says what is wrong
+            log.debug("%s does not load %s (%s): loading it through AutoTokenizer", remembered.__name__, folder, exc)
     try:
-        return AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
     except Exception as exc:  # noqa: BLE001 - transformers raises OSError, ValueError, KeyError... for a bad folder
         present = [name for name in TOKENIZER_FILES if all((folder / part).is_file() for part in name.split(" + "))]
         lacks = ("it holds none of " + ", ".join(TOKENIZER_FILES) if not present else
                  f"it holds {', '.join(present)}, which transformers cannot load")
         raise ArgumentError(where, f"no tokenizer could be loaded: {lacks} ({type(exc).__name__}: "
                             f"{one_line(str(exc), 200)})") from None
+    _remember_class(folder, tokenizer)
+    return tokenizer
+
+
+# What AutoTokenizer's choice of class depends on, besides RENDERING_FILES: the model's configuration (its model type)
+# and the folder's path (a hub-id pattern is matched against it).
+CHOICE_FILES = ("config.json",)
+
+
+def _choice_file(folder: Path) -> Path:
+    """The file in the user's cache that remembers AutoTokenizer's class for FOLDER as it is now (its path, its
+    rendering and configuration files' bytes, the transformers version)."""
+    from importlib.metadata import version
+
+    digest = hashlib.sha256(f"{folder.resolve()}\0transformers {version('transformers')}\0".encode())
+    for name in (*RENDERING_FILES, *CHOICE_FILES):
+        if (folder / name).is_file():
+            digest.update(name.encode() + b"\0" + hashlib.sha256((folder / name).read_bytes()).digest())
+    return user_cache("tokenizers") / f"{digest.hexdigest()[:32]}.json"
+
+
+def _remembered_class(folder: Path) -> type | None:
+    """The tokenizer class AutoTokenizer chose for FOLDER's files before, or None (never loaded, or not a tokenizer
+    class that transformers exports by its name)."""
+    try:
+        name = json.loads(_choice_file(folder).read_text(encoding="utf-8"))["class"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    import transformers
+
+    cls = getattr(transformers, str(name), None)
+    return cls if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedTokenizerBase) else None
+
+
+def _fingerprint(tokenizer: Any) -> tuple:
+    """What a tokenizer renders and tokenises with: its class and special tokens (its repr), chat template and
+    vocabulary with its rules (the `tokenizers` serialization)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return repr(tokenizer), getattr(tokenizer, "chat_template", None), backend.to_str() if backend is not None else None
+
+
+def _remember_class(folder: Path, tokenizer: Any) -> None:
+    """Remember TOKENIZER's class for FOLDER, if transformers exports it by its name and that class loads FOLDER into
+    the same tokenizer (a class AutoTokenizer gave extra arguments, or one from the folder's own code, is not)."""
+    cls = type(tokenizer)
+    import transformers
+
+    if getattr(transformers, cls.__name__, None) is not cls:
+        return
+    try:
+        same = _fingerprint(cls.from_pretrained(str(folder), local_files_only=True)) == _fingerprint(tokenizer)
+        if same:
+            write_text_atomic(_choice_file(folder), json.dumps({"class": cls.__name__, "folder": str(folder.resolve())}))
+    except Exception as exc:  # noqa: BLE001 - a cache that cannot be written costs the next load its time only
+        log.debug("not remembering %s for %s: %s", cls.__name__, folder, exc)
 
 
 def rendering_key(tok_dir: str) -> str:

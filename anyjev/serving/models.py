@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from anyjev.errors import ConfigError
-from anyjev.files import file_sha256, flock
+from anyjev.files import file_sha256, flock, user_cache
 from anyjev.jobs import Job
 from anyjev.lock import Lock, resolve_commit
 
@@ -68,7 +68,7 @@ def _replace_folder(tmp: Path, out: Path) -> None:
 def model_cache() -> Path:
     """Where prepared models are shared by the run folders of this machine and user: ``$XDG_CACHE_HOME/anyjev/models``
     (``~/.cache/anyjev/models`` when XDG_CACHE_HOME is unset), the XDG base directory for caches."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "anyjev" / "models"
+    return user_cache("models")
 
 
 def prepared(out_dir: str | os.PathLike, key: dict | None, record: dict, make: Callable[[Path], None]) -> dict:
