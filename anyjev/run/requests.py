@@ -39,30 +39,32 @@ def read_layouts(backend: Backend, requests: Sequence[tuple[Sequence[int], Seque
     """Label log-probs of each request's layouts, as ``{layout name: lp}`` per request, and the number of
     prompts sent: one backend call per label set, identical prompts sent once. A request is
     ``(label ids, [(layout, prompt ids), ...])``."""
-    by_labels: dict[tuple[int, ...], list[list[int]]] = {}
+    by_labels: dict[tuple[int, ...], list[Sequence[int]]] = {}
     index: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+    where: list[tuple[tuple[int, ...], list[tuple[str, int]]]] = []  # per request: its label set, (layout, row) each
     for label_ids, layouts in requests:
         key = tuple(label_ids)
         bucket = by_labels.setdefault(key, [])
-        for _, ids in layouts:
+        rows = []
+        for layout, ids in layouts:
             k = (key, tuple(ids))
-            if k not in index:
-                index[k] = len(bucket)
+            row = index.get(k)
+            if row is None:
+                row = index[k] = len(bucket)
                 bucket.append(ids)
-    results = {key: backend.label_logprobs(prompts, list(key)) for key, prompts in by_labels.items()}
-    out = []
-    for label_ids, layouts in requests:
-        key = tuple(label_ids)
-        out.append({lay.name: results[key][index[(key, tuple(ids))]].tolist() for lay, ids in layouts})
+            rows.append((layout.name, row))
+        where.append((key, rows))
+    results = {key: backend.label_logprobs(prompts, list(key)).tolist() for key, prompts in by_labels.items()}
+    out = [{name: list(results[key][row]) for name, row in rows} for key, rows in where]
     return out, len(index)
 
 
 def sent_counts(p: PreparedItem, *, answer_mass: bool) -> tuple[int, int]:
     """(prompts, prompt tokens) an item costs: its distinct token-id prompts (layouts that render the same ids
     are sent once), plus its raw layout again for the answer mass. What a cell's counts and `anyjev plan` add up."""
-    distinct = {tuple(ids) for _, ids in p.layouts}
+    distinct = dict(zip(p.prompt_shas, (len(ids) for _, ids in p.layouts), strict=True))  # one hash, one token list
     extra = len(p.layouts[0][1]) if answer_mass else 0
-    return len(distinct) + int(answer_mass), sum(map(len, distinct)) + extra
+    return len(distinct) + int(answer_mass), sum(distinct.values()) + extra
 
 
 def name_items(chunk: Sequence[PreparedItem], exc: LabelTokenError) -> LabelTokenError:
