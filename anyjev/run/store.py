@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import orjson
+
 from anyjev.errors import ServerChangedError, TaskDataError
 from anyjev.files import write_text_atomic
 from anyjev.rundata.scores import FORMAT, is_item, split_lines
@@ -32,7 +34,57 @@ def partial_path(out: str | os.PathLike) -> Path:
 
 
 def _dumps(obj: dict) -> str:
+    """A record's line: ``json.dumps(sort_keys=True, ensure_ascii=False, separators=(",", ":"))``, written by orjson
+    (about 5x faster on a K = 20 item) wherever orjson writes the same text (:func:`_written_alike`)."""
+    if _written_alike(obj):
+        try:
+            return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS).decode()
+        except orjson.JSONEncodeError:  # an int beyond 64 bits, a lone surrogate: json writes them
+            pass
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def _plain(x: float) -> bool:
+    """Whether both codecs write the float X alike: both write a double's shortest round-trip digits, but Python
+    switches to exponent notation below 1e-4 and from 1e16 (orjson below 1e-7, and with another exponent format),
+    and writes NaN and Infinity (orjson null)."""
+    return x == 0.0 or 1e-4 <= abs(x) < 1e16
+
+
+def _written_alike(obj: object) -> bool:
+    """Whether orjson writes OBJ as :func:`_dumps`' json call does: every float :func:`_plain`, every string and key
+    printable (the two escape the same characters, ``"`` and ``\\`` among printable ones, alike), nothing but dicts
+    with string keys, lists, tuples, strings, ints, floats, bools and None. A record's values are checked in the loop
+    over their container (a call each would cost as much as json's own encoding)."""
+    t = type(obj)
+    if t is dict:
+        for key, value in obj.items():
+            if type(key) is not str or not key.isprintable():
+                return False
+            tv = type(value)
+            if tv is float:
+                if not (value == 0.0 or 1e-4 <= abs(value) < 1e16):  # _plain, inline
+                    return False
+            elif tv is str:
+                if not value.isprintable():
+                    return False
+            elif not (tv is int or tv is bool or value is None or _written_alike(value)):
+                return False
+        return True
+    if t is list or t is tuple:
+        for value in obj:
+            tv = type(value)
+            if tv is float:
+                if not (value == 0.0 or 1e-4 <= abs(value) < 1e16):
+                    return False
+            elif not (tv is int or tv is bool or _written_alike(value)):
+                return False
+        return True
+    if t is float:
+        return _plain(obj)
+    if t is str:
+        return obj.isprintable()
+    return t is int or t is bool or obj is None
 
 
 class PartialScores:

@@ -94,3 +94,59 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def _random_value(rng, depth: int = 0):
+    """Anything a record may hold, edge cases often: floats of every magnitude (NaN, infinities, -0.0, subnormals),
+    ints beyond 64 bits, strings of every kind of character (controls, quotes, backslashes, line separators, lone
+    surrogates, astral planes), numpy scalars, nested lists, tuples and dicts."""
+    import math
+    import struct
+
+    import numpy as np
+
+    kind = rng.randrange(12 if depth < 3 else 8)
+    if kind == 0:
+        return struct.unpack("d", rng.getrandbits(64).to_bytes(8, "little"))[0]  # any double, NaN and inf among them
+    if kind == 1:
+        return rng.choice([0.0, -0.0, 1e-4, -1e-4, 9.999999999999999e-5, 1e16, 9999999999999998.0, 1e-7, 5e-324,
+                           math.inf, -math.inf, math.nan, -1.2345e-5, 0.5, -2.0])
+    if kind == 2:
+        return -rng.expovariate(0.3) * 10 ** rng.randint(-9, 3)  # log-probs, some of them tiny
+    if kind == 3:
+        return rng.choice([0, -1, 2**63 - 1, 2**64, -(2**70), True, False, None])
+    if kind == 4:
+        return rng.choice([np.float64(0.25), np.int64(3), np.float32(1.5)])
+    if kind in (5, 6, 7):
+        alphabet = ["a", "Z", " ", '"', "\\", "/", "\n", "\t", "\x00", "\x1f", "\x7f", "\x85", "\xa0", "é", "\u2028",
+                    "\u2029", "\ufeff", "\U0001f600", "\ud800", "€", "ß", "\u0301"]
+        return "".join(rng.choice(alphabet) for _ in range(rng.randrange(6)))
+    if kind in (8, 9):
+        return [_random_value(rng, depth + 1) if rng.random() < 0.3 else -rng.random() * 30 for _ in range(rng.randrange(8))]
+    if kind == 10:
+        return tuple(_random_value(rng, depth + 1) for _ in range(rng.randrange(3)))
+    return {str(_random_value(rng, 3)): _random_value(rng, depth + 1) for _ in range(rng.randrange(5))}
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # numpy ints summed with ints beyond 64 bits
+def test_a_record_line_is_the_text_json_dumps_writes_whatever_the_record_holds() -> None:
+    """store._dumps writes through orjson where the two codecs agree, through json elsewhere: the line is always
+    json.dumps' own, and both paths are taken."""
+    import json
+    import random
+
+    from anyjev.run import store
+
+    rng = random.Random(20261205)
+    took = {True: 0, False: 0}
+    for _ in range(20000):
+        record = {"layouts": _random_value(rng), "id": _random_value(rng, 3), "lp": _random_value(rng, 2)}
+        try:
+            expected = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        except TypeError:  # numpy ints: not a record json can write, and _dumps must refuse it too
+            with pytest.raises(TypeError):
+                store._dumps(record)
+            continue
+        assert store._dumps(record) == expected, record
+        took[store._written_alike(record)] += 1
+    assert min(took.values()) > 1000, took
