@@ -133,12 +133,15 @@ def job_file(config: Path, **client: int) -> Path:
         data["client"] = data.get("client", {}) | client
         config = config.with_name("config-" + "-".join(f"{k}{v}" for k, v in client.items()) + ".yaml")
         config.write_text(yaml.safe_dump(data, sort_keys=False))
+    from anyjev.run.allocation import ScoreModelJob
+
     paths = RunPaths()
-    job = Settings.load(config, workdir=run).score_model_job(
+    cells = Settings.load(config, workdir=run).model_cells(
         MODEL, models_dir=str(run / paths.models_dir), state_dir=str(run / paths.state_dir),
         server_log=str(run / paths.server_log.format(model=MODEL)), task_file=str(run / paths.task_file),
-        staged=str(run / paths.staged_dir.replace("{model}", MODEL)))
-    return Path(job.to_file(run / paths.jobs_dir))
+        staged=str(run / paths.staged_dir.replace("{model}", MODEL)), hub_cache=str(run / paths.hub_cache),
+        lock_record=str(run / paths.lock_record))
+    return Path(ScoreModelJob(MODEL, cells).to_file(run / paths.jobs_dir))
 
 
 # ------------------------------------------------------------------------------------------------ one run
