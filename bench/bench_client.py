@@ -359,8 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     from bench.common import run_record, write_json
 
     git = lambda *a: subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True).stdout.strip()  # noqa: E731
-    record = run_record() | {"commit": git("rev-parse", "--short", "HEAD"),
-                             "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    # the code's state as run_record() reads it (results/, which benchmarks write, left out); the commit short
+    record = run_record() | {"commit": git("rev-parse", "--short", "HEAD")}
     if args.code:
         CODE[0] = Path(args.code).resolve()
         record["code_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=CODE[0], capture_output=True,
