@@ -410,7 +410,7 @@ def run_case(case: Case, prompts: list[list[int]], labels: list[int], args: argp
             "model": str(case.model.relative_to(REPO)),
             "served_name": case.served_name,
             "server": {"argv": handle.argv, "vllm_version": handle.vllm_version, "start_seconds": handle.start_seconds,
-                       "env": dict(spec.env), "log": str(log_path)},
+                       "env": dict(spec.server_env), "log": str(log_path)},
             "prompts": case.n_prompts,
             "prompt_tokens_mean": round(statistics.mean(len(p) for p in prompts), 1),
             "warmup_prompts": case.warmup_prompts,
