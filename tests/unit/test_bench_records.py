@@ -44,7 +44,6 @@ PENDING: dict[str, str] = {
     "block_size.json": "python bench/bench_block_size.py --block-sizes 32,64,128 --mmlu-test 32 --long-test 3 --staged "
                        "--levers --lever-block-size 32 (about 12 minutes)",
     "ceiling.json": "python bench/bench_ceiling.py --items 24 --reps 3 --variants run (about 40 minutes)",
-    "cpu_threads.json": "python bench/bench_cpu_threads.py --items 10 --repeats 3 (about 8 minutes)",
     "default_run.json": "python bench/bench_default_run.py (about 20 minutes: three commits' workflow runs)",
     "l0_cost.json": "python bench/bench_l0_cost.py (about 2 hours), then the block-32 rows: python bench/bench_l0_cost.py "
                     "--full-only --mmlu-test 200 --mmlu-calib 0 --long-test 5 --long-calib 0 (about 20 minutes)",
