@@ -321,9 +321,12 @@ def _last_word(key: str) -> str:
 
 def leaf_unit(key: str) -> str:
     """The unit a JSON key names by its last word (``wall_s`` s, ``cell_load_ms`` ms, ``items_kb`` kB, ``server_rss_mib``
-    MiB), or x under a key naming a comparison (``vs_*``, ``*_vs_*``, ``ratio*``, ``speedup*``); "" for none. A number
+    MiB), or x under a key naming a comparison (``vs_*``, ``*_vs_*``, ``ratio*``, ``speedup*``; ``vs_nocache_seconds``
+    too, a comparison of seconds); "" for none. A number
     below it names an entry, not a unit (``dry_run_s.300``: s)."""
     words = [w for w in re.sub(r"\[\d+\]", "", key).lower().split(".") if not w.isdigit()] or [""]
+    if words[-1].startswith(("vs_", "ratio", "speedup")) or "_vs_" in words[-1]:
+        return "x"  # a comparison of two quantities of a unit (``vs_nocache_seconds``) is no quantity of it
     last = set(words[-1].split("_"))
     for unit, names in (("ms", {"ms"}), ("s", {"s", "sec", "secs", "seconds"}), ("kB", {"kb"}), ("MB", {"mb"}),
                         ("GB", {"gb"}), ("MiB", {"mib"}), ("GiB", {"gib"}), ("B", {"bytes"})):

@@ -41,8 +41,6 @@ def test_every_benchmark_records_the_machine_through_one_function(path: Path) ->
 # measures it again and about how long that takes (the lead runs them; the list only shrinks, see the test below).
 PENDING: dict[str, str] = {
     "backends.json": "python bench/bench_backends.py (about 7 minutes)",
-    "block_size.json": "python bench/bench_block_size.py --block-sizes 32,64,128 --mmlu-test 32 --long-test 3 --staged "
-                       "--levers --lever-block-size 32 (about 12 minutes)",
     "ceiling.json": "python bench/bench_ceiling.py --items 24 --reps 3 --variants run (about 40 minutes)",
     "default_run.json": "python bench/bench_default_run.py (about 20 minutes: three commits' workflow runs)",
     "l0_cost.json": "python bench/bench_l0_cost.py (about 2 hours), then the block-32 rows: python bench/bench_l0_cost.py "

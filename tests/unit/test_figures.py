@@ -185,6 +185,8 @@ def test_a_before_figure_reads_the_json_its_commit_holds(tmp_path: Path, no_exce
     ("0.47x", "workloads.mmlu.rows.cache_b32.vs_nocache_computed", 0.4674, True),
     ("1.00x", "limits.long.full_cache.measured_vs_limit.128", 1.0, True),
     ("0.47x", "workloads.mmlu.rows.cache_b32.cache_hit_rate", 0.4674, False),  # a ratio is a comparison's key
+    ("0.33x", "workloads.long.rows.cache_b32.vs_nocache_seconds", 0.3337, True),  # a comparison of times is a ratio
+    ("0.33 s", "workloads.long.rows.cache_b32.vs_nocache_seconds", 0.3337, False),
     ("58%", "rows.full_cache.cache_hit_rate", 0.5788, True),
     ("58%", "rows.full_cache.wall_s", 0.5788, False),
     ("4.1 minutes", "runs[2].wall_s", 246.6, True),
