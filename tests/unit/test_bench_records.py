@@ -45,7 +45,6 @@ PENDING: dict[str, str] = {
     "l0_cost.json": "python bench/bench_l0_cost.py (about 2 hours), then the block-32 rows: python bench/bench_l0_cost.py "
                     "--full-only --mmlu-test 200 --mmlu-calib 0 --long-test 5 --long-calib 0 (about 20 minutes)",
     "scheduler.json": "python bench/bench_scheduler.py (about 15 minutes), or retired with the scheduler patch (issue 42)",
-    "viewer.json": "python bench/bench_viewer.py --out results/bench/viewer.json (about 10 minutes, Chromium)",
 }
 
 
