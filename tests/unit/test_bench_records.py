@@ -39,9 +39,7 @@ def test_every_benchmark_records_the_machine_through_one_function(path: Path) ->
 
 # Records written before run_record() pinned the commit, the code's state and the CPU flags, each with the command that
 # measures it again and about how long that takes (the lead runs them; the list only shrinks, see the test below).
-PENDING: dict[str, str] = {
-    "scheduler.json": "python bench/bench_scheduler.py --sizes 300 --reps 3 (about 27 minutes)",
-}
+PENDING: dict[str, str] = {}
 
 
 def test_every_benchmark_record_is_pinned_to_its_commit_code_and_machine() -> None:
