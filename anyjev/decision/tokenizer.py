@@ -115,9 +115,7 @@ def _choice_file(folder: Path) -> Path:
     from importlib.metadata import version
 
     digest = hashlib.sha256(f"{folder.resolve()}\0transformers {version('transformers')}\0".encode())
-    for name in (*RENDERING_FILES, *CHOICE_FILES):
-        if (folder / name).is_file():
-            digest.update(name.encode() + b"\0" + hashlib.sha256((folder / name).read_bytes()).digest())
+    digest.update(_files_digest(folder, (*RENDERING_FILES, *CHOICE_FILES)).encode())
     return user_cache("tokenizers") / f"{digest.hexdigest()[:32]}.json"
 
 
@@ -157,14 +155,19 @@ def _remember_class(folder: Path, tokenizer: Any) -> None:
         log.debug("not remembering %s for %s: %s", cls.__name__, folder, exc)
 
 
-def rendering_key(tok_dir: str) -> str:
-    """What decides TOK_DIR's rendering and tokenisation: a hash of its RENDERING_FILES' names and bytes."""
+def _files_digest(folder: str | os.PathLike[str], names: tuple[str, ...]) -> str:
+    """A hash of the names and bytes of those of NAMES that are files in FOLDER."""
     digest = hashlib.sha256()
-    for name in RENDERING_FILES:
-        path = Path(tok_dir) / name
+    for name in names:
+        path = Path(folder) / name
         if path.is_file():
             digest.update(name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
+
+
+def rendering_key(tok_dir: str) -> str:
+    """What decides TOK_DIR's rendering and tokenisation: a hash of its RENDERING_FILES' names and bytes."""
+    return _files_digest(tok_dir, RENDERING_FILES)
 
 
 class Tokenizers:
