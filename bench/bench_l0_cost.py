@@ -66,6 +66,7 @@ from anyjev.run.full import score_prepared  # noqa: E402
 from anyjev.run.prepared import PreparedItem, prepare_item  # noqa: E402
 from anyjev.run.records import item_record, layout_arrays  # noqa: E402
 from anyjev.schema import default  # noqa: E402
+from anyjev.serving.build import resolve_server  # noqa: E402
 from anyjev.serving.spec import ServerSpec  # noqa: E402
 from bench.common import SMOL_DIR, Server, measured_on, run_record, run_under_limit, serving, smollm2, smollm2_spec, write_json  # noqa: E402
 
@@ -74,8 +75,9 @@ CONFIDENCE = 0.95  # for the agreement bound
 
 
 def server_spec(name: str, prefix_caching: bool) -> ServerSpec:
-    """The default config's SmolLM2 server (pinned flags, fp32 head) in float32, with or without the cache."""
-    return smollm2_spec(name, dtype="float32", prefix_caching=prefix_caching, resettable=prefix_caching)
+    """The default config's SmolLM2 server (pinned flags, fp32 head) in float32, with or without the cache, resolved as
+    its lease resolves it (the KV block size pinned for the server environment's vLLM, which the JSON records)."""
+    return resolve_server(smollm2_spec(name, dtype="float32", prefix_caching=prefix_caching, resettable=prefix_caching))
 
 
 # --------------------------------------------------------------------------------------------- workloads
@@ -394,12 +396,6 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-def block_size(handle) -> int | None:
-    """The KV block size the server was started with (None: vLLM's own default)."""
-    argv = list(handle.argv)
-    return int(argv[argv.index("--block-size") + 1]) if "--block-size" in argv else None
-
-
 def run_full_only(args, workloads: list[Workload], json_path: Path, logs: Path, run: dict) -> int:
     """Rows (a) and (b) under the current pinned server flags, added as ``full_nocache@DATE`` / ``full_cache@DATE`` to
     the existing JSON's workloads, so the older rows stay beside them with their own date."""
@@ -407,9 +403,10 @@ def run_full_only(args, workloads: list[Workload], json_path: Path, logs: Path, 
     stamp = run["date"][:10]
     later = {k: run[k] for k in ("date", "command", "machine")}
     for cache in (False, True):
-        with serving(server_spec(f"l0cost-{'cache' if cache else 'nocache'}", cache), logs / "l0-cost") as handle:
+        spec = server_spec(f"l0cost-{'cache' if cache else 'nocache'}", cache)
+        with serving(spec, logs / "l0-cost") as handle:
             server = Server(handle)
-            later |= {"vllm_version": handle.vllm_version, "block_size": block_size(handle)}
+            later |= {"vllm_version": handle.vllm_version, "block_size": spec.block_size}
             warm = workloads[0].test[0]
             server.warm_up(warm.layouts[-1][1], warm.label_ids)
             for w in workloads:
@@ -494,9 +491,10 @@ def main(argv: list[str] | None = None) -> int:
         write_json(json_path, report)
 
     warm = workloads[0].test[0]
-    with serving(server_spec("l0cost-nocache", False), logs / "l0-cost") as handle:
+    nocache = server_spec("l0cost-nocache", False)
+    with serving(nocache, logs / "l0-cost") as handle:
         report["vllm_version"] = handle.vllm_version
-        report["block_size"] = block_size(handle)
+        report["block_size"] = nocache.block_size
         off = Server(handle)
         off.warm_up(warm.layouts[-1][1], warm.label_ids)
         for w in workloads:
