@@ -37,6 +37,10 @@ CONFIG = REPO / "config" / "config.yaml"
 MODELS_DIR = REPO / "resources" / "models"
 SMOL_DIR = MODELS_DIR / "smollm2-135m"
 SERVER_PYTHON = REPO / ".venv-server" / "bin" / "python"
+# The processes a benchmark measures run as a user's do: Python writes the bytecode of the project's modules once and
+# reuses it. A shell that sets PYTHONDONTWRITEBYTECODE would have every measured process (a dry run's parse, a scoring
+# job's start) compile them again; machine() records that the benchmark's processes run without it.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def smollm2_spec(name: str, *, env: dict[str, str | None] | None = None, flags: tuple[str, ...] = (),
@@ -139,7 +143,8 @@ def _cpuinfo() -> tuple[str, set[str]]:
 def machine() -> dict:
     """The machine a benchmark runs on, as every benchmark records it (``"machine"`` in its JSON): the CPU model, the
     CPU flags of :data:`CPU_FLAGS` it has, its cores (all, and those this process may use), memory, and the 1-minute
-    load average at the start (client and server share these cores, and other work may run beside them)."""
+    load average at the start (client and server share these cores, and other work may run beside them), and whether
+    the processes it measures write and reuse their bytecode (``bytecode_cache``)."""
     model, flags = _cpuinfo()
     memory_kb = 0
     try:
@@ -149,7 +154,8 @@ def machine() -> dict:
         pass
     return {"cpu_model": model, "cpu_flags": [f for f in CPU_FLAGS if f in flags], "nproc": os.cpu_count(),
             "affinity": len(os.sched_getaffinity(0)), "memory_gb": round(memory_kb / 1e6, 1),
-            "loadavg_start": round(os.getloadavg()[0], 2), "python": platform.python_version()}
+            "loadavg_start": round(os.getloadavg()[0], 2), "python": platform.python_version(),
+            "bytecode_cache": "PYTHONDONTWRITEBYTECODE" not in os.environ}
 
 
 # keys of JSON written before every benchmark called machine(): bench_viewer's own record

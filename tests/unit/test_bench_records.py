@@ -4,9 +4,11 @@ from its output."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,15 @@ def test_the_machine_record_names_the_cpu_its_flags_cores_and_load() -> None:
                       if line.startswith("flags")), []))
     assert m["cpu_flags"] == [f for f in common.CPU_FLAGS if f in flags]
     assert m["nproc"] >= m["affinity"] >= 1 and m["cpu_model"]
+
+
+def test_benchmarks_measure_processes_that_keep_their_bytecode_as_a_users_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")  # a shell that sets it: the measured processes do not inherit it
+    importlib.reload(common)
+    child = subprocess.run([sys.executable, "-c", "import sys; print(sys.dont_write_bytecode)"], capture_output=True,
+                           text=True, check=True)
+    assert child.stdout.strip() == "False"
+    assert common.machine()["bytecode_cache"] is True
 
 
 @pytest.mark.parametrize("path", BENCHMARKS, ids=[p.name for p in BENCHMARKS])
