@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from anyjev.decision.labels import LabelChecker
-from anyjev.errors import ArgumentError, one_line
+from anyjev.errors import ArgumentError, NotWritableError, one_line
 from anyjev.files import user_cache, write_text_atomic
 
 log = logging.getLogger(__name__)
@@ -40,9 +40,10 @@ def _folder(path: str | os.PathLike[str], where: str) -> Path:
 def check_tokenizer(path: str | os.PathLike[str], *, argument: str = "tokenizer folder") -> None:
     """That the folder PATH holds a tokenizer scoring can load, as :func:`load_tokenizer` says it, without importing
     transformers (nor torch) where the folder holds ``tokenizer.json``: the `tokenizers` library reads it, and
-    ``tokenizer_config.json`` must be JSON. The answer is kept per content (the files' real paths, sizes and times),
-    so the folders of models that link the same files are read once a process. A folder without ``tokenizer.json``
-    is loaded through transformers."""
+    ``tokenizer_config.json`` must be JSON. A readable answer is kept per content (the files' real paths, sizes and
+    times): the folders of models that link the same files are read once a process, and once for every later process
+    of the machine's user (every parse of the workflow validates the config: :func:`_unreadable`). A folder without
+    ``tokenizer.json`` is loaded through transformers."""
     where = f"{argument} {str(path)!r}"
     folder = _folder(path, where)
     if not (folder / "tokenizer.json").is_file():
@@ -60,7 +61,12 @@ CHECKED_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 @functools.cache
 def _unreadable(files: tuple[tuple[str, str, int, int], ...]) -> str | None:
-    """Why the tokenizer of FILES ((name, real path, size, mtime) each) cannot be read, None when it can."""
+    """Why the tokenizer of FILES ((name, real path, size, mtime) each) cannot be read, None when it can. That they
+    can is remembered in the user's cache (a file named by FILES' hash), so that a later process does not read them
+    again while they stay as they are; that they cannot is found again each time, and said as it is then."""
+    readable = user_cache("tokenizer-checks") / f"{hashlib.sha256(repr(files).encode()).hexdigest()[:32]}.json"
+    if readable.is_file():
+        return None
     from tokenizers import Tokenizer
 
     for name, real, _, _ in files:
@@ -71,6 +77,10 @@ def _unreadable(files: tuple[tuple[str, str, int, int], ...]) -> str | None:
                 json.loads(Path(real).read_text(encoding="utf-8"))
         except Exception as exc:  # noqa: BLE001 - the tokenizers library raises Exception for a bad file
             return f"it holds {name}, which cannot be read ({type(exc).__name__}: {one_line(str(exc), 200)})"
+    try:
+        write_text_atomic(readable, json.dumps({"readable": [list(f) for f in files]}))
+    except (OSError, NotWritableError) as exc:  # a cache that cannot be written costs the next check its time only
+        log.debug("not remembering that %s can be read: %s", files, exc)
     return None
 
 

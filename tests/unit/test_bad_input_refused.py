@@ -14,7 +14,7 @@ from anyjev.config import check_config_file, validate_config
 from anyjev.data.prepare import PrepareJob, prepare_task
 from anyjev.data.taskfile import load_task_file
 from anyjev.errors import ConfigError, TaskDataError
-from tests.conftest import QWEN3_TOKENIZER_DIR
+from tests.conftest import QWEN3_TOKENIZER_DIR, REPO
 
 ITEMS = [{"id": f"q{i}", "state": f"State {i}.", "question": "Which colour?", "options": ["red", "green", "blue"],
           "gold": i % 3} for i in range(6)]
@@ -95,6 +95,33 @@ def test_a_url_models_tokenizer_is_checked_without_torch(smollm2_dir, tmp_path) 
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", code, str(config)], capture_output=True, text=True, check=True)
     assert run.stdout.split("\n")[-2] == "[]", run.stdout + run.stderr
+
+
+def test_a_url_models_readable_tokenizer_is_read_once_for_the_users_later_parses(smollm2_dir, tmp_path) -> None:
+    """Every parse of the workflow validates the config: once a url model's tokenizer files were read, a later process
+    of the same user does not read them again (nor import the tokenizers library) while they stay as they are; a file
+    that changed is read again, and refused when it cannot be read."""
+    import os
+    import shutil
+    import subprocess
+
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(smollm2_dir / name, folder / name)
+    code = ("import sys; from anyjev.decision.tokenizer import check_tokenizer; check_tokenizer(sys.argv[1]); "
+            "print('tokenizers' in sys.modules)")
+
+    def parse() -> subprocess.CompletedProcess:
+        env = os.environ | {"XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
+        return subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, env=env)
+
+    assert parse().stdout.split() == ["True"]  # read: the tokenizers library parsed tokenizer.json
+    assert parse().stdout.split() == ["False"]  # the same files: not read again
+    (folder / "tokenizer.json").write_text('{"model": {"type": "BPE", "vocab": {')  # changed, and broken
+    broken = parse()
+    assert broken.returncode != 0 and "it holds tokenizer.json, which cannot be read" in broken.stderr, broken.stderr
+    assert parse().returncode != 0  # a file that cannot be read is never remembered as readable
 
 
 def test_a_url_models_tokenizer_folder_that_does_not_exist_is_named(tmp_path) -> None:
