@@ -18,6 +18,7 @@ import re
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -223,9 +224,23 @@ SPLIT_PATTERNS = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
 )
 BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False}
-# Where a text is cut between lines: after a newline with a non-space character before and after it (Python's \s holds
-# every Unicode whitespace character, and more).
-LINE_CUT = re.compile(r"(?<=\S\n)(?=\S)")
+
+
+def line_pieces(text: str) -> list[str]:
+    """TEXT cut between lines: right after each newline that has a non-space character (``str.isspace``: every Unicode
+    whitespace character, as the regex ``\\s`` says it) before and after it. The pieces, joined, are TEXT. (What the
+    regex split ``(?<=\\S\\n)(?=\\S)`` gives, without trying a pattern at every character: every layout's prompt
+    is cut.)"""
+    lines = text.split("\n")
+    pieces, current = [], lines[0]
+    for line in lines[1:]:
+        if current and line and not current[-1].isspace() and not line[0].isspace():
+            pieces.append(current + "\n")
+            current = line
+        else:
+            current += "\n" + line
+    pieces.append(current)
+    return pieces
 
 
 def _state(component) -> dict | None:
@@ -235,7 +250,7 @@ def _state(component) -> dict | None:
 
 def _cuts_like_pieces(backend) -> bool:
     """Whether BACKEND (a `tokenizers` Tokenizer) tokenises a text as the concatenation of its pieces: cut at its added
-    tokens (where every such tokenizer cuts a text first) and between lines (:data:`LINE_CUT`). It must normalise with
+    tokens (where every such tokenizer cuts a text first) and between lines (:func:`line_pieces`). It must normalise with
     NFC or not at all (a newline is a character NFC never joins to another), pre-tokenise with one of the
     pre-tokenizers of :data:`SPLIT_PATTERNS` without a prefix space, read its pieces with BPE without dropout, and match
     every added token as it is written (not stripping the spaces around it, not only as a whole word, not after
@@ -290,10 +305,10 @@ class PromptEncoder:
     def _cut(self, text: str) -> list[str]:
         pieces, start = [], 0
         for m in self._added.finditer(text) if self._added is not None else ():
-            pieces += LINE_CUT.split(text[start:m.start()])
+            pieces += line_pieces(text[start:m.start()])
             pieces.append(m.group())
             start = m.end()
-        pieces += LINE_CUT.split(text[start:])
+        pieces += line_pieces(text[start:])
         return [p for p in pieces if p]
 
     def encode(self, texts: Sequence[str]) -> list[tuple[list[int], str]]:
@@ -304,16 +319,17 @@ class PromptEncoder:
             encoded = [list(ids) for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
             return [(ids, prompt_hash(ids)) for ids in encoded]
         cut = [self._cut(text) for text in texts]
-        new = list(dict.fromkeys(p for pieces in cut for p in pieces if p not in self._pieces))
+        known = self._pieces
+        new = [p for p in dict.fromkeys(chain.from_iterable(cut)) if p not in known]
         if new:
             for piece, encoding in zip(new, self._backend.encode_batch_fast(new, add_special_tokens=False), strict=True):
                 ids = encoding.ids
-                self._pieces[piece] = (ids, ",".join(map(str, ids)))
+                known[piece] = (ids, ",".join(map(str, ids)))
         out = []
         for pieces in cut:
-            known = [self._pieces[p] for p in pieces]
-            ids = [i for piece_ids, _ in known for i in piece_ids]
-            out.append((ids, _sha(",".join(joined for piece_ids, joined in known if piece_ids))))
+            entries = [known[p] for p in pieces]
+            ids = list(chain.from_iterable([piece_ids for piece_ids, _ in entries]))
+            out.append((ids, _sha(",".join([joined for piece_ids, joined in entries if piece_ids]))))
         return out
 
 

@@ -2,7 +2,7 @@
 
 The request shape is checked against what vLLM 0.32 accepts (``logprob_token_ids`` with ``logprobs`` set,
 no ``allowed_token_ids``); tests/integration/test_fidelity_real.py checks the values on a real server.
-The responses here are hand-written (an httpx MockTransport) to inject faults.
+The responses here are hand-written (a stub server, tests/stub_http.py) to inject faults.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import contextlib
 import json
 import math
 
-import httpx
 import numpy as np
 import pytest
 
@@ -28,6 +27,7 @@ from anyjev.rundata.scores import read_scores
 from anyjev.serving.argv import PINNED_FLAGS, build_argv, check_extra_flags
 from anyjev.serving.build import resolve_server
 from anyjev.serving.spec import ServerSpec
+from tests.stub_http import Reply, StubCompletions
 
 
 def spec(**kw: object) -> ServerSpec:
@@ -69,20 +69,25 @@ def vocab_reply(payload: dict, drop: int | None = None) -> dict:
     return {"choices": choices}
 
 
-def client(handler) -> VLLMBackend:
-    return VLLMBackend("http://stub", "smol", transport=httpx.MockTransport(handler), retries=0, prompts_per_request=2)
+@contextlib.contextmanager
+def client(reply):
+    """A client of a stub server that answers each request with REPLY(its payload)."""
+    with StubCompletions() as stub:
+        stub.default = Reply(mutate=lambda body, payload: body.update(reply(payload)))
+        with VLLMBackend(stub.url, "smol", retries=0, prompts_per_request=2) as backend:
+            yield backend
 
 
 def test_vocab_request_names_labels_and_masks_nothing() -> None:
     seen = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        payload = json.loads(request.content)
+    def reply(payload: dict) -> dict:
         seen.append(payload)
-        return httpx.Response(200, json=vocab_reply(payload))
+        return vocab_reply(payload)
 
     prompts = [[1, 2, 3], [4, 5], [6]]
-    values = client(handler).vocab_logprobs(prompts, LABELS)
+    with client(reply) as backend:
+        values = backend.vocab_logprobs(prompts, LABELS)
     assert len(seen) == 2
     for payload in seen:
         assert "allowed_token_ids" not in payload
@@ -93,11 +98,9 @@ def test_vocab_request_names_labels_and_masks_nothing() -> None:
 
 
 def test_vocab_request_missing_label_is_refused_naming_the_id() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json=vocab_reply(json.loads(request.content), drop=50))
-
-    with pytest.raises(LabelTokenError, match=r"prompt 0: .*no full-vocabulary log-prob for label ids 50") as info:
-        client(handler).vocab_logprobs([[1, 2]], LABELS)
+    with client(lambda payload: vocab_reply(payload, drop=50)) as backend, \
+            pytest.raises(LabelTokenError, match=r"prompt 0: .*no full-vocabulary log-prob for label ids 50") as info:
+        backend.vocab_logprobs([[1, 2]], LABELS)
     assert info.value.missing_ids == [50]
 
 

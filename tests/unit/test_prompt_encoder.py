@@ -95,3 +95,16 @@ def test_other_tokenizers_are_tokenised_whole(smollm2_tokenizer) -> None:
     truncating = copy.deepcopy(smollm2_tokenizer)  # a truncation the tokenizer's file sets: a call of ours sets none
     truncating.backend_tokenizer.enable_truncation(8)
     assert [ids for ids, _ in PromptEncoder(truncating).encode(texts)] == [encode(smollm2_tokenizer, t) for t in texts]
+
+
+def test_line_pieces_cut_where_the_line_regex_cuts() -> None:
+    """The cut between lines is the regex split ``(?<=\\S\\n)(?=\\S)`` (Python's \\s: every Unicode whitespace
+    character), done without the regex: on texts made of every kind of space, line break and mark."""
+    import re
+
+    from anyjev.decision.prompts import line_pieces
+
+    regex = re.compile(r"(?<=\S\n)(?=\S)")
+    texts = random_texts(3000, seed=5) + ["", "\n", "a\nb", "\na\nb\n", "a \nb", "a\n b", "a\n\nb", "a\u2028\nb\u00a0"]
+    for text in texts:
+        assert line_pieces(text) == regex.split(text), repr(text)
