@@ -71,7 +71,7 @@ def cell_record(*, job: dict[str, Any], task, task_path: Path, identity: dict[st
         "backend": backend,
         "seeds": {"split": split.get("seed"), "server": server.get("spec", {}).get("seed")},
         "git": git_commit(),
-        "versions": versions("transformers", "httpx", "urllib3", "numpy", "torch"),
+        "versions": versions("transformers", "urllib3", "numpy", "torch"),
         "vllm_version": server.get("vllm_version"),
         "host": socket.gethostname(),
         "started": started,

@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+import urllib3
 
 from anyjev.errors import BackendError, UnauthorizedError
-from anyjev.serving.health import http_client
+from anyjev.serving.health import get, http_client
 
 # The KV-cache settings that change what a server computes (cache_config_info holds more: memory, block counts).
 CACHE_KEYS = ("block_size", "cache_dtype", "enable_prefix_caching")
@@ -106,7 +106,7 @@ def _model_card(models: Any, served_name: str, base: str) -> dict[str, Any]:
     raise BackendError(f"{base}/v1/models lists {listed}, not {served_name!r} (the cell's served_name)")
 
 
-def _get_json(client: httpx.Client, url: str) -> Any:
+def _get_json(client: urllib3.PoolManager, url: str) -> Any:
     text = _get_text(client, url)
     if text is None:
         return None
@@ -116,13 +116,13 @@ def _get_json(client: httpx.Client, url: str) -> Any:
         return None
 
 
-def _get_text(client: httpx.Client, url: str) -> str | None:
+def _get_text(client: urllib3.PoolManager, url: str) -> str | None:
     try:
-        resp = client.get(url)
-    except httpx.HTTPError:
+        resp = get(client, url)
+    except urllib3.exceptions.HTTPError:
         return None
-    if resp.status_code == 401:
+    if resp.status == 401:
         carried = "another" if "Authorization" in client.headers else "none"
         raise UnauthorizedError(f"GET {url} answered HTTP 401: the server requires an API key, and this request "
                                 f"carried {carried}")
-    return resp.text if resp.status_code == 200 else None
+    return resp.data.decode("utf-8", "replace") if resp.status == 200 else None

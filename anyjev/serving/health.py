@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import urllib3
 
 from anyjev.errors import ServerError
 from anyjev.serving.proc import pid_alive
@@ -33,35 +33,41 @@ def bearer(api_key: str | None) -> dict[str, str]:
 
 @functools.cache
 def tls_context() -> ssl.SSLContext:
-    """The certificates every HTTP client of this process verifies an HTTPS server with (certifi's, or SSL_CERT_FILE /
-    SSL_CERT_DIR's), loaded once: a client made without it loads them again, about 25 ms of CPU, and a scoring job makes
-    several clients a cell."""
-    return httpx.create_ssl_context()
+    """The certificates every HTTP client of this process verifies an HTTPS server with (the system's, or SSL_CERT_FILE
+    / SSL_CERT_DIR's: OpenSSL's default paths), loaded once: a client made without it loads them again, about 25 ms of
+    CPU, and a scoring job makes several clients a cell."""
+    return ssl.create_default_context()
 
 
-def http_client(timeout: float = 5.0, connect: float = 2.0, *, api_key: str | None = None) -> httpx.Client:
-    """The probes' client; with API_KEY every request carries it."""
-    # trust_env=False: an HTTP(S)_PROXY in the environment must never route 127.0.0.1 elsewhere.
-    return httpx.Client(timeout=httpx.Timeout(timeout, connect=connect), trust_env=False, verify=tls_context(),
-                        headers=bearer(api_key))
+def http_client(timeout: float = 5.0, connect: float = 2.0, *, api_key: str | None = None) -> urllib3.PoolManager:
+    """The probes' client (urllib3, as the scoring client: :class:`anyjev.backends.vllm.VLLMBackend`): each request
+    given up after TIMEOUT seconds (CONNECT to connect), never retried nor redirected here; with API_KEY every request
+    carries it. It reads no proxy from the environment: 127.0.0.1 is never routed elsewhere."""
+    return urllib3.PoolManager(timeout=urllib3.Timeout(connect=connect, read=timeout), retries=False,
+                               headers=bearer(api_key), ssl_context=tls_context())
 
 
-def served_names(client: httpx.Client, url: str) -> list[str] | None:
+def get(client: urllib3.PoolManager, url: str) -> urllib3.BaseHTTPResponse:
+    """GET URL with CLIENT (:func:`http_client`); a failure to get any answer is urllib3's HTTPError."""
+    return client.request("GET", url, redirect=False)
+
+
+def served_names(client: urllib3.PoolManager, url: str) -> list[str] | None:
     """Model ids listed by /v1/models, or None if the server does not answer."""
     try:
-        resp = client.get(f"{url}/v1/models")
-        if resp.status_code != 200:
+        resp = get(client, f"{url}/v1/models")
+        if resp.status != 200:
             return None
         return [str(m.get("id")) for m in resp.json().get("data", []) if isinstance(m, dict)]
-    except (httpx.HTTPError, ValueError, AttributeError):
+    except (urllib3.exceptions.HTTPError, ValueError, AttributeError):
         return None
 
 
-def health(client: httpx.Client, url: str) -> int | None:
+def health(client: urllib3.PoolManager, url: str) -> int | None:
     """Status code of /health, or None when nothing answers."""
     try:
-        return client.get(f"{url}/health").status_code
-    except httpx.HTTPError:
+        return get(client, f"{url}/health").status
+    except urllib3.exceptions.HTTPError:
         return None
 
 

@@ -14,13 +14,13 @@ import time
 import uuid
 from pathlib import Path
 
-import httpx
+import urllib3
 
 from anyjev.errors import ServerError
 from anyjev.files import now_iso
 from anyjev.serving.argv import API_KEY_ENV, KEY_GUARD_DIR, build_argv
 from anyjev.serving.build import cuda_build_line
-from anyjev.serving.health import START_MARK, ServerHandle, health, http_client, log_tail, served_names
+from anyjev.serving.health import START_MARK, ServerHandle, get, health, http_client, log_tail, served_names
 from anyjev.serving.proc import NAME_ENV, SUPERVISOR_MODULE, TOKEN_ENV, pid_alive, proc_start_time
 from anyjev.serving.spec import ServerSpec
 from anyjev.serving.state import ServerRecord, new_api_key, read_record, update_record, write_record
@@ -169,9 +169,9 @@ def _start_once(spec: ServerSpec, port: int, log_path: Path, owner_pid: int, sta
                 time.sleep(POLL_SECONDS)
             start_seconds = time.monotonic() - t0
             version = None
-            with contextlib.suppress(httpx.HTTPError, ValueError, AttributeError):
-                resp = client.get(f"{url}/version")
-                if resp.status_code == 200:
+            with contextlib.suppress(urllib3.exceptions.HTTPError, ValueError, AttributeError):
+                resp = get(client, f"{url}/version")
+                if resp.status == 200:
                     version = str(resp.json().get("version"))
     except BaseException:
         current = read_record(state_file)

@@ -12,10 +12,10 @@ import re
 import time
 from dataclasses import dataclass
 
-import httpx
+import urllib3
 
 from anyjev.errors import BackendError
-from anyjev.serving.health import bearer, tls_context
+from anyjev.serving.health import get, http_client
 
 COUNTERS = {
     "prompt_tokens": "vllm:prompt_tokens_total",
@@ -89,12 +89,13 @@ def read_metrics(base_url: str, timeout: float = 10.0, *, api_key: str | None = 
     """The text of BASE_URL/metrics, asked with API_KEY (a managed server answers /metrics only to its run's key)."""
     url = base_url.rstrip("/") + "/metrics"
     try:
-        resp = httpx.get(url, timeout=timeout, headers=bearer(api_key), trust_env=False, verify=tls_context())
-    except httpx.HTTPError as exc:
+        with http_client(timeout, connect=timeout, api_key=api_key) as client:
+            resp = get(client, url)
+    except urllib3.exceptions.HTTPError as exc:
         raise BackendError(f"GET {url} failed: {type(exc).__name__}: {exc}") from exc
-    if resp.status_code != 200:
-        raise BackendError(f"GET {url} answered HTTP {resp.status_code}")
-    return resp.text
+    if resp.status != 200:
+        raise BackendError(f"GET {url} answered HTTP {resp.status}")
+    return resp.data.decode("utf-8", "replace")
 
 
 def read_counters(base_url: str, served_name: str | None = None, *, api_key: str | None = None,

@@ -33,7 +33,7 @@ IMPORTS_AT_EXIT = (
     "runpy.run_module('anyjev', run_name='__main__', alter_sys=True)\n"
 )
 # Imported by a step that talks to a server, reads a run as tables, or tokenises: none is any use to a cell's own steps.
-NOT_FOR_A_CELL_STEP = {"httpx", "httpcore", "rich", "pandas", "transformers", "tokenizers", "torch"}
+NOT_FOR_A_CELL_STEP = {"httpx", "httpcore", "urllib3", "rich", "pandas", "transformers", "tokenizers", "torch"}
 
 
 def step_env() -> dict[str, str]:

@@ -70,7 +70,7 @@ def test_the_clients_of_a_process_load_the_certificates_once(stub: StubCompletio
             backend.label_logprobs(prompts(1), LABELS)
         describe_server(stub.url, "m")
         with health.http_client() as client:
-            client.get(stub.url + "/health")
+            health.get(client, stub.url + "/health")
         with pytest.raises(BackendError):
             read_metrics(stub.url)  # the stub has no /metrics
     assert len(made) == 1
