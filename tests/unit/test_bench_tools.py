@@ -280,3 +280,17 @@ def test_every_stand_in_http_server_answers_without_waiting_for_a_delayed_ack() 
             handlers.append((path.relative_to(REPO).as_posix(), "disable_nagle_algorithm = True" in match.group(2)))
     assert len(handlers) >= 3, handlers
     assert all(ok for _, ok in handlers), [path for path, ok in handlers if not ok]
+
+
+def test_the_client_benchmark_takes_its_medians_after_the_first_run(monkeypatch, tmp_path: Path) -> None:
+    """A scoring job's first run loads its tokenizer through AutoTokenizer (torch imported), as only a model folder's
+    first job on a machine does: the medians are of the runs after it, and the first is kept."""
+    from bench import bench_client
+
+    cpu = iter([9.0, 2.0, 4.0, 3.0, 5.0])
+    counts = {"cells": 1, "items": 2, "prompts": 1000, "canary_prompts": 1, "server_check_prompts": 0, "prompt_tokens": 9}
+    monkeypatch.setattr(bench_client, "run_job", lambda job, out, **kw: counts | {"cpu_s": next(cpu), "wall_s": 1.0})
+    monkeypatch.setattr(bench_client, "job_file", lambda config, **kw: config)
+    result = bench_client.measure("grid", tmp_path / "run" / "config" / "config.yaml", 5, profile=False)
+    assert result["cpu_s_runs"] == [9.0, 2.0, 4.0, 3.0, 5.0]
+    assert result["cpu_s"] == 3.5 and result["job_cpu_ms_per_prompt"] == 3.5
