@@ -158,9 +158,11 @@ def own_cpu_s(proc: subprocess.Popen) -> float:
 CODE: list[Path] = [REPO]  # the checkout whose anyjev the jobs run (--code)
 
 
-def run_job(job: Path, out: Path, *, sampled: Path | None = None) -> dict:
+def run_job(job: Path, out: Path, *, sampled: Path | None = None, code: Path | None = None,
+            cache: Path | None = None) -> dict:
     """One run of the scoring job JOB from nothing (its staged cells removed), its outcome record OUT: wall, own CPU,
-    prompts sent. With SAMPLED, under the stack sampler, whose profile is written there."""
+    prompts sent. With SAMPLED, under the stack sampler, whose profile is written there. CODE: the checkout whose
+    anyjev runs it (default: --code's, or this one); CACHE: the user cache it keeps (default: the benchmark's)."""
     from anyjev.serving.stop import stop_servers
 
     run = out.parents[2]
@@ -171,11 +173,11 @@ def run_job(job: Path, out: Path, *, sampled: Path | None = None) -> dict:
     if sampled is not None:
         head = [sys.executable, "-c", "import sys; from bench.bench_client import sampled; sampled(sys.argv[1:])",
                 str(sampled)]
-    path = [str(CODE[0])] + ([str(REPO)] if sampled is not None else [])  # the sampler is this checkout's
+    path = [str(code or CODE[0])] + ([str(REPO)] if sampled is not None else [])  # the sampler is this checkout's
     # the benchmark's own user cache (anyjev.files.user_cache): each job's first run loads its tokenizer through
     # AutoTokenizer, as a first run on a machine does, and the runs after it the class it chose
     env = dict(os.environ) | {"PYTHONPATH": os.pathsep.join(filter(None, [*path, os.environ.get("PYTHONPATH")])),
-                              "XDG_CACHE_HOME": str(run.parent / "cache")}
+                              "XDG_CACHE_HOME": str(cache or run.parent / "cache")}
     log = run / "logs" / f"score_model-{'sampled' if sampled else 'plain'}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -199,6 +201,66 @@ def run_job(job: Path, out: Path, *, sampled: Path | None = None) -> dict:
             "prompt_tokens": sum(c.get("prompt_tokens", 0) for c in counts)}
 
 
+def job_figures(runs: list[dict]) -> dict:
+    """One job's figures from its plain RUNS: the medians of the runs after the first, which loaded its tokenizer
+    through AutoTokenizer (torch imported) as only a model folder's first job on a machine does; every run's CPU
+    seconds kept in ``cpu_s_runs``."""
+    first = runs[0]
+    warm = runs[1:] or runs
+    cpu, wall = statistics.median(r["cpu_s"] for r in warm), statistics.median(r["wall_s"] for r in warm)
+    result = {k: first[k] for k in ("cells", "items", "prompts", "canary_prompts", "server_check_prompts", "prompt_tokens")}
+    return result | {"reps": len(runs), "cpu_s_runs": [round(r["cpu_s"], 2) for r in runs], "cpu_s": round(cpu, 2),
+                     "wall_s": round(wall, 2), "job_cpu_ms_per_prompt": round(1000 * cpu / first["prompts"], 4),
+                     "prompts_per_s": round(first["prompts"] / wall, 1),
+                     "prompts_per_cpu_s": round(first["prompts"] / cpu, 1)}
+
+
+def totals_of(measured: dict[str, dict], fixed: dict) -> dict:
+    """Over the measured jobs (MEASURED, by name): their prompts and CPU seconds, a prompt's job CPU all told, and
+    beyond what every job costs (FIXED: the job of one item's figures; its first run: a model folder's first job)."""
+    totals = {"prompts": sum(j["prompts"] for j in measured.values()),
+              "cpu_s": round(sum(j["cpu_s"] for j in measured.values()), 2), "fixed_cpu_s": fixed["cpu_s"],
+              "fixed_first_run_cpu_s": fixed["cpu_s_runs"][0]}
+    totals["job_cpu_ms_per_prompt"] = round(1000 * totals["cpu_s"] / totals["prompts"], 4)
+    totals["marginal_cpu_ms_per_prompt"] = round(
+        1000 * (totals["cpu_s"] - len(measured) * fixed["cpu_s"]) / totals["prompts"], 4)
+    return totals
+
+
+def side_by_side(codes: dict[str, Path], configs: dict[str, Path], jobs: list[str], reps: int, root: Path) -> dict:
+    """The jobs run with each of CODES' anyjev (name: checkout) in turn, REPS rounds of every job, each code's run of
+    a job right after the others' (what other work on the machine does to one, it does to its neighbours), each code
+    with a user cache of its own (its first run of a job loads the tokenizer through AutoTokenizer, the medians are of
+    the rest). Per code, the figures of :func:`totals_of`; per code after the first, its ratios to the first: of their
+    job CPU a prompt, and the median over the rounds after the first of the ratio of the jobs' summed CPU seconds."""
+    runs: dict[str, dict[str, list[dict]]] = {name: {job: [] for job in [*jobs, "fixed"]} for name in codes}
+    for rep in range(reps):
+        for job in [*jobs, "fixed"]:
+            config = configs[job]
+            for name, code in codes.items():
+                r = run_job(job_file(config), config.parent.parent / "results" / "allocations" / f"{MODEL}.json",
+                            code=code, cache=root / f"cache-{name}")
+                runs[name][job].append(r)
+                print(f"[bench_client side by side {rep + 1}/{reps}] {job} {name}: {r['cpu_s']:.2f} CPU s", flush=True)
+    out: dict = {"reps": reps, "codes": {}}
+    for name, code in codes.items():
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=code, capture_output=True, text=True)
+        measured = {job: job_figures(runs[name][job]) for job in jobs}
+        out["codes"][name] = {"commit": commit.stdout.strip(), **totals_of(measured, job_figures(runs[name]["fixed"])),
+                              "jobs": {job: {k: m[k] for k in ("prompts", "cpu_s", "cpu_s_runs", "job_cpu_ms_per_prompt")}
+                                       for job, m in measured.items()}}
+    base = next(iter(codes))
+    summed = {name: [sum(runs[name][job][r]["cpu_s"] for job in jobs) for r in range(reps)] for name in codes}
+    for name in list(codes)[1:]:
+        out["codes"][name]["vs_" + base] = {
+            "job_cpu_ms_per_prompt": round(out["codes"][name]["job_cpu_ms_per_prompt"]
+                                           / out["codes"][base]["job_cpu_ms_per_prompt"], 3),
+            "per_round_median": round(statistics.median(a / b for a, b in zip(summed[name][1:], summed[base][1:],
+                                                                                strict=True)) if reps > 1 else
+                                      summed[name][0] / summed[base][0], 3)}
+    return out
+
+
 def measure(name: str, config: Path, reps: int, *, profile: bool = True) -> dict:
     """JOB's plain runs (medians) and (PROFILE) its sampled run's parts."""
     run = config.parent.parent
@@ -207,16 +269,7 @@ def measure(name: str, config: Path, reps: int, *, profile: bool = True) -> dict
     runs = [run_job(job, out) for _ in range(reps)]
     for r in runs:
         print(f"[bench_client {name}] {r['prompts']} prompts: {r['cpu_s']:.2f} CPU s, {r['wall_s']:.1f} s wall", flush=True)
-    first = runs[0]
-    # the medians: of the runs after the first, which loaded its tokenizer through AutoTokenizer (torch imported) as
-    # only a model folder's first job on a machine does; the first is kept in cpu_s_runs
-    warm = runs[1:] or runs
-    cpu, wall = statistics.median(r["cpu_s"] for r in warm), statistics.median(r["wall_s"] for r in warm)
-    result = {k: first[k] for k in ("cells", "items", "prompts", "canary_prompts", "server_check_prompts", "prompt_tokens")}
-    result |= {"reps": reps, "cpu_s_runs": [round(r["cpu_s"], 2) for r in runs], "cpu_s": round(cpu, 2),
-               "wall_s": round(wall, 2), "job_cpu_ms_per_prompt": round(1000 * cpu / first["prompts"], 4),
-               "prompts_per_s": round(first["prompts"] / wall, 1),
-               "prompts_per_cpu_s": round(first["prompts"] / cpu, 1)}
+    result = job_figures(runs)
     if not profile:
         return result
     profile = run / "profile.json"
@@ -339,6 +392,24 @@ def markdown(report: dict) -> str:
                   "|---|---|---:|---:|---:|"]
         lines += [f"| {s['step']} | {s['run'].get('code_commit', s['run']['commit'])} | {s['job_cpu_ms_per_prompt']:.3f} | "
                   f"{s['marginal_cpu_ms_per_prompt']:.3f} | {s['fixed_cpu_s']:.2f} |" for s in report["steps"]]
+    if report.get("side_by_side"):
+        lines += ["", side_by_side_markdown(report["side_by_side"])]
+    return "\n".join(lines)
+
+
+def side_by_side_markdown(compared: dict) -> str:
+    """The codes run side by side (:func:`side_by_side`), a row each, with their ratios to the first."""
+    from bench.common import measured_on
+
+    base = next(iter(compared["codes"]))
+    lines = [f"Side by side, round by round ({compared['reps']} rounds; {measured_on(compared['run'])}):", "",
+             f"| code | commit | job CPU ms a prompt | beyond a job's fixed cost | fixed CPU s a job | vs {base} "
+             "(all told) | vs " + base + " (median of the rounds) |", "|---|---|---:|---:|---:|---:|---:|"]
+    for name, c in compared["codes"].items():
+        vs = c.get("vs_" + base)
+        lines.append(f"| {name} | {c['commit']} | {c['job_cpu_ms_per_prompt']:.3f} | {c['marginal_cpu_ms_per_prompt']:.3f} | "
+                     f"{c['fixed_cpu_s']:.2f} | " + (f"{vs['job_cpu_ms_per_prompt']:.3f}x | {vs['per_round_median']:.3f}x |"
+                                                      if vs else "| |"))
     return "\n".join(lines)
 
 
@@ -356,6 +427,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="only the plain runs, recorded as a row of the existing JSON's steps (what a change won)")
     ap.add_argument("--code", metavar="CHECKOUT", help="run the jobs with the anyjev of this checkout (another commit's, "
                     "for --step), measured the same way")
+    ap.add_argument("--side-by-side", metavar="NAME=CHECKOUT", action="append", default=[],
+                    help="only this (twice or more): the jobs with each checkout's anyjev in turn, round by round "
+                         "(side_by_side in the existing JSON; the first named is the one the others are compared with)")
     ap.add_argument("--report", metavar="JSON", help="only print the docs block of an earlier run")
     args = ap.parse_args(argv)
     if args.report:
@@ -375,6 +449,20 @@ def main(argv: list[str] | None = None) -> int:
     measured: dict = {}
     root = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="bench-client-"))
     root.mkdir(parents=True, exist_ok=True)
+    if args.side_by_side:
+        codes = {name: Path(path).resolve() for name, _, path in (v.partition("=") for v in args.side_by_side)}
+        if len(codes) < 2:
+            ap.error("--side-by-side compares two checkouts or more: give it once for each")
+        try:
+            configs = build(root, args.grid_tasks, args.items, args.n_test)
+            compared = side_by_side(codes, configs, args.jobs.split(","), args.reps, root)
+        finally:
+            if not args.workdir:
+                shutil.rmtree(root, ignore_errors=True)
+        report = earlier | {"side_by_side": {"run": record} | compared}
+        write_json(out, report)
+        print(side_by_side_markdown(report["side_by_side"]))
+        return 0
     try:
         configs = build(root, args.grid_tasks, args.items, args.n_test)
         for name in args.jobs.split(","):
@@ -383,14 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.workdir:
             shutil.rmtree(root, ignore_errors=True)
-    totals = {"prompts": sum(j["prompts"] for j in measured.values()),
-              "cpu_s": round(sum(j["cpu_s"] for j in measured.values()), 2), "fixed_cpu_s": fixed["cpu_s"],
-              # the fixed job's first run: its tokenizer's class not remembered yet (the first job of a model folder)
-              "fixed_first_run_cpu_s": fixed["cpu_s_runs"][0]}
-    totals["job_cpu_ms_per_prompt"] = round(1000 * totals["cpu_s"] / totals["prompts"], 4)
-    # beyond what every job costs (its start, imports, tokenizer and server start; one cell of one item)
-    totals["marginal_cpu_ms_per_prompt"] = round(
-        1000 * (totals["cpu_s"] - len(measured) * fixed["cpu_s"]) / totals["prompts"], 4)
+    totals = totals_of(measured, fixed)
     steps = [s for s in earlier.get("steps", []) if s["step"] != args.step]
     if args.step is not None:  # a row of what each change won, each with the record of its own run
         steps.append({"step": args.step, "run": record, **totals,
@@ -399,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         report = earlier | {"steps": steps}
     else:
         method = " ".join(line.strip() for line in "\n".join(__doc__.split("\n\n")[1:4]).splitlines())  # not the usage
-        report = record | {"method": method, "jobs": measured, **totals, "steps": steps}
+        report = record | {"method": method, "jobs": measured, **totals, "steps": steps} | (
+            {"side_by_side": earlier["side_by_side"]} if "side_by_side" in earlier else {})
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json(out, report)
     if "jobs" in report:

@@ -294,3 +294,34 @@ def test_the_client_benchmark_takes_its_medians_after_the_first_run(monkeypatch,
     result = bench_client.measure("grid", tmp_path / "run" / "config" / "config.yaml", 5, profile=False)
     assert result["cpu_s_runs"] == [9.0, 2.0, 4.0, 3.0, 5.0]
     assert result["cpu_s"] == 3.5 and result["job_cpu_ms_per_prompt"] == 3.5
+
+
+def test_the_client_benchmark_runs_the_codes_side_by_side_round_by_round(monkeypatch, tmp_path: Path) -> None:
+    """Each round runs every job with each code right after the others', each code with a user cache of its own; the
+    ratios to the first code are of the medians, and the median of the rounds after the first."""
+    from bench import bench_client
+
+    order = []
+    cpu = {"old": {"grid": 10.0, "fixed": 2.0}, "new": {"grid": 8.0, "fixed": 1.0}}
+
+    def run_job(job, out, *, code, cache, **kw):
+        name = code.name
+        order.append((job.parent.name, name, cache.name))
+        first = sum(1 for j, n, _ in order if (j, n) == (job.parent.name, name)) == 1
+        return {"cells": 1, "items": 1, "prompts": 1000 if job.parent.name == "grid" else 10, "canary_prompts": 0,
+                "server_check_prompts": 0, "prompt_tokens": 1,
+                "cpu_s": cpu[name][job.parent.name] + (5.0 if first else 0.0), "wall_s": 1.0}
+
+    monkeypatch.setattr(bench_client, "run_job", run_job)
+    monkeypatch.setattr(bench_client, "job_file", lambda config, **kw: config.parent.parent / "job.json")
+    configs = {job: tmp_path / job / "config" / "config.yaml" for job in ("grid", "fixed")}
+    codes = {"old": tmp_path / "old", "new": tmp_path / "new"}
+    for code in codes.values():
+        code.mkdir()
+    out = bench_client.side_by_side(codes, configs, ["grid"], 3, tmp_path)
+    assert order[:4] == [("grid", "old", "cache-old"), ("grid", "new", "cache-new"),
+                         ("fixed", "old", "cache-old"), ("fixed", "new", "cache-new")]  # then the next round
+    assert out["codes"]["old"]["jobs"]["grid"]["cpu_s_runs"] == [15.0, 10.0, 10.0]
+    assert out["codes"]["old"]["job_cpu_ms_per_prompt"] == 10.0 and out["codes"]["new"]["job_cpu_ms_per_prompt"] == 8.0
+    assert out["codes"]["new"]["vs_old"] == {"job_cpu_ms_per_prompt": 0.8, "per_round_median": 0.8}
+    assert out["codes"]["new"]["marginal_cpu_ms_per_prompt"] == 7.0  # (8 - 1 fixed) s over 1000 prompts
