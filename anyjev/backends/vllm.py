@@ -102,8 +102,8 @@ class VLLMBackend:
 
     Requests go through urllib3's connection pool (``max_concurrency`` kept-alive connections, shared by the request
     threads), which spends less of the job's CPU on a request than httpx's client (docs/benchmarks.md, "The scoring
-    client"): the batch audit sends a request a prompt, and on a GPU the client's CPU is the run's limit. No proxy of
-    the environment is used: 127.0.0.1 is never routed elsewhere.
+    job's CPU per prompt"): the batch audit sends a request a prompt, and on a GPU the client's CPU is the run's
+    limit. No proxy of the environment is used: 127.0.0.1 is never routed elsewhere.
     """
 
     name = "vllm"
