@@ -177,6 +177,10 @@ def command(argv: list[str] | None = None) -> list[str]:
     wrote it)."""
     out = []
     for i, arg in enumerate([sys.executable, *(sys.argv if argv is None else argv)]):
+        name, eq, value = arg.partition("=")
+        if i > 0 and eq and not name.startswith("-") and Path(value).is_absolute():  # NAME=PATH (--side-by-side's)
+            out.append(f"{name}={command([value])[1]}")
+            continue
         p = Path(arg)
         if p.is_absolute():
             # the interpreter of a checkout's .venv may be a link elsewhere: name it as the checkout does

@@ -105,6 +105,9 @@ def test_the_command_and_every_path_of_the_checkout_are_written_relative_to_it(t
     assert not Path(cmd[0]).is_absolute()  # the checkout's .venv relative to it, another interpreter by its name
     assert common.command(["bench/bench_scale.py", "--workdir", str(tmp_path)])[1:] == [
         "bench/bench_scale.py", "--workdir", common.SCRATCH]
+    assert common.command(["bench/bench_client.py", "--side-by-side", f"before={tmp_path}", "--side-by-side",
+                           f"now={REPO}", "--step=x=/y"])[1:] == [
+        "bench/bench_client.py", "--side-by-side", f"before={common.SCRATCH}", "--side-by-side", "now=.", "--step=x=/y"]
     out = tmp_path / "r.json"
     common.write_json(out, {"model": str(REPO / "resources" / "models" / "m"), "cwd": str(REPO), "tmp": "/tmp/x"})
     assert json.loads(out.read_text()) == {"model": "resources/models/m", "cwd": ".", "tmp": "/tmp/x"}
