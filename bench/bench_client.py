@@ -201,6 +201,11 @@ def run_job(job: Path, out: Path, *, sampled: Path | None = None, code: Path | N
             "prompt_tokens": sum(c.get("prompt_tokens", 0) for c in counts)}
 
 
+def short_commit(checkout: Path) -> str:
+    """The short hash of CHECKOUT's HEAD ("" where it is no git checkout)."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=checkout, capture_output=True, text=True).stdout.strip()
+
+
 def job_figures(runs: list[dict]) -> dict:
     """One job's figures from its plain RUNS: the medians of the runs after the first, which loaded its tokenizer
     through AutoTokenizer (torch imported) as only a model folder's first job on a machine does; every run's CPU
@@ -245,9 +250,8 @@ def side_by_side(codes: dict[str, Path], configs: dict[str, Path], jobs: list[st
                 print(f"[bench_client side by side {rep + 1}/{reps}] {job} {name}: {r['cpu_s']:.2f} CPU s", flush=True)
     out: dict = {"reps": reps, "codes": {}}
     for name, code in codes.items():
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=code, capture_output=True, text=True)
         measured = {job: job_figures(runs[name][job]) for job in jobs}
-        out["codes"][name] = {"commit": commit.stdout.strip(), **totals_of(measured, job_figures(runs[name]["fixed"])),
+        out["codes"][name] = {"commit": short_commit(code), **totals_of(measured, job_figures(runs[name]["fixed"])),
                               "jobs": {job: {k: m[k] for k in ("prompts", "cpu_s", "cpu_s_runs", "job_cpu_ms_per_prompt")}
                                        for job, m in measured.items()}}
     base = next(iter(codes))
@@ -438,13 +442,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from bench.common import run_record, write_json
 
-    git = lambda *a: subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True).stdout.strip()  # noqa: E731
     # the code's state as run_record() reads it (results/, which benchmarks write, left out); the commit short
-    record = run_record() | {"commit": git("rev-parse", "--short", "HEAD")}
+    record = run_record() | {"commit": short_commit(REPO)}
     if args.code:
         CODE[0] = Path(args.code).resolve()
-        record["code_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=CODE[0], capture_output=True,
-                                               text=True).stdout.strip()
+        record["code_commit"] = short_commit(CODE[0])
     out = Path(args.out)
     earlier = json.loads(out.read_text()) if out.is_file() else {}
     measured: dict = {}
