@@ -262,6 +262,12 @@ def ceiling_block(root: Path = REPO) -> str:
     return bench_ceiling.markdown(load("ceiling", root)).strip()
 
 
+def ceiling_ready_block(root: Path = REPO) -> str:
+    from bench import bench_ceiling
+
+    return bench_ceiling.ready_markdown(load("ceiling_from_ready", root)).strip()
+
+
 def client_block(root: Path = REPO) -> str:
     from bench import bench_client
 
@@ -285,6 +291,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "setup": setup_block,
     "client": client_block,
     "ceiling": ceiling_block,
+    "ceiling-ready": ceiling_ready_block,
     "scale": scale_block,
     "scheduler": scheduler_block,
 }
