@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
         report: dict = run_record() | {
                         "model": "SmolLM2-135M-Instruct, float32, fp32 head (config/config.yaml's server flags and environment)",
                         "client": dataclasses.asdict(settings.client), "answer_mass": settings.scoring.answer_mass,
-                        "variants": {name: RUN_VARIANTS[name] for name in args.variants},
+                        "variants": {} if args.ready_only else {name: RUN_VARIANTS[name] for name in args.variants},
                         "method": __doc__.split("\n\n")[1].replace("\n", " "),
                         "cells": {c.task: {"items": len(c.prepared), "prompts": sum(len(p) for _, p in c.engine_requests()),
                                            "prompt_tokens": sum(len(x) for _, p in c.engine_requests() for x in p),
@@ -379,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
 
         servers = [(key, spec(f"ceiling-{key}".replace("_", "-"), caching=caching, block_size=block))
                    for key, (caching, block) in SERVERS.items() if key in args.servers]
-        report["servers"] = args.servers
+        report["servers"] = [] if args.ready_only else args.servers
         flagged = dict(v.split("=", 1) for v in args.server_flags)
         report["server_flags"] = flagged
         for name, flags in flagged.items():
