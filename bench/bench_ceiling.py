@@ -219,14 +219,14 @@ def from_ready(server_spec, cells: list[Cell], logs: Path,
     from anyjev.serving.metrics import read_counters
     from anyjev.serving.proc import group_pids
 
-    out = {}
+    out, timed = {}, timed_backend()
     with serving(server_spec, logs) as handle:
         server = Server(handle)
         start = time.perf_counter()  # readiness
         pids = group_pids(server.handle.pgid)
         for cell in cells:
             c0, s0, p0 = read_counters(server.url, server.name, api_key=server.api_key), cpu_seconds(pids), time.process_time()
-            backend = send(server, cell, timed_backend())
+            backend = send(server, cell, timed)
             end = time.perf_counter()
             d = read_counters(server.url, server.name, api_key=server.api_key).minus(c0).as_dict()
             out[cell.task] = {"computed_tokens": d["computed_tokens"], "prompt_tokens": d["prompt_tokens"],
