@@ -185,7 +185,8 @@ def score_as_the_job(server: Server, cell: Cell, settings, tokenizer, work: Path
     with backend:
         guard = ServerGuard(backend, cell.prepared[0], where=cell.task) if variant.get("guard", True) else None
         score_cell(backend, tokenizer, cell.prepared, str(out), cell.identity, options=options,
-                   chunk_items=variant.get("chunk_items", settings.client.chunk_items), guard=guard)
+                   chunk_items=variant.get("chunk_items", settings.client.chunk_items),
+                   chunks_in_flight=settings.client.chunks_in_flight, guard=guard)
     return backend
 
 

@@ -67,6 +67,12 @@ class ClientOptions:
     retries: int = setting("client", "retries")
     chunk_items: int = setting("client", "chunk_items")  # items scored and checkpointed together (the cell loop's)
 
+    @property
+    def chunks_in_flight(self) -> int:
+        """Chunks of items a cell reads at once (:func:`anyjev.run.full.score_full`): two, so that the next chunk's
+        requests are queued while a chunk's last answers come back; one when requests go one at a time anyway."""
+        return 2 if self.max_concurrency > 1 else 1
+
 
 class _Transient(Exception):
     """A failure worth retrying (connection refused/reset, timeout, 5xx)."""

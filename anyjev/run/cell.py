@@ -287,7 +287,7 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
     before = server_counters(url, served, api_key) if handle is not None else None
     try:
         counts = score_cell(backend, tokenizer, prepared, str(out), identity, options=job.scoring,
-                            chunk_items=job.client.chunk_items, guard=guard,
+                            chunk_items=job.client.chunk_items, chunks_in_flight=job.client.chunks_in_flight, guard=guard,
                             audit=BatchAudit(backend, job.scoring.audit) if job.scoring.audit else None)
     except UnauthorizedError:
         if job.external is not None:

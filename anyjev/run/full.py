@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from anyjev.backends.base import Backend
 from anyjev.errors import LabelTokenError
@@ -24,42 +26,44 @@ def score_prepared(backend: Backend, chunk: Sequence[PreparedItem], *, answer_ma
 
 
 def score_full(backend: Backend, todo: Sequence[PreparedItem], partial: PartialScores, progress: Progress, *,
-               chunk_items: int, answer_mass: bool, check_ahead: Callable[[], None] | None = None) -> int:
+               chunk_items: int, answer_mass: bool, check_ahead: Callable[[], None] | None = None,
+               chunks_in_flight: int = 1) -> int:
     """Read every layout of TODO's items, a chunk at a time, checkpointing each chunk; returns prompts sent.
 
     With ``answer_mass``, every item's answer mass is read first, in one window that has the server to itself
-    (:func:`answer_masses`), not a window a chunk. With CHECK_AHEAD (the server check's
-    :meth:`~anyjev.run.server_check.ServerGuard.start_probe`), the check before a chunk's checkpoint is sent once
-    every answer of the chunk has come back, beside the next chunk's requests, and the chunk is checkpointed after
-    them: no request waits alone for the check but the last chunk's."""
+    (:func:`answer_masses`), not a window a chunk. CHUNKS_IN_FLIGHT chunks are read at once (at 2, the next chunk's
+    requests are already queued when a chunk's last answer comes back, so the engine does not wait for the client
+    between chunks; a 2-label task's chunk is a single request). Chunks are checkpointed in order, each once
+    its every answer has come back; with CHECK_AHEAD (the server check's
+    :meth:`~anyjev.run.server_check.ServerGuard.start_probe`), the check before a chunk's checkpoint is sent then,
+    beside the chunks still being read, so no request waits alone for it. When a chunk fails, every chunk before it
+    that was read and checked is checkpointed, and nothing after it."""
     masses = answer_masses(backend, todo) if answer_mass and todo else [None] * len(todo)
+    starts = range(0, len(todo), chunk_items)
     prompts = 0
-    held: tuple[Sequence[PreparedItem], list[dict]] | None = None  # read, waiting for the check sent after it
 
-    def checkpoint() -> None:
-        chunk, records = held
-        partial.add(records)
-        progress.update(len(chunk))
+    def read(start: int) -> list[dict]:
+        return score_prepared(backend, todo[start : start + chunk_items], answer_mass=answer_mass,
+                              masses=masses[start : start + chunk_items])
 
-    for start in range(0, len(todo), chunk_items):
-        chunk = todo[start : start + chunk_items]
-        if held is not None and check_ahead is not None:
-            check_ahead()
-        try:
-            records = score_prepared(backend, chunk, answer_mass=answer_mass, masses=masses[start : start + chunk_items])
-        except BaseException as exc:
-            if held is not None:  # the chunk read before is checkpointed still (its check was sent after it)
-                checkpoint()
-            if isinstance(exc, LabelTokenError):
+    reader = ThreadPoolExecutor(chunks_in_flight, thread_name_prefix="chunk-read")
+    reading: deque[Future[list[dict]]] = deque(reader.submit(read, s) for s in starts[:chunks_in_flight])
+    try:
+        for n, start in enumerate(starts):
+            chunk = todo[start : start + chunk_items]
+            try:
+                records = reading.popleft().result()
+            except LabelTokenError as exc:
                 raise name_items(chunk, exc) from exc
-            raise
-        prompts += sum(sent_counts(p, answer_mass=answer_mass)[0] for p in chunk)
-        if held is not None:
-            checkpoint()
-        held = (chunk, records)
-        if check_ahead is None:
-            checkpoint()
-            held = None
-    if held is not None:
-        checkpoint()
+            if n + chunks_in_flight < len(starts):  # queued before this chunk's check, so the engine is never idle
+                reading.append(reader.submit(read, starts[n + chunks_in_flight]))
+            if check_ahead is not None:
+                check_ahead()
+            partial.add(records)
+            progress.update(len(chunk))
+            prompts += sum(sent_counts(p, answer_mass=answer_mass)[0] for p in chunk)
+    finally:
+        for future in reading:  # a failed or interrupted cell: chunks not yet sent are not sent
+            future.cancel()
+        reader.shutdown(wait=True)
     return prompts

@@ -48,7 +48,7 @@ def finish_from_checkpoint(tokenizer, prepared: Sequence[PreparedItem], out: str
 
 def score_cell(backend: Backend, tokenizer, prepared: Sequence[PreparedItem], out: str, identity: dict, *,
                options: ScoringOptions, chunk_items: int, guard: ServerGuard | None = None,
-               audit: BatchAudit | None = None) -> dict[str, Any]:
+               audit: BatchAudit | None = None, chunks_in_flight: int = 1) -> dict[str, Any]:
     """Score the PREPARED items (:func:`anyjev.run.prepared.prepare_items` under ``options.prompt``) into OUT,
     resuming a checkpoint made under the same IDENTITY (which must hold :func:`anyjev.run.identity.scoring_identity`
     of the same OPTIONS).
@@ -57,7 +57,8 @@ def score_cell(backend: Backend, tokenizer, prepared: Sequence[PreparedItem], ou
     the prompt tokens of a
     full-rotation cell (:func:`anyjev.run.requests.sent_counts`; none for an adaptive one) and, adaptive, the
     certificate per layout group. With AUDIT (a server's cell), the batch audit's record is added after the items
-    (once: a resumed cell keeps the one its checkpoint holds), its prompts counted apart (``audit``).
+    (once: a resumed cell keeps the one its checkpoint holds), its prompts counted apart (``audit``). CHUNKS_IN_FLIGHT:
+    the chunks of items read at once (:func:`anyjev.run.full.score_full`; the client's ``chunks_in_flight``).
     """
     probes = prepare_content_free(tokenizer, prepared, options.prompt) if options.content_free else []
     partial = PartialScores(out, identity)
@@ -90,7 +91,8 @@ def score_cell(backend: Backend, tokenizer, prepared: Sequence[PreparedItem], ou
             prompts += sent
         else:
             prompts += score_full(backend, todo, partial, progress, chunk_items=chunk_items, answer_mass=options.answer_mass,
-                                  check_ahead=guard.start_probe if guard is not None else None)
+                                  check_ahead=guard.start_probe if guard is not None else None,
+                                  chunks_in_flight=chunks_in_flight)
         if audit_due:
             assert audit is not None
             partial.add([audit.run(prepared, partial.records)])

@@ -33,7 +33,8 @@ def stub():
 
 
 def url_job(root: Path, url: str, tokenizer: Path, **model: str) -> tuple[ScoreJob, Path]:
-    """A url cell of N_ITEMS Yes/No items, checkpointed two items at a time; MODEL: more of the model's keys."""
+    """A url cell of N_ITEMS Yes/No items, checkpointed two items at a time, one request in flight (so one chunk at a
+    time, in order, which fail_after counts); MODEL: more of the model's keys."""
     task_file = root / "t.jsonl"
     rows = [{"id": f"i{i}", "state": f"Statement {i}.", "question": "Is it true?", "kind": "noul", "gold": i % 2}
             for i in range(N_ITEMS)]
@@ -42,7 +43,7 @@ def url_job(root: Path, url: str, tokenizer: Path, **model: str) -> tuple[ScoreJ
     config.write_text(yaml.safe_dump({
         "models": {MODEL: {"source": "url", "url": url, "tokenizer": str(tokenizer), **model}},
         "tasks": {"t": {"source": "file", "path": str(task_file), "n_test": 6, "n_calib": 2}},
-        "scoring": {"answer_mass": False}, "client": {"chunk_items": 2, "retries": 0}, "published": None}))
+        "scoring": {"answer_mass": False}, "client": {"chunk_items": 2, "retries": 0, "max_concurrency": 1}, "published": None}))
     settings = Settings.load(config)
     job = ScoreJob.from_json(settings.score_job(MODEL, "t", models_dir="unused", server_log=str(root / "s.log"),
                                                 state_dir=str(root / "state")).to_json())

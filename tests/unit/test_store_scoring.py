@@ -8,6 +8,7 @@ import contextlib
 import copy
 import hashlib
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -372,20 +373,31 @@ def test_backend_label_error_names_the_items(smol, tmp_path) -> None:
 
 # ------------------------------------------------------------------------------------------ the order of a cell's requests
 class Recording(FakeBackend):
-    """FakeBackend that also reads answer masses, and logs each call and each window it is given to itself."""
+    """FakeBackend that also reads answer masses, and logs each call (with the ids of the items its prompts belong to)
+    and each window it is given to itself. A label call for an item of FAIL_AT raises."""
 
-    def __init__(self, fail_at_label_call: int | None = None) -> None:
+    def __init__(self, fail_at: str | None = None, hold: list[list[str]] | None = None) -> None:
         super().__init__()
         self.events: list[tuple] = []
-        self.fail_at_label_call = fail_at_label_call
-        self.label_calls = 0
+        self.fail_at = fail_at
+        self.owners: dict[tuple[int, ...], str] = {}  # prompt ids -> its item's id (score_chunks fills it)
+        # HOLD (the chunks' ids): a chunk's requests answer only once a request of the next chunk has been sent.
+        self.hold = hold or []
+        self.sent = [threading.Event() for _ in self.hold]
 
     def label_logprobs(self, prompts, label_ids) -> np.ndarray:
-        self.label_calls += 1
-        if self.label_calls == self.fail_at_label_call:
+        ids = sorted({self.owners[tuple(p)] for p in prompts})
+        self.events.append(("label", ids))
+        chunk = next((n for n, c in enumerate(self.hold) if set(c) & set(ids)), None)
+        if chunk is not None:
+            self.sent[chunk].set()
+            if chunk + 1 < len(self.hold) and not self.sent[chunk + 1].wait(timeout=60):
+                self.events.append(("alone", chunk))
+        if self.fail_at in ids:
             raise Interrupted("the server went away")
-        self.events.append(("label", len(prompts)))
-        return super().label_logprobs(prompts, label_ids)
+        values = super().label_logprobs(prompts, label_ids)
+        self.events.append(("answered", ids))
+        return values
 
     def vocab_logprobs(self, prompts, label_ids) -> np.ndarray:
         self.events.append(("mass", len(prompts)))
@@ -398,53 +410,74 @@ class Recording(FakeBackend):
         self.events.append(("shared",))
 
 
-def score_chunks(backend, smol, out, *, check_ahead) -> list[tuple]:
+def score_chunks(backend: Recording, smol, out, *, check_ahead, chunks_in_flight: int = 2) -> list[tuple]:
     """score_full over make_items()' items, chunks of 2, every checkpoint logged in BACKEND's events."""
     from anyjev.run.full import score_full
     from anyjev.run.progress import Progress
 
     items = make_items()
     todo = prepare_items(smol, items, groups_of(items), PromptOptions())
+    backend.owners.update({tuple(ids): p.item.id for p in todo for _, ids in p.layouts})
     partial = PartialScores(out, IDENTITY)
     real_add = partial.add
     partial.add = lambda records: (backend.events.append(("write", [r["id"] for r in records])), real_add(records))
     try:
-        score_full(backend, todo, partial, Progress(len(todo), 0), chunk_items=2, answer_mass=True, check_ahead=check_ahead)
+        score_full(backend, todo, partial, Progress(len(todo), 0), chunk_items=2, answer_mass=True,
+                   check_ahead=check_ahead, chunks_in_flight=chunks_in_flight)
     finally:
         partial.close()
     return backend.events
 
 
-def test_a_cell_reads_every_answer_mass_in_one_window_then_checks_each_chunk_beside_the_next(smol, tmp_path) -> None:
+def chunk_ids(smol) -> list[list[str]]:
+    """make_items()' ids as score_chunks reads them, a chunk each."""
+    items = make_items()
+    ids = [p.item.id for p in prepare_items(smol, items, groups_of(items), PromptOptions())]
+    return [ids[i : i + 2] for i in range(0, len(ids), 2)]
+
+
+def test_a_cell_reads_every_answer_mass_in_one_window_then_checks_each_chunk_after_its_answers(smol, tmp_path) -> None:
     """The answer masses of all the items, every label set, in one window that has the server to itself, before any
-    label request; each chunk's check starts once its answers are in and goes beside the next chunk's requests, and
-    the chunk is written after them; the last chunk's check goes alone (inside its write)."""
+    label request; then the chunks are written in order, each after its every answer has come back and after a check
+    started once they had."""
     backend = Recording()
     events = score_chunks(backend, smol, tmp_path / "cell.jsonl", check_ahead=lambda: backend.events.append(("check",)))
     first_label = events.index(next(e for e in events if e[0] == "label"))
     assert events[0] == ("exclusive",) and events[first_label - 1] == ("shared",)
     assert {e[0] for e in events[1 : first_label - 1]} == {"mass"}
     assert sum(n for kind, n in events[1 : first_label - 1]) == len(make_items())
-    ids = [it.id for it in make_items()]
-    chunks = [ids[i : i + 2] for i in range(0, len(ids), 2)]
-    rest = [e for e in events[first_label:] if e[0] != "label"]
-    expected = [("check",)] + [e for chunk, _ in zip(chunks, chunks[1:], strict=False)
-                               for e in (("write", chunk), ("check",))][:-1] + [("write", chunks[-1])]
-    assert rest == expected
-    for n in range(1, len(chunks)):  # each chunk's check is started after its own label requests
-        check = [i for i, e in enumerate(events) if e == ("check",)][n - 1]
-        write = events.index(("write", chunks[n - 1]))
-        assert any(e[0] == "label" for e in events[check:write]), f"chunk {n + 1}'s requests go beside chunk {n}'s check"
+    chunks = chunk_ids(smol)
+    assert [e for e in events if e[0] in ("check", "write")] == [e for c in chunks for e in (("check",), ("write", c))]
+    for n, chunk in enumerate(chunks):
+        check = [i for i, e in enumerate(events) if e == ("check",)][n]
+        answered = [i for i, e in enumerate(events) if e[0] == "answered" and set(e[1]) & set(chunk)]
+        assert answered and max(answered) < check, f"chunk {n + 1} is checked before its every answer is in"
 
 
-def test_a_chunk_whose_check_is_out_is_written_when_the_next_chunks_requests_fail(smol, tmp_path) -> None:
-    """A job stopped by an error loses at most the chunk in flight: the third chunk's failing request does not drop
-    the second, read before it and held for its check."""
-    whole = score_chunks(Recording(), smol, tmp_path / "whole.jsonl", check_ahead=lambda: None)
-    ids = [it.id for it in make_items()]
-    before_first_write = whole[: whole.index(("write", ids[:2]))]  # chunks 1 and 2's label requests
-    backend = Recording(fail_at_label_call=sum(e[0] == "label" for e in before_first_write) + 1)
+def test_the_next_chunks_requests_are_sent_before_a_chunks_answers_come_back(smol, tmp_path) -> None:
+    """Two chunks in flight: the next chunk's requests are sent while a chunk's are still out, so the engine does not
+    wait for the client between chunks. The backend answers a chunk only once a request of the next one has been sent
+    (a chunk waited for alone is logged, after a wait the test bounds); one chunk at a time, the next chunk is sent
+    once every answer of the one before is in."""
+    chunks = chunk_ids(smol)
+    events = score_chunks(Recording(hold=chunks), smol, tmp_path / "ahead.jsonl", check_ahead=lambda: None)
+    assert len(chunks) > 2 and [e for e in events if e[0] == "alone"] == []
+    assert [e[1] for e in events if e[0] == "write"] == chunks
+
+    events = score_chunks(Recording(), smol, tmp_path / "alone.jsonl", check_ahead=lambda: None, chunks_in_flight=1)
+    for first, second in zip(chunks, chunks[1:], strict=False):
+        sent = min(i for i, e in enumerate(events) if e[0] == "label" and set(e[1]) & set(second))
+        answered = max(i for i, e in enumerate(events) if e[0] == "answered" and set(e[1]) & set(first))
+        assert answered < sent
+
+
+@pytest.mark.parametrize("chunks_in_flight", [1, 2])
+def test_a_chunk_read_before_a_failing_chunk_is_written_and_nothing_after_it(smol, tmp_path, chunks_in_flight) -> None:
+    """A job stopped by an error loses only the chunk that failed and those after it: the third chunk's failing request
+    does not drop the first two, read before it (the fourth, which may have been read beside it, is not written)."""
+    chunks = chunk_ids(smol)
     out = tmp_path / "cell.jsonl"
     with pytest.raises(Interrupted):
-        score_chunks(backend, smol, out, check_ahead=lambda: None)
-    assert [r["id"] for r in partial_records(out)[1]] == ids[:4]
+        score_chunks(Recording(fail_at=chunks[2][0]), smol, out, check_ahead=lambda: None,
+                     chunks_in_flight=chunks_in_flight)
+    assert [r["id"] for r in partial_records(out)[1]] == chunks[0] + chunks[1]
