@@ -156,6 +156,13 @@ def test_a_figure_without_a_key_and_a_comment_with_too_few_or_too_many_keys_are_
     assert _problems(_repo(tmp_path / "c", too_many, {"run": RUN})) == ["README.md:1: runs[1].wall_s"]
 
 
+def test_a_word_that_reads_as_a_huge_number_is_named_not_a_crash(tmp_path: Path, no_exceptions) -> None:
+    """A commit such as 7e74637 in the prose parses as 7 x 10^74637: it is named as a figure its key does not read
+    as, like any other, instead of stopping the check with an OverflowError."""
+    text = "Measured at 7e74637, in 4.1 minutes <!-- run.json: runs[0].wall_s, runs[1].wall_s -->.\n"
+    assert _problems(_repo(tmp_path, text, {"run": RUN})) == ["README.md:1: 7e74637", "README.md:1: 4.1 minutes"]
+
+
 def test_a_range_and_a_derived_figure_and_a_key_with_dots(tmp_path: Path, no_exceptions) -> None:
     bench = {"b": {"rows": {"target0.05": {"s": 0.326, "t_s": 0.446}}, "a": 2.526, "f": 2.081, "n": 7.99}}
     text = ("Cells open in 0.3-0.4 s <!-- b.json: rows.target0.05.s, rows.target0.05.t_s -->; unfrozen 1.21x "
