@@ -10,7 +10,7 @@ layouts, computed afresh (a per-request prefix-cache salt), which any change of 
 :class:`ServerGuard` reads the identity before a cell's first new request; the checkpoint refuses to resume under a
 server that differs from the one it recorded (:class:`anyjev.run.store.PartialScores`), and before each chunk of
 items is checkpointed the guard reads the first probe prompt again, sent once every answer of the chunk has come back
-(beside the next chunk's requests: :meth:`ServerGuard.start_probe`), and checks the fingerprints of every response
+(beside the requests of the chunks still being read: :meth:`ServerGuard.start_probe`), and checks the fingerprints of every response
 since, so items from a server that changed during the cell are never written.
 """
 
