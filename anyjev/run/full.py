@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
 
 from anyjev.backends.base import Backend
 from anyjev.errors import LabelTokenError
@@ -25,10 +26,39 @@ def score_prepared(backend: Backend, chunk: Sequence[PreparedItem], *, answer_ma
     return [item_record(p, v, mass) for p, v, mass in zip(chunk, values, masses, strict=True)]
 
 
+def _chunk_reads(read: Callable[[int], list[dict]], starts: Sequence[int], in_flight: int
+                 ) -> Iterator[list[dict] | LabelTokenError]:
+    """READ(start) of each of STARTS, in order (a LabelTokenError in its place). At IN_FLIGHT 1 each is read when it is
+    asked for, on the calling thread; above, IN_FLIGHT are read at once on threads of their own, and the next one is
+    queued before one is given. Closed early (a failed or interrupted cell), the reads not yet sent are not sent."""
+    if in_flight <= 1:
+        for start in starts:
+            try:
+                yield read(start)
+            except LabelTokenError as exc:
+                yield exc
+        return
+    reader = ThreadPoolExecutor(in_flight, thread_name_prefix="chunk-read")
+    reading: deque[Future[list[dict]]] = deque(reader.submit(read, s) for s in starts[:in_flight])
+    try:
+        for n in range(len(starts)):
+            try:
+                records: list[dict] | LabelTokenError = reading.popleft().result()
+            except LabelTokenError as exc:
+                records = exc
+            if n + in_flight < len(starts):
+                reading.append(reader.submit(read, starts[n + in_flight]))
+            yield records
+    finally:
+        for future in reading:
+            future.cancel()
+        reader.shutdown(wait=True)
+
+
 def score_full(backend: Backend, todo: Sequence[PreparedItem], partial: PartialScores, progress: Progress, *,
                chunk_items: int, answer_mass: bool, check_ahead: Callable[[], None] | None = None,
                chunks_in_flight: int = 1) -> int:
-    """Read every layout of TODO's items, a chunk at a time, checkpointing each chunk; returns prompts sent.
+    """Read every layout of TODO's items in chunks of CHUNK_ITEMS, checkpointing each chunk; returns prompts sent.
 
     With ``answer_mass``, every item's answer mass is read first, in one window that has the server to itself
     (:func:`answer_masses`), not a window a chunk. CHUNKS_IN_FLIGHT chunks are read at once (at 2, the next chunk's
@@ -46,24 +76,14 @@ def score_full(backend: Backend, todo: Sequence[PreparedItem], partial: PartialS
         return score_prepared(backend, todo[start : start + chunk_items], answer_mass=answer_mass,
                               masses=masses[start : start + chunk_items])
 
-    reader = ThreadPoolExecutor(chunks_in_flight, thread_name_prefix="chunk-read")
-    reading: deque[Future[list[dict]]] = deque(reader.submit(read, s) for s in starts[:chunks_in_flight])
-    try:
-        for n, start in enumerate(starts):
+    with closing(_chunk_reads(read, starts, chunks_in_flight)) as reads:
+        for start, records in zip(starts, reads, strict=True):
             chunk = todo[start : start + chunk_items]
-            try:
-                records = reading.popleft().result()
-            except LabelTokenError as exc:
-                raise name_items(chunk, exc) from exc
-            if n + chunks_in_flight < len(starts):  # queued before this chunk's check, so the engine is never idle
-                reading.append(reader.submit(read, starts[n + chunks_in_flight]))
-            if check_ahead is not None:
+            if isinstance(records, LabelTokenError):
+                raise name_items(chunk, records) from records
+            if check_ahead is not None:  # with chunks in flight, after the next one is queued: the engine never idles
                 check_ahead()
             partial.add(records)
             progress.update(len(chunk))
             prompts += sum(sent_counts(p, answer_mass=answer_mass)[0] for p in chunk)
-    finally:
-        for future in reading:  # a failed or interrupted cell: chunks not yet sent are not sent
-            future.cancel()
-        reader.shutdown(wait=True)
     return prompts

@@ -384,6 +384,7 @@ class Recording(FakeBackend):
         # HOLD (the chunks' ids): a chunk's requests answer only once a request of the next chunk has been sent.
         self.hold = hold or []
         self.sent = [threading.Event() for _ in self.hold]
+        self.threads: set[threading.Thread] = set()  # those label calls came from
 
     def label_logprobs(self, prompts, label_ids) -> np.ndarray:
         ids = sorted({self.owners[tuple(p)] for p in prompts})
@@ -393,6 +394,7 @@ class Recording(FakeBackend):
             self.sent[chunk].set()
             if chunk + 1 < len(self.hold) and not self.sent[chunk + 1].wait(timeout=60):
                 self.events.append(("alone", chunk))
+        self.threads.add(threading.current_thread())
         if self.fail_at in ids:
             raise Interrupted("the server went away")
         values = super().label_logprobs(prompts, label_ids)
@@ -469,6 +471,18 @@ def test_the_next_chunks_requests_are_sent_before_a_chunks_answers_come_back(smo
         sent = min(i for i, e in enumerate(events) if e[0] == "label" and set(e[1]) & set(second))
         answered = max(i for i, e in enumerate(events) if e[0] == "answered" and set(e[1]) & set(first))
         assert answered < sent
+
+
+def test_one_chunk_in_flight_is_read_on_the_calling_thread_and_two_beside_it(smol, tmp_path) -> None:
+    """One chunk at a time needs no thread of its own: the job's thread sends each chunk's requests itself (a stack
+    sampler of the job sees them where they run, and no hand-over costs CPU). Two at once are read on threads beside
+    it."""
+    backend = Recording()
+    score_chunks(backend, smol, tmp_path / "one.jsonl", check_ahead=lambda: None, chunks_in_flight=1)
+    assert backend.threads == {threading.current_thread()}
+    backend = Recording()
+    score_chunks(backend, smol, tmp_path / "two.jsonl", check_ahead=lambda: None, chunks_in_flight=2)
+    assert backend.threads and threading.current_thread() not in backend.threads
 
 
 @pytest.mark.parametrize("chunks_in_flight", [1, 2])
