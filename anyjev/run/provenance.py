@@ -3,6 +3,7 @@ hashes, the server's argv, version and fingerprints, package versions, the git c
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -38,13 +39,19 @@ def git_commit(repo: str | Path = REPO) -> dict[str, Any]:
 
 
 def versions(*packages: str) -> dict[str, str | None]:
-    out: dict[str, str | None] = {"python": platform.python_version(), "anyjev": anyjev.__version__}
-    for name in packages:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    """Python's, anyjev's and each of PACKAGES' installed version (None: not installed)."""
+    return {"python": platform.python_version(), "anyjev": anyjev.__version__} | {name: installed_version(name)
+                                                                                  for name in packages}
+
+
+@functools.cache
+def installed_version(package: str) -> str | None:
+    """PACKAGE's installed version (None: not installed), looked up once a process: importlib.metadata scans every
+    folder of sys.path for it, about 2 ms a package, and a job records it with each of its cells."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def model_source(model_dir: str | os.PathLike[str]) -> dict[str, Any]:

@@ -31,3 +31,23 @@ def test_rewritten_results_leave_the_code_clean_and_an_edited_module_does_not(tm
     git(repo, "checkout", "--", "config")
     (repo / "anyjev/cli.py").write_text("two\n")
     assert git_commit(repo)["dirty"] is True
+
+
+def test_a_jobs_cells_record_the_package_versions_found_once(monkeypatch) -> None:
+    """Each cell's provenance records the installed versions; a job with many cells looks each package up once
+    (importlib.metadata scans every folder of sys.path), and records a package that is not installed as None."""
+    import importlib.metadata
+
+    from anyjev.run import provenance
+
+    looked_up: list[str] = []
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: looked_up.append(name) or real(name))
+    provenance.installed_version.cache_clear()
+    try:
+        first = provenance.versions("numpy", "no-such-package-anyjev")
+        assert provenance.versions("numpy", "no-such-package-anyjev") == first
+        assert first["numpy"] == real("numpy") and first["no-such-package-anyjev"] is None
+        assert looked_up == ["numpy", "no-such-package-anyjev"]
+    finally:
+        provenance.installed_version.cache_clear()
