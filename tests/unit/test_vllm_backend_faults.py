@@ -402,6 +402,20 @@ def test_answer_mass_requests_wait_for_label_requests_on_the_same_server(stub: S
     worker.join()
 
 
+def test_the_request_lock_is_made_with_its_folder_and_let_go_after_each_request(stub: StubCompletions, tmp_path) -> None:
+    """The first request of a server makes its lock file (and the folder it goes in); each label request holds it
+    shared only while it is out, so another client's answer-mass window can take it at once after."""
+    import fcntl
+
+    lock = tmp_path / "state" / "servers" / "m.requests.lock"
+    with make_backend(stub.url, request_lock=lock) as backend:
+        backend.label_logprobs(prompts(2), LABELS)
+        assert lock.is_file()
+        with open(lock, "a") as other:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError while a request holds it
+        assert backend.label_logprobs(prompts(2), LABELS).shape == (2, len(LABELS))
+
+
 def test_an_answer_mass_call_holds_the_lock_once_and_sends_its_requests_side_by_side(stub: StubCompletions, tmp_path,
                                                                                       monkeypatch) -> None:
     """The answer masses of a cell go in one exclusive window: the request lock is taken once for the call (and once for
