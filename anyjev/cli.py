@@ -16,7 +16,6 @@ config value, a task file, a command's argument: one line on standard error nami
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import json
 import logging
@@ -25,7 +24,7 @@ import signal
 import sys
 import time
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from anyjev.errors import AnyjevError, ArgumentError, ConfigError, InputError
 from anyjev.paths import CONFIG, SCORES, RunPaths
@@ -252,26 +251,14 @@ def cmd_viewer(args: argparse.Namespace) -> None:
     log.info("wrote %s", write_viewer(job, args.out))
 
 
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for the block, as it was after. For work that builds a large acyclic structure
-    and keeps it: each full collection would only scan it again, with the transformers and torch import before it."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def cmd_plan(args: argparse.Namespace) -> None:
+    from anyjev import collector
     from anyjev.plan import plan_config, plan_text
 
     # Rendering and tokenising every prompt allocates containers by the million; with the collector on, the full
     # collections they set off rescan the transformers and torch import each time and free nothing (docs/benchmarks.md,
     # "Where the fixed costs go").
-    with collector_paused():
+    with collector.collector_paused():
         plan = plan_config(args.config, models_dir=args.models_dir, hub_cache=args.hub_cache, results=args.results,
                            logs=args.logs)
     print(json.dumps(plan, indent=1) if args.json else plan_text(plan), end="\n" if args.json else "")

@@ -9,7 +9,7 @@ benchmark's grids (:func:`bench.bench_scale.build_grid`: 9 = 3 x 3 and 300 = 10 
   interpreter; then, in one process, rendering every prompt the plan renders (each task once: the models share one
   tokenizer), and tokenising them one call each (as the plan did) and in batches (``encode_many``, as it does now).
 * The same plan with the cyclic garbage collector on, alternating with ``anyjev plan`` (which pauses it and leaves
-  the live objects to the exit unscanned, ``anyjev.cli.collector_paused`` and ``run``): ``main(["plan", ...])`` with
+  the live objects to the exit unscanned, ``anyjev.collector.collector_paused`` and ``anyjev.cli.run``): ``main(["plan", ...])`` with
   the pause taken out and Python's usual exit, and the collections it makes (``gc.callbacks``), by generation; wall
   and CPU seconds of each.
 
@@ -45,7 +45,7 @@ IMPORT_AND_LOAD = "import gc, sys; from anyjev.decision.tokenizer import load_to
 # collections it made, by generation, on standard error as JSON when it ends.
 COLLECTOR_ON = """
 import atexit, contextlib, gc, json, sys, time
-from anyjev import cli
+from anyjev import cli, collector
 made, began = {}, []
 def count(phase, info):
     if phase == "start":
@@ -55,7 +55,7 @@ def count(phase, info):
         made[info["generation"]] = (n + 1, s + time.perf_counter() - began.pop())
 gc.callbacks.append(count)
 atexit.register(lambda: print("COLLECTIONS " + json.dumps(made), file=sys.stderr))
-cli.collector_paused = contextlib.nullcontext
+collector.collector_paused = contextlib.nullcontext
 sys.exit(cli.main(sys.argv[1:]))
 """
 

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from anyjev import collector
 from anyjev.decision import published
 from anyjev.decision.labels import LabelChecker, label_strings
 from anyjev.decision.layouts import Layout
@@ -101,8 +102,14 @@ def prepare_items(tokenizer, items: Sequence, groups: Sequence[str], options: Pr
                   checker: LabelChecker | None = None) -> list[PreparedItem]:
     """Every item prepared as :func:`prepare_item` prepares it, with one label checker (its in-context checks are
     cached per prompt tail; CHECKER: one shared beyond these items), the prompts of up to BATCH_TEXTS layouts
-    tokenised in one call (by the tokenizer's :class:`~anyjev.decision.prompts.PromptEncoder`)."""
-    checker = checker or LabelChecker(tokenizer)
+    tokenised in one call (by the tokenizer's :class:`~anyjev.decision.prompts.PromptEncoder`). The collector is
+    paused meanwhile: the items' prompts are containers by the thousand, none of them in a cycle."""
+    with collector.collector_paused():
+        return _prepare_items(tokenizer, items, groups, options, checker or LabelChecker(tokenizer))
+
+
+def _prepare_items(tokenizer, items: Sequence, groups: Sequence[str], options: PromptOptions,
+                   checker: LabelChecker) -> list[PreparedItem]:
     prepared: list[PreparedItem] = []
     pending: list[tuple[object, str, _Rendered]] = []
 

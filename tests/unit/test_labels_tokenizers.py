@@ -11,6 +11,7 @@ the Qwen3 tests skip when it is missing.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 
@@ -320,3 +321,35 @@ def test_prepare_item_falls_back_to_letters_when_no_digit_is_one_token() -> None
     assert text.endswith("E. critical\nAnswer with the letter only.\nAnswer:")
     # a choice question has no fallback: digits are not involved, letters work
     assert prepare_item(tok, LabelChecker(tok), item(PLANETS), "g", PromptOptions()).label_kind == "default"
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_items_are_prepared_with_the_collector_paused_and_it_is_given_back(smol, monkeypatch, fails: bool) -> None:
+    """A cell's prompts are rendered and tokenised with the cyclic collector off (they are kept, and none is in a
+    cycle), and it is on again after: also when an item's labels are refused, and left off inside a pause already
+    taken (the plan's)."""
+    import gc
+
+    from anyjev import collector
+    from anyjev.run import prepared
+
+    seen: list[bool] = []
+    real = prepared._render_item
+
+    def render_item(*args):
+        seen.append(gc.isenabled())
+        if fails:
+            raise LabelTokenError("label 'A' is 2 tokens after the prompt", missing_ids=[])
+        return real(*args)
+
+    monkeypatch.setattr(prepared, "_render_item", render_item)
+    question = choice("Which one?", ["x", "y"])
+    assert gc.isenabled()
+    with pytest.raises(LabelTokenError) if fails else contextlib.nullcontext():
+        assert prepared.prepare_items(smol, [item(question), item(question, item_id="it-2")], ["g", "g"],
+                                      PromptOptions())[1].item.id == "it-2"
+    assert seen == [False] * (1 if fails else 2) and gc.isenabled()
+    with collector.collector_paused():
+        prepared.prepare_items(smol, [], [], PromptOptions())
+        assert not gc.isenabled()
+    assert gc.isenabled()
