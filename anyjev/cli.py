@@ -66,7 +66,16 @@ def cmd_score(args: argparse.Namespace) -> None:
 def cmd_score_model(args: argparse.Namespace) -> None:
     from anyjev.run.allocation import ScoreModelJob, score_model_job
 
-    score_model_job(ScoreModelJob.from_json(args.job), args.out, owner_pid=args.owner_pid or os.getppid())
+    score_model_job(ScoreModelJob.from_json(args.job), args.out, owner_pid=args.owner_pid or os.getppid(),
+                    prompts=args.prompts)
+
+
+def cmd_render_prompts(args: argparse.Namespace) -> None:
+    from anyjev.run.allocation import ScoreModelJob
+    from anyjev.run.rendered import render_cells
+
+    outcomes = render_cells(ScoreModelJob.from_json(args.job).cells, args.out)
+    log.info("rendered %d of %d cells into %s", sum(o == "rendered" for o in outcomes.values()), len(outcomes), args.out)
 
 
 def cmd_publish_cell(args: argparse.Namespace) -> None:
@@ -318,7 +327,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = _command(sub, "score-model", cmd_score_model, "score every cell of one model in one job (one server start), "
                  "recording each cell's outcome; a failed cell does not stop the others", job="ScoreModelJob")
     s.add_argument("--out", required=True, help="the job's outcome record (JSON): what publish-cell reads")
+    s.add_argument("--prompts", type=_existing_file, help="the job's prompts, rendered ahead by render-prompts (each "
+                   "cell's read when it was rendered from what the job has, else rendered here)")
     s.add_argument("--owner-pid", type=int, help=owner)
+    s = _command(sub, "render-prompts", cmd_render_prompts, "render the prompts of every cell of one model's scoring job "
+                 "to token ids ahead of it (render_prompts: ahead), so that the job loads no tokenizer", job="ScoreModelJob")
+    s.add_argument("--out", required=True, help="the rendered prompts (a pickle that score-model --prompts reads)")
     s = _command(sub, "publish-cell", cmd_publish_cell, "publish a cell scored by score-model, or fail with the cell's "
                  "own error (e.g. the missing label ids)", job="PublishJob")
     s.add_argument("--allocation", required=True, type=_existing_file, help="the outcome record score-model wrote")

@@ -105,6 +105,9 @@ def validate_config(config: dict, *, workdir: str | os.PathLike = ".") -> dict:
             raise ConfigError(f"models.{name}.api_key_env", f"applies to source url only: the workflow starts this "
                               f"{src!r} model's server with a fresh key of its own (docs/servers.md)")
     _check_distinct_servers(models)
+    if config["render_prompts"] == "ahead" and config["score_jobs"] != "model":
+        raise ConfigError("render_prompts", f"ahead renders each model's scoring job's prompts, and score_jobs is "
+                          f"{config['score_jobs']!r}: set score_jobs: model, or render_prompts: job")
     if config["evaluation"]["prior_batch_size"] is not None and config["evaluation"]["prior_mode"] != "streaming":
         raise ConfigError("evaluation.prior_batch_size", "applies to prior_mode streaming only (batch uses the whole "
                           "split): set evaluation.prior_mode: streaming, or remove prior_batch_size")

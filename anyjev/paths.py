@@ -68,6 +68,12 @@ class RunPaths:
         return f"{self.tasks_dir}/{{task}}.jsonl"
 
     @property
+    def rendered_prompts(self) -> str:
+        """A model's scoring job's prompts rendered ahead (``render_prompts: ahead``), named by the job; removed once
+        the job has read them."""
+        return f"{self.root}resources/prompts/{{model}}/{{job}}.pickle"
+
+    @property
     def results(self) -> str:
         return f"{self.root}results"
 
@@ -165,6 +171,10 @@ class RunPaths:
         return f"{self.logs}/score_model/{{model}}/{{job}}.log"
 
     @property
+    def render_prompts_log(self) -> str:
+        return f"{self.logs}/render_prompts/{{model}}/{{job}}.log"
+
+    @property
     def prepare_task_log(self) -> str:
         return f"{self.logs}/prepare_task/{{task}}.log"
 
@@ -210,6 +220,10 @@ class RunPaths:
     @property
     def score_model_benchmark(self) -> str:
         return f"{self.benchmarks}/score_model/{{model}}/{{job}}.tsv"
+
+    @property
+    def render_prompts_benchmark(self) -> str:
+        return f"{self.benchmarks}/render_prompts/{{model}}/{{job}}.tsv"
 
 
 def run_paths(limit: int | None = None) -> RunPaths:

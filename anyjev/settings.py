@@ -126,6 +126,7 @@ class Settings:
     limit: int | None = setting("limit")
     lock: str | None = setting("lock")
     score_jobs: str = setting("score_jobs")
+    render_prompts: str = setting("render_prompts")
     detect_difference: float = setting("detect_difference")
     evaluation: EvaluationOptions = field(default_factory=EvaluationOptions)
     server: ServerSettings = field(default_factory=ServerSettings)

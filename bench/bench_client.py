@@ -156,13 +156,17 @@ def own_cpu_s(proc: subprocess.Popen) -> float:
 
 
 CODE: list[Path] = [REPO]  # the checkout whose anyjev the jobs run (--code)
+RENDER: list[str] = ["ahead"]  # where the jobs' prompts are rendered (--render-prompts): ahead, or in the job
 
 
 def run_job(job: Path, out: Path, *, sampled: Path | None = None, code: Path | None = None,
-            cache: Path | None = None) -> dict:
+            cache: Path | None = None, render: str | None = None) -> dict:
     """One run of the scoring job JOB from nothing (its staged cells removed), its outcome record OUT: wall, own CPU,
     prompts sent. With SAMPLED, under the stack sampler, whose profile is written there. CODE: the checkout whose
-    anyjev runs it (default: --code's, or this one); CACHE: the user cache it keeps (default: the benchmark's)."""
+    anyjev runs it (default: --code's, or this one); CACHE: the user cache it keeps (default: the benchmark's).
+    RENDER (default: --render-prompts'): ``ahead``, the job's prompts rendered first by ``anyjev render-prompts`` (its
+    own CPU recorded apart, ``render_cpu_s``; never sampled) and read by the job (``render_prompts: ahead``), or
+    ``job``, rendered by the job itself."""
     from anyjev.serving.stop import stop_servers
 
     run = out.parents[2]
@@ -180,9 +184,23 @@ def run_job(job: Path, out: Path, *, sampled: Path | None = None, code: Path | N
                               "XDG_CACHE_HOME": str(cache or run.parent / "cache")}
     log = run / "logs" / f"score_model-{'sampled' if sampled else 'plain'}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    rendered: dict = {}
+    prompts: list[str] = []
+    if (render or RENDER[0]) == "ahead":
+        pickle = run / "resources" / "prompts" / f"{MODEL}.pickle"
+        pickle.unlink(missing_ok=True)
+        render_log = run / "logs" / "render_prompts.log"
+        t0 = time.perf_counter()
+        with open(render_log, "w") as fh:
+            proc = subprocess.Popen([sys.executable, "-m", "anyjev", "render-prompts", "--job", str(job), "--out",
+                                     str(pickle)], cwd=run, env=env, stdout=fh, stderr=subprocess.STDOUT)
+            rendered = {"render_cpu_s": own_cpu_s(proc), "render_wall_s": time.perf_counter() - t0}
+        if proc.returncode != 0:
+            raise SystemExit(f"rendering {job} failed (exit {proc.returncode}):\n{render_log.read_text()[-4000:]}")
+        prompts = ["--prompts", str(pickle)]
     t0 = time.perf_counter()
     with open(log, "w") as fh:
-        proc = subprocess.Popen([*head, "score-model", "--job", str(job), "--out", str(out), "--owner-pid",
+        proc = subprocess.Popen([*head, "score-model", "--job", str(job), *prompts, "--out", str(out), "--owner-pid",
                                  str(os.getpid())], cwd=run, env=env, stdout=fh, stderr=subprocess.STDOUT)
         cpu = own_cpu_s(proc)
     wall = time.perf_counter() - t0
@@ -194,7 +212,10 @@ def run_job(job: Path, out: Path, *, sampled: Path | None = None, code: Path | N
     if failed:
         raise SystemExit(f"cells {failed} failed: {[record['cells'][t]['message'] for t in failed]}")
     counts = [c["counts"] for c in record["cells"].values()]
-    return {"wall_s": wall, "cpu_s": cpu, "cells": len(counts), "items": sum(c["items"] for c in counts),
+    if prompts and "loading the tokenizer" in log.read_text():
+        raise SystemExit(f"the scoring job {job} loaded a tokenizer though its prompts were rendered ahead:\n"
+                         f"{log.read_text()[-4000:]}")
+    return rendered | {"wall_s": wall, "cpu_s": cpu, "cells": len(counts), "items": sum(c["items"] for c in counts),
             "prompts": sum(c["prompts"] for c in counts),
             "canary_prompts": sum(c["canary"]["prompts"] for c in counts),
             "server_check_prompts": sum(c.get("server_check", {}).get("prompts", 0) for c in counts),
@@ -214,10 +235,16 @@ def job_figures(runs: list[dict]) -> dict:
     warm = runs[1:] or runs
     cpu, wall = statistics.median(r["cpu_s"] for r in warm), statistics.median(r["wall_s"] for r in warm)
     result = {k: first[k] for k in ("cells", "items", "prompts", "canary_prompts", "server_check_prompts", "prompt_tokens")}
-    return result | {"reps": len(runs), "cpu_s_runs": [round(r["cpu_s"], 2) for r in runs], "cpu_s": round(cpu, 2),
-                     "wall_s": round(wall, 2), "job_cpu_ms_per_prompt": round(1000 * cpu / first["prompts"], 4),
-                     "prompts_per_s": round(first["prompts"] / wall, 1),
-                     "prompts_per_cpu_s": round(first["prompts"] / cpu, 1)}
+    result |= {"reps": len(runs), "cpu_s_runs": [round(r["cpu_s"], 2) for r in runs], "cpu_s": round(cpu, 2),
+               "wall_s": round(wall, 2), "job_cpu_ms_per_prompt": round(1000 * cpu / first["prompts"], 4),
+               "prompts_per_s": round(first["prompts"] / wall, 1),
+               "prompts_per_cpu_s": round(first["prompts"] / cpu, 1)}
+    if "render_cpu_s" in first:  # rendered ahead: the render job's own figures, apart
+        render = statistics.median(r["render_cpu_s"] for r in warm)
+        result |= {"render_cpu_s_runs": [round(r["render_cpu_s"], 2) for r in runs], "render_cpu_s": round(render, 2),
+                   "render_wall_s": round(statistics.median(r["render_wall_s"] for r in warm), 2),
+                   "render_cpu_ms_per_prompt": round(1000 * render / first["prompts"], 4)}
+    return result
 
 
 def totals_of(measured: dict[str, dict], fixed: dict) -> dict:
@@ -229,29 +256,36 @@ def totals_of(measured: dict[str, dict], fixed: dict) -> dict:
     totals["job_cpu_ms_per_prompt"] = round(1000 * totals["cpu_s"] / totals["prompts"], 4)
     totals["marginal_cpu_ms_per_prompt"] = round(
         1000 * (totals["cpu_s"] - len(measured) * fixed["cpu_s"]) / totals["prompts"], 4)
+    if all("render_cpu_s" in j for j in measured.values()):  # rendered ahead: the render jobs apart, and both together
+        totals["render_cpu_s"] = round(sum(j["render_cpu_s"] for j in measured.values()), 2)
+        totals["render_cpu_ms_per_prompt"] = round(1000 * totals["render_cpu_s"] / totals["prompts"], 4)
+        totals["with_render_cpu_ms_per_prompt"] = round(
+            1000 * (totals["cpu_s"] + totals["render_cpu_s"]) / totals["prompts"], 4)
     return totals
 
 
-def side_by_side(codes: dict[str, Path], configs: dict[str, Path], jobs: list[str], reps: int, root: Path) -> dict:
-    """The jobs run with each of CODES' anyjev (name: checkout) in turn, REPS rounds of every job, each code's run of
-    a job right after the others' (what other work on the machine does to one, it does to its neighbours), each code
-    with a user cache of its own (its first run of a job loads the tokenizer through AutoTokenizer, the medians are of
-    the rest). Per code, the figures of :func:`totals_of`; per code after the first, its ratios to the first: of their
-    job CPU a prompt all told (``all_told``), and the median over the rounds after the first of the ratio of the jobs'
-    summed CPU seconds (``per_round_median``)."""
+def side_by_side(codes: dict[str, tuple[Path, str]], configs: dict[str, Path], jobs: list[str], reps: int,
+                 root: Path) -> dict:
+    """The jobs run with each of CODES' anyjev (name: checkout, and where its prompts are rendered) in turn, REPS rounds
+    of every job, each code's run of a job right after the others' (what other work on the machine does to one, it does
+    to its neighbours), each code with a user cache of its own (its first run of a job loads the tokenizer through
+    AutoTokenizer, the medians are of the rest). Per code, the figures of :func:`totals_of`; per code after the first,
+    its ratios to the first: of their job CPU a prompt all told (``all_told``), and the median over the rounds after
+    the first of the ratio of the jobs' summed CPU seconds (``per_round_median``)."""
     runs: dict[str, dict[str, list[dict]]] = {name: {job: [] for job in [*jobs, "fixed"]} for name in codes}
     for rep in range(reps):
         for job in [*jobs, "fixed"]:
             config = configs[job]
-            for name, code in codes.items():
+            for name, (code, render) in codes.items():
                 r = run_job(job_file(config), config.parent.parent / "results" / "allocations" / f"{MODEL}.json",
-                            code=code, cache=root / f"cache-{name}")
+                            code=code, cache=root / f"cache-{name}", render=render)
                 runs[name][job].append(r)
                 print(f"[bench_client side by side {rep + 1}/{reps}] {job} {name}: {r['cpu_s']:.2f} CPU s", flush=True)
     out: dict = {"reps": reps, "codes": {}}
-    for name, code in codes.items():
+    for name, (code, render) in codes.items():
         measured = {job: job_figures(runs[name][job]) for job in jobs}
-        out["codes"][name] = {"commit": short_commit(code), **totals_of(measured, job_figures(runs[name]["fixed"])),
+        out["codes"][name] = {"commit": short_commit(code), "render_prompts": render,
+                              **totals_of(measured, job_figures(runs[name]["fixed"])),
                               "jobs": {job: {k: m[k] for k in ("prompts", "cpu_s", "cpu_s_runs", "job_cpu_ms_per_prompt")}
                                        for job, m in measured.items()}}
     base = next(iter(codes))
@@ -432,9 +466,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="only the plain runs, recorded as a row of the existing JSON's steps (what a change won)")
     ap.add_argument("--code", metavar="CHECKOUT", help="run the jobs with the anyjev of this checkout (another commit's, "
                     "for --step), measured the same way")
-    ap.add_argument("--side-by-side", metavar="NAME=CHECKOUT", action="append", default=[],
+    ap.add_argument("--render-prompts", choices=("ahead", "job"), default="ahead",
+                    help="where the jobs' prompts are rendered: ahead (render_prompts: ahead; the render job's CPU "
+                         "recorded apart) or by the scoring job itself (render_prompts: job)")
+    ap.add_argument("--side-by-side", metavar="NAME=CHECKOUT[@RENDER]", action="append", default=[],
                     help="only this (twice or more): the jobs with each checkout's anyjev in turn, round by round "
-                         "(side_by_side in the existing JSON; the first named is the one the others are compared with)")
+                         "(side_by_side in the existing JSON; the first named is the one the others are compared with); "
+                         "@ahead or @job: where its prompts are rendered (default: --render-prompts')")
     ap.add_argument("--report", metavar="JSON", help="only print the docs block of an earlier run")
     args = ap.parse_args(argv)
     if args.report:
@@ -443,7 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     from bench.common import run_record, write_json
 
     # the code's state as run_record() reads it (results/, which benchmarks write, left out); the commit short
-    record = run_record() | {"commit": short_commit(REPO)}
+    record = run_record() | {"commit": short_commit(REPO), "render_prompts": args.render_prompts}
+    RENDER[0] = args.render_prompts
     if args.code:
         CODE[0] = Path(args.code).resolve()
         record["code_commit"] = short_commit(CODE[0])
@@ -453,7 +492,10 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="bench-client-"))
     root.mkdir(parents=True, exist_ok=True)
     if args.side_by_side:
-        codes = {name: Path(path).resolve() for name, _, path in (v.partition("=") for v in args.side_by_side)}
+        codes = {}
+        for name, _, given in (v.partition("=") for v in args.side_by_side):
+            path, _, render = given.partition("@")
+            codes[name] = (Path(path).resolve(), render or args.render_prompts)
         if len(codes) < 2:
             ap.error("--side-by-side compares two checkouts or more: give it once for each")
         try:

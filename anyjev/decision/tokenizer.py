@@ -196,6 +196,7 @@ class Tokenizers:
     def get(self, tok_dir: str) -> tuple[Any, LabelChecker]:
         key = self.key(tok_dir)
         if key not in self._loaded:
+            log.info("loading the tokenizer in %s", tok_dir)
             tokenizer = load_tokenizer(tok_dir)
             self._loaded[key] = (tokenizer, LabelChecker(tokenizer))
         return self._loaded[key]

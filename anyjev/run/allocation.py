@@ -41,6 +41,7 @@ from anyjev.errors import (
 from anyjev.files import file_sha256, file_stat, now_iso, write_json_atomic
 from anyjev.jobs import Job
 from anyjev.run.cell import ScoreJob, score_job
+from anyjev.run.rendered import RenderedPrompts
 from anyjev.rundata.allocations import FORMAT
 from anyjev.schema import check_setting
 from anyjev.serving.lease import release_server
@@ -93,8 +94,11 @@ def _failure(task: str, exc: AnyjevError) -> dict[str, Any]:
     return _outcome(task, "failed", **fields)
 
 
-def score_model_job(job: ScoreModelJob, out: str | os.PathLike[str], owner_pid: int) -> dict[str, Any]:
-    """Score every cell of one model into its staging folder; write OUT.
+def score_model_job(job: ScoreModelJob, out: str | os.PathLike[str], owner_pid: int, *,
+                    prompts: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Score every cell of one model into its staging folder; write OUT. PROMPTS: the file ``anyjev render-prompts``
+    wrote for this job (``render_prompts: ahead``), whose cells are read instead of rendered
+    (:class:`~anyjev.run.rendered.RenderedPrompts`).
 
     Returns the record written to OUT. A cell error is recorded and the next cell goes on; a ServerError is
     recorded for the cell it hit, OUT is not written, and the error is raised (the job fails and the next run
@@ -104,13 +108,16 @@ def score_model_job(job: ScoreModelJob, out: str | os.PathLike[str], owner_pid: 
     record: dict[str, Any] = {"format": FORMAT, "model": model, "host": socket.gethostname(),
                               "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "started": now_iso(), "cells": {}}
     t0 = time.monotonic()
-    tokenizers = Tokenizers()  # each tokenizer loaded once for the model's cells
+    tokenizers = Tokenizers()  # each tokenizer loaded once for the model's cells (if any is rendered here)
+    rendered = RenderedPrompts(prompts) if prompts is not None else None
     for n, (task, cell) in enumerate(cells.items(), start=1):
         paths = {"scores": cell.staged_scores, "provenance": cell.staged_provenance}
         log.info("cell %d/%d: %s/%s -> %s", n, len(cells), model, task, cell.staged_scores)
         try:
+            ahead = (rendered.cell(task, cell.definition, cell.task_file, cell.job.tokenizer)
+                     if rendered is not None else None)
             counts = score_job(cell.job, cell.task_file, cell.staged_scores, cell.staged_provenance, owner_pid=owner_pid,
-                               tokenizers=tokenizers)
+                               tokenizers=tokenizers, rendered=ahead)
         except CELL_ERRORS as exc:
             log.error("cell %s/%s failed: %s: %s (the model's other cells go on)", model, task, type(exc).__name__, exc)
             record["cells"][task] = _failure(task, exc) | {"definition": cell.definition}

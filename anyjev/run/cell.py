@@ -25,6 +25,8 @@ from anyjev.run.audit import BatchAudit
 from anyjev.run.context import check_prompt_lengths
 from anyjev.run.identity import ScoringOptions, scoring_identity
 from anyjev.run.prepared import prepare_items
+from anyjev.run.probes import prepare_content_free
+from anyjev.run.rendered import RenderedCell
 from anyjev.run.scoring import finish_from_checkpoint, score_cell
 from anyjev.run.server_check import ServerGuard
 from anyjev.rundata.scores import scored_under
@@ -209,13 +211,15 @@ def cell_identity(job: ScoreJob, task, task_path: str | os.PathLike[str]) -> dic
 
 def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.PathLike[str],
               provenance_path: str | os.PathLike[str] | None, owner_pid: int, *,
-              tokenizers: Tokenizers | None = None) -> dict[str, Any]:
+              tokenizers: Tokenizers | None = None, rendered: RenderedCell | None = None) -> dict[str, Any]:
     """Score the cell described by JOB into OUT; returns the scoring counts. TOKENIZERS: the tokenizers (and their label
-    checks) already loaded by the job that scores the model's other cells, which a cell of the same tokenizer reuses."""
+    checks) already loaded by the job that scores the model's other cells, which a cell of the same tokenizer reuses.
+    RENDERED: the cell's prompts rendered ahead (:mod:`anyjev.run.rendered`) from what this job would render them
+    from; the job then loads no tokenizer unless an error names a token (its text is decoded)."""
     started, t0 = now_iso(), time.monotonic()
     job = job.resolved()
     task = load_task_file(task_path)
-    tokenizer, checker = (tokenizers or Tokenizers()).get(job.tokenizer)
+    tokenizers = tokenizers or Tokenizers()
     identity = cell_identity(job, task, task_path)
     if scored_under(out, identity) and (provenance_path is None or Path(provenance_path).is_file()):
         # A job that scores several cells (score_jobs: model) and is rerun skips the cells it already finished,
@@ -230,8 +234,13 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
             writable_folder(path)
     # Every item's layouts rendered and its labels checked before any server starts: a label that is not one token,
     # or a prompt longer than the context, fails the cell at once; scoring sends exactly these prompts.
-    prepared = prepare_items(tokenizer, task.items, task.prior_groups(), job.scoring.prompt, checker=checker)
-    finished = finish_from_checkpoint(tokenizer, prepared, str(out), identity, options=job.scoring)
+    if rendered is not None:
+        prepared, probes = rendered.prepared, rendered.probes
+    else:
+        tok, checker = tokenizers.get(job.tokenizer)
+        prepared = prepare_items(tok, task.items, task.prior_groups(), job.scoring.prompt, checker=checker)
+        probes = prepare_content_free(tok, prepared, job.scoring.prompt) if job.scoring.content_free else []
+    finished = finish_from_checkpoint(None, prepared, str(out), identity, options=job.scoring, probes=probes)
     if finished is not None:
         counts, recorded = finished
         log.info("%s: every item was checkpointed: written without a server", out)
@@ -281,12 +290,13 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
         if limit is not None:
             check_prompt_lengths(prepared, limit, source=task_path, model=job.model, origin=task.source.get("origin"),
                                  limit_name=f"the context of the server at {url} (its --max-model-len)")
-    backend = VLLMBackend.from_options(url, served, job.client, api_key=api_key, decode=lambda i: tokenizer.decode([i]),
+    backend = VLLMBackend.from_options(url, served, job.client, api_key=api_key,
+                                       decode=lambda i: tokenizers.get(job.tokenizer)[0].decode([i]),
                                        request_lock=lock)
     guard = ServerGuard(backend, prepared[0], where=f"{job.model}/{job.task}") if prepared else None
     before = server_counters(url, served, api_key) if handle is not None else None
     try:
-        counts = score_cell(backend, tokenizer, prepared, str(out), identity, options=job.scoring,
+        counts = score_cell(backend, None, prepared, str(out), identity, options=job.scoring, probes=probes,
                             chunk_items=job.client.chunk_items, chunks_in_flight=job.client.chunks_in_flight, guard=guard,
                             audit=BatchAudit(backend, job.scoring.audit) if job.scoring.audit else None)
     except UnauthorizedError:

@@ -24,17 +24,29 @@ from anyjev.run.store import PartialScores
 
 log = logging.getLogger(__name__)
 
+# A cell's content-free probes, each with the question keys it serves (:func:`prepare_content_free`).
+Probes = Sequence[tuple[list[str], PreparedItem]]
+
+
+def cell_probes(tokenizer, prepared: Sequence[PreparedItem], options: ScoringOptions, probes: Probes | None) -> list:
+    """The content-free probes the cell reads: PROBES when they were prepared ahead, else prepared from TOKENIZER (none
+    when ``options.content_free`` is off)."""
+    if probes is not None:
+        return list(probes)
+    return prepare_content_free(tokenizer, prepared, options.prompt) if options.content_free else []
+
 
 def finish_from_checkpoint(tokenizer, prepared: Sequence[PreparedItem], out: str, identity: dict, *,
-                           options: ScoringOptions) -> tuple[dict[str, Any], dict | None] | None:
+                           options: ScoringOptions, probes: Probes | None = None
+                           ) -> tuple[dict[str, Any], dict | None] | None:
     """A checkpoint under IDENTITY that holds every item (and every content-free probe the cell reads) finalised as
     OUT without a request (its final write failed before: a folder that could not be written): the counts and the
     server the items were scored on, or None when something is left to read (an adaptive cell asks its server, and so
-    does a batch audit the checkpoint does not hold yet)."""
+    does a batch audit the checkpoint does not hold yet). PROBES: as :func:`score_cell` takes them."""
     if options.rotations == "adaptive":
         return None
     partial = PartialScores(out, identity)
-    probes = prepare_content_free(tokenizer, prepared, options.prompt) if options.content_free else []
+    probes = cell_probes(tokenizer, prepared, options, probes)
     if any(p.item.id not in partial.records for p in prepared) or any(p.item.id not in partial.extras for _, p in probes):
         return None
     if options.audit and AUDIT_ID not in partial.extras:
@@ -48,7 +60,7 @@ def finish_from_checkpoint(tokenizer, prepared: Sequence[PreparedItem], out: str
 
 def score_cell(backend: Backend, tokenizer, prepared: Sequence[PreparedItem], out: str, identity: dict, *,
                options: ScoringOptions, chunk_items: int, guard: ServerGuard | None = None,
-               audit: BatchAudit | None = None, chunks_in_flight: int = 1) -> dict[str, Any]:
+               audit: BatchAudit | None = None, chunks_in_flight: int = 1, probes: Probes | None = None) -> dict[str, Any]:
     """Score the PREPARED items (:func:`anyjev.run.prepared.prepare_items` under ``options.prompt``) into OUT,
     resuming a checkpoint made under the same IDENTITY (which must hold :func:`anyjev.run.identity.scoring_identity`
     of the same OPTIONS).
@@ -58,9 +70,11 @@ def score_cell(backend: Backend, tokenizer, prepared: Sequence[PreparedItem], ou
     full-rotation cell (:func:`anyjev.run.requests.sent_counts`; none for an adaptive one) and, adaptive, the
     certificate per layout group. With AUDIT (a server's cell), the batch audit's record is added after the items
     (once: a resumed cell keeps the one its checkpoint holds), its prompts counted apart (``audit``). CHUNKS_IN_FLIGHT:
-    the chunks of items read at once (:func:`anyjev.run.full.score_full`; the client's ``chunks_in_flight``).
+    the chunks of items read at once (:func:`anyjev.run.full.score_full`; the client's ``chunks_in_flight``). PROBES:
+    the cell's content-free probes prepared ahead (:mod:`anyjev.run.rendered`; TOKENIZER is then not used), or None:
+    prepared here from TOKENIZER when ``options.content_free`` asks for them.
     """
-    probes = prepare_content_free(tokenizer, prepared, options.prompt) if options.content_free else []
+    probes = cell_probes(tokenizer, prepared, options, probes)
     partial = PartialScores(out, identity)
     todo = [p for p in prepared if p.item.id not in partial.records]
     probes = [(keys, p) for keys, p in probes if p.item.id not in partial.extras]

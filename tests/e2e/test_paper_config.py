@@ -39,9 +39,9 @@ JOB_COUNTS = {"fetch_hub_task": 3, "prepare_model": 3, "prepare_task": 3, "score
               "provenance_table": 1, "summary_plots": 1,
               "vs_published": 1, "vs_published_plot": 1, "viewer": 1, "all": 1}
 # Every rule but score_model (one job per model: docs/servers.md) runs in the main Snakemake process, never as a
-# SLURM job (`all` has no action).
-LOCAL_RULES = {"prepare_model", "fetch_hub_task", "prepare_task", "score_cell", "evaluate_cell", "summary_table",
-               "differences_table", "summary_plots", "vs_published", "vs_published_plot",
+# SLURM job (`all` has no action); render_prompts too, a rule no job of paper.yaml's asks for (render_prompts: job).
+LOCAL_RULES = {"prepare_model", "fetch_hub_task", "prepare_task", "render_prompts", "score_cell", "evaluate_cell",
+               "summary_table", "differences_table", "summary_plots", "vs_published", "vs_published_plot",
                "provenance_table", "viewer", "all"}
 
 # Loads the workflow through Snakemake's API (no DAG, no jobs) and prints, per rule, whether Snakemake keeps it
@@ -226,7 +226,7 @@ def test_other_jobs_get_the_profile_default_resources_and_no_gpu(paper_dry_run):
 
 def test_only_score_model_goes_to_the_cluster(paper_dry_run):
     localrules = paper_dry_run["localrules"]
-    assert set(localrules) == set(JOB_COUNTS)
+    assert set(localrules) == set(JOB_COUNTS) | {"render_prompts"}
     assert {r for r, local in localrules.items() if local} == LOCAL_RULES
     assert {r for r, local in localrules.items() if not local} == {"score_model"}
 

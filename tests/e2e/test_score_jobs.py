@@ -161,6 +161,38 @@ def test_the_cut_is_the_configs_whatever_the_executor(tmp_path, qwen3_tokenizer)
         assert len(per_model["score_model"]) == 2 and len(per_model["score_cell"]) == 4, how
         per_cell = rules({"score_jobs": "cell"}, *how)
         assert "score_model" not in per_cell and len(per_cell["score_cell"]) == 4, how
+        assert "render_prompts" not in per_model and "render_prompts" not in per_cell, how
+        ahead = rules({"render_prompts": "ahead"}, *how)  # a job of its own per model, before the model's scoring job
+        assert len(ahead["render_prompts"]) == len(ahead["score_model"]) == 2 and len(ahead["score_cell"]) == 4, how
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config | {"render_prompts": "ahead", "score_jobs": "cell"}))
+    refused = run_snakemake(work, "-n")
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "config key render_prompts: ahead renders each model's scoring job's prompts, " \
+        "and score_jobs is 'cell'" in said, said[-2000:]
+
+
+def test_prompts_rendered_ahead_are_read_by_the_scoring_job(tmp_path, stub, qwen3_tokenizer):
+    """render_prompts: ahead. A render_prompts job renders the model's cells before its scoring job, which reads them
+    and loads no tokenizer; the file goes once the scoring job has read it, and every cell is published."""
+    work = tmp_path / "w"
+    config = {"models": {MODEL: {"source": "url", "url": stub.url, "tokenizer": str(QWEN3)}}, "tasks": _write_tasks(work),
+              "levels": ["raw", "L0"], "published": None, "render_prompts": "ahead"}
+    (work / "config").mkdir()
+    (work / "config" / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    proc = run_snakemake(work)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    jobs = [j["rule"] for j in job_blocks(out)]
+    assert jobs.count("render_prompts") == jobs.count("score_model") == 1
+    [render_log] = (work / f"logs/render_prompts/{MODEL}").glob("*.log")
+    [score_log] = (work / f"logs/score_model/{MODEL}").glob("*.log")
+    assert "loading the tokenizer" in render_log.read_text() and "rendered 2 of 2 cells" in render_log.read_text()
+    assert "loading the tokenizer" not in score_log.read_text() and "rendered" not in score_log.read_text(), \
+        score_log.read_text()[-3000:]
+    assert not list((work / "resources/prompts").rglob("*.pickle")), "the rendered prompts go once they are read"
+    for task in ("capitals", "yesno"):
+        for name in CELL_FILES:
+            assert (work / f"results/cells/{MODEL}/{task}/{name}").is_file(), (task, name)
 
 
 def test_a_cpu_servers_scoring_job_takes_every_core_on_one_machine(tmp_path, qwen3_tokenizer):

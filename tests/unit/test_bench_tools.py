@@ -304,19 +304,20 @@ def test_the_client_benchmark_runs_the_codes_side_by_side_round_by_round(monkeyp
     order = []
     cpu = {"old": {"grid": 10.0, "fixed": 2.0}, "new": {"grid": 8.0, "fixed": 1.0}}
 
-    def run_job(job, out, *, code, cache, **kw):
+    def run_job(job, out, *, code, cache, render):
         name = code.name
         order.append((job.parent.name, name, cache.name))
         first = sum(1 for j, n, _ in order if (j, n) == (job.parent.name, name)) == 1
-        return {"cells": 1, "items": 1, "prompts": 1000 if job.parent.name == "grid" else 10, "canary_prompts": 0,
-                "server_check_prompts": 0, "prompt_tokens": 1,
-                "cpu_s": cpu[name][job.parent.name] + (5.0 if first else 0.0), "wall_s": 1.0}
+        rendered = {"render_cpu_s": 3.0, "render_wall_s": 3.0} if render == "ahead" else {}
+        return rendered | {"cells": 1, "items": 1, "prompts": 1000 if job.parent.name == "grid" else 10,
+                           "canary_prompts": 0, "server_check_prompts": 0, "prompt_tokens": 1,
+                           "cpu_s": cpu[name][job.parent.name] + (5.0 if first else 0.0), "wall_s": 1.0}
 
     monkeypatch.setattr(bench_client, "run_job", run_job)
     monkeypatch.setattr(bench_client, "job_file", lambda config, **kw: config.parent.parent / "job.json")
     configs = {job: tmp_path / job / "config" / "config.yaml" for job in ("grid", "fixed")}
-    codes = {"old": tmp_path / "old", "new": tmp_path / "new"}
-    for code in codes.values():
+    codes = {"old": (tmp_path / "old", "job"), "new": (tmp_path / "new", "ahead")}  # NEW's prompts rendered ahead
+    for code, _ in codes.values():
         code.mkdir()
     out = bench_client.side_by_side(codes, configs, ["grid"], 3, tmp_path)
     assert order[:4] == [("grid", "old", "cache-old"), ("grid", "new", "cache-new"),
@@ -325,3 +326,6 @@ def test_the_client_benchmark_runs_the_codes_side_by_side_round_by_round(monkeyp
     assert out["codes"]["old"]["job_cpu_ms_per_prompt"] == 10.0 and out["codes"]["new"]["job_cpu_ms_per_prompt"] == 8.0
     assert out["codes"]["new"]["vs_old"] == {"all_told": 0.8, "per_round_median": 0.8}
     assert out["codes"]["new"]["marginal_cpu_ms_per_prompt"] == 7.0  # (8 - 1 fixed) s over 1000 prompts
+    assert (out["codes"]["old"]["render_prompts"], out["codes"]["new"]["render_prompts"]) == ("job", "ahead")
+    assert "render_cpu_s" not in out["codes"]["old"], "rendered by the job: its CPU is the job's"
+    assert out["codes"]["new"]["render_cpu_s"] == 3.0 and out["codes"]["new"]["with_render_cpu_ms_per_prompt"] == 11.0

@@ -68,6 +68,8 @@ CASES: dict[str, Callable[[Path], tuple[list[str], str]]] = {
     "score": lambda tmp: (["score", "--job", url_score_job("no-tokenizer"), "--task-file", task_file(tmp),
                            "--out", "s.jsonl"], "no-tokenizer"),
     "score-model": lambda tmp: (["score-model", "--job", '{"model": "m", "cells": []}', "--out", "a.json"], "job.cells"),
+    "render-prompts": lambda tmp: (["render-prompts", "--job", '{"model": "m", "cells": []}', "--out", "p.pickle"],
+                                   "job.cells"),
     "publish-cell": lambda tmp: (["publish-cell", "--job", '{"task": "t"}', "--allocation", "no-such.json", "--out",
                                   "s.jsonl", "--provenance", "p.json"], "no-such.json"),
     "summary-table": lambda tmp: (["summary-table", "--job", "no-such-job.json", "--csv", "s.csv", "--md", "s.md",

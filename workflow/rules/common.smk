@@ -3,6 +3,7 @@
 # outputs from there, and read each other's outputs as rules.<name>.output.
 import os
 import re
+import shlex
 import shutil
 import signal
 import sys
@@ -275,6 +276,18 @@ def model_job_digests():
     if workflow.remote_exec:
         return "[0-9a-f]{16}"
     return "|".join(p.digest for p in MODEL_JOBS.values() if p.digest) or "__none__"
+
+
+def rendered_prompts(wildcards):
+    """The prompts a model's scoring job reads, rendered ahead (render_prompts: ahead); none: the job renders them."""
+    if SETTINGS.render_prompts != "ahead":
+        return []
+    return expand(rules.render_prompts.output.prompts, model=wildcards.model, job=wildcards.job)[0]
+
+
+def rendered_prompts_flag(wildcards, input):
+    """score-model's argument that hands it the prompts rendered ahead (none when it renders them itself)."""
+    return f"--prompts {shlex.quote(input.prompts)}" if input.prompts else ""
 
 
 def cell_allocation(wildcards):

@@ -37,6 +37,30 @@ else:
     # Per model: the cells an earlier job finished under the same definition, and this run's job for the others.
     MODEL_JOBS = plan_model_jobs()
 
+    # render_prompts: ahead. A model job's prompts rendered to token ids by a job of their own, before the job that
+    # holds the server, in the main process as the other CPU steps (on a cluster, never in the GPU's allocation); the
+    # scoring job reads them, loading no tokenizer, and the file goes once it has (anyjev/run/rendered.py). Under
+    # render_prompts: job no job asks for it.
+    rule render_prompts:
+        input:
+            tasks=lambda wc: expand(rules.prepare_task.output.task_file, task=model_job(wc).cells),
+            model=lambda wc: model_marker(wc.model),
+        output:
+            prompts=temp(PATHS.rendered_prompts),
+        log:
+            PATHS.render_prompts_log,
+        benchmark:
+            PATHS.render_prompts_benchmark
+        wildcard_constraints:
+            job=model_job_digests(),
+        localrule: True
+        conda:
+            "../envs/client.yaml"
+        params:
+            job=lambda wc: job_file(model_job(wc)),
+        shell:
+            "exec python -m anyjev render-prompts --job {params.job:q} --out {output.prompts:q} > {log:q} 2>&1"
+
     # One job (one allocation on a cluster) per model: one server start, every cell of the model that no earlier job
     # finished scored into its staging folder, each cell's outcome recorded in a record named by the job
     # (anyjev/run/allocation.py).
@@ -44,6 +68,7 @@ else:
         input:
             tasks=lambda wc: expand(rules.prepare_task.output.task_file, task=model_job(wc).cells),
             model=lambda wc: model_marker(wc.model),
+            prompts=rendered_prompts,
         output:
             allocation=PATHS.allocation,
         log:
@@ -61,9 +86,11 @@ else:
             gpu=lambda wc: SETTINGS.models[wc.model].gpus,
         params:
             job=lambda wc: job_file(model_job(wc)),
+            prompts=rendered_prompts_flag,
         shell:
             # $PPID: the Snakemake process running this job owns the server (it stops when that process exits).
-            "exec python -m anyjev score-model --job {params.job:q} --out {output.allocation:q} --owner-pid $PPID > {log:q} 2>&1"
+            "exec python -m anyjev score-model --job {params.job:q} {params.prompts} --out {output.allocation:q} "
+            "--owner-pid $PPID > {log:q} 2>&1"
 
     # Per cell, in the main process: publish the staged scores, or fail with the cell's own error; from the record of
     # the job that scored the cell, made from the task file as it is.
