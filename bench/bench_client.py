@@ -414,18 +414,26 @@ def markdown(report: dict) -> str:
     row("job CPU s (median of runs)", lambda j: f"{j['cpu_s']:.2f}")
     row("job CPU ms a prompt", lambda j: f"{j['job_cpu_ms_per_prompt']:.3f}")
     row("prompts a second (wall), a CPU second", lambda j: f"{j['prompts_per_s']:,.0f}, {j['prompts_per_cpu_s']:,.0f}")
+    if all("render_cpu_s" in j for j in jobs.values()):
+        row("render job CPU s (median of runs), ms a prompt",
+            lambda j: f"{j['render_cpu_s']:.2f}, {j['render_cpu_ms_per_prompt']:.3f}")
     parts = sorted({p for j in jobs.values() for p in j["profile"]["parts"]},
                    key=lambda p: -sum(j["profile"]["parts"].get(p, {}).get("cpu_s", 0) for j in jobs.values()))
     for part in parts:
         row(f"part: {part} (share of the sampled CPU)",
             lambda j, p=part: f"{j['profile']['parts'].get(p, {}).get('share', 0):.1%}")
+    ahead = report.get("render_prompts") == "ahead"
     lines += ["", f"All jobs: {report['job_cpu_ms_per_prompt']:.3f} job CPU ms a prompt "
                   f"({report['prompts']:,} prompts, {report['cpu_s']:.1f} CPU s); a job that scores one item costs "
                   f"{report['fixed_cpu_s']:.2f} CPU s, and beyond that a prompt costs "
                   f"{report['marginal_cpu_ms_per_prompt']:.3f} ms."
+                  + (f" The prompts were rendered ahead (`render_prompts: ahead`), by render jobs that took "
+                     f"{report['render_cpu_s']:.1f} CPU s apart ({report['render_cpu_ms_per_prompt']:.3f} ms a prompt; "
+                     f"both jobs together {report['with_render_cpu_ms_per_prompt']:.3f} ms a prompt)."
+                     if ahead and "render_cpu_s" in report else "")
                   + (f" The first job of a model folder costs {report['fixed_first_run_cpu_s']:.2f} CPU s: it loads the "
                      "tokenizer through AutoTokenizer, which imports torch, and remembers the class it chose."
-                     if "fixed_first_run_cpu_s" in report else "")]
+                     if "fixed_first_run_cpu_s" in report and not ahead else "")]
     if report.get("steps"):
         lines += ["", "| step | commit | job CPU ms a prompt | beyond a job's fixed cost | fixed CPU s a job |",
                   "|---|---|---:|---:|---:|"]
@@ -442,13 +450,16 @@ def side_by_side_markdown(compared: dict) -> str:
 
     base = next(iter(compared["codes"]))
     lines = [f"Side by side, round by round ({compared['reps']} rounds; {measured_on(compared['run'])}):", "",
-             f"| code | commit | job CPU ms a prompt | beyond a job's fixed cost | fixed CPU s a job | vs {base} "
-             "(all told) | vs " + base + " (median of the rounds) |", "|---|---|---:|---:|---:|---:|---:|"]
+             f"| code | commit | prompts rendered | job CPU ms a prompt | beyond a job's fixed cost | fixed CPU s a job | "
+             f"render jobs' CPU ms a prompt | vs {base} (all told) | vs {base} (median of the rounds) |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for name, c in compared["codes"].items():
         vs = c.get("vs_" + base)
-        lines.append(f"| {name} | {c['commit']} | {c['job_cpu_ms_per_prompt']:.3f} | {c['marginal_cpu_ms_per_prompt']:.3f} | "
-                     f"{c['fixed_cpu_s']:.2f} | " + (f"{vs['all_told']:.3f}x | {vs['per_round_median']:.3f}x |"
-                                                      if vs else "| |"))
+        render = c.get("render_prompts", "by the job")
+        lines.append(f"| {name} | {c['commit']} | {'ahead' if render == 'ahead' else 'by the job'} | "
+                     f"{c['job_cpu_ms_per_prompt']:.3f} | {c['marginal_cpu_ms_per_prompt']:.3f} | {c['fixed_cpu_s']:.2f} | "
+                     + (f"{c['render_cpu_ms_per_prompt']:.3f} | " if "render_cpu_ms_per_prompt" in c else "| ")
+                     + (f"{vs['all_told']:.3f}x | {vs['per_round_median']:.3f}x |" if vs else "| |"))
     return "\n".join(lines)
 
 
