@@ -111,7 +111,11 @@ class RenderedPrompts:
         if entry is None:
             log.warning("%s holds no prompts of cell %s: its scoring job renders them", self.path, task)
             return None
-        ours = render_identity(definition, task_file, self._keys.key(tokenizer_dir))
+        try:
+            ours = render_identity(definition, task_file, self._keys.key(tokenizer_dir))
+        except OSError as exc:  # the job's own reading of the task file (or tokenizer folder) says what is wrong
+            log.warning("%s: the prompts of cell %s are not read (%s): its scoring job renders them", self.path, task, exc)
+            return None
         differs = sorted(k for k in ours.keys() | entry["identity"].keys() if ours.get(k) != entry["identity"].get(k))
         if differs:
             log.warning("%s: the prompts of cell %s were rendered from another %s than this job's: its scoring job "

@@ -313,7 +313,8 @@ def test_scancel_leaves_no_process_and_the_rerun_resumes(cancelled, fault_seen):
     assert counts["resumed"] == cancelled["kept"] and counts["scored"] == counts["items"] - cancelled["kept"], counts
     assert (work / "results/tables/summary.csv").is_file()
     assert (work / f"logs/servers/{CANCEL_MODEL}.log").read_text().count("starting server") == 2  # one per run
-    assert "slurm" not in model_job_file(work / f"logs/score_model/{CANCEL_MODEL}").read_text().lower(), "resumed locally"
+    record = json.loads(model_job_file(work / f"results/allocations/{CANCEL_MODEL}").read_text())
+    assert record["slurm_job_id"] is None, "resumed locally, in no SLURM allocation"
     assert leftover_vllm(str(work)) == []
 
 

@@ -105,6 +105,10 @@ def test_a_rendered_cell_is_taken_only_under_its_own_identity(tmp_path, smollm2_
     assert prompts.cell("spam", cells["spam"].definition, cells["spam"].task_file, cells["spam"].job.tokenizer)
     assert prompts.cell("absent", "d", colours.task_file, colours.job.tokenizer) is None
     assert "holds no prompts of cell absent" in caplog.text
+    Path(colours.task_file).unlink()  # the job's own reading of it names the file
+    assert prompts.cell("colours", colours.definition, colours.task_file, colours.job.tokenizer) is None
+    assert f"the prompts of cell colours are not read ([Errno 2] No such file or directory: '{colours.task_file}')" \
+        in caplog.text
 
 
 def test_a_cell_that_cannot_be_rendered_is_left_to_its_job(tmp_path, smollm2_dir, caplog):
