@@ -552,7 +552,8 @@ def test_a_models_job_stops_its_server_once_its_outcomes_are_written(make_spec: 
     managed = ManagedServer(spec, str(workdir / "logs" / "server.log"), str(workdir / "state"))
     leased: list[ServerHandle] = []
 
-    def score_job(job, task_file, out, provenance, owner_pid, tokenizers=None):  # the server part of a cell's score job, as it is
+    # the server part of a cell's score job, as it is
+    def score_job(job, task_file, out, provenance, owner_pid, tokenizers=None, rendered=None):
         leased.append(acquire_server(job.managed.spec, state_dir=job.managed.state_dir, owner_pid=owner_pid,
                                      log_path=job.managed.log))
         Path(out).parent.mkdir(parents=True, exist_ok=True)
