@@ -25,9 +25,8 @@ from anyjev.run.audit import BatchAudit
 from anyjev.run.context import check_prompt_lengths
 from anyjev.run.identity import ScoringOptions, scoring_identity
 from anyjev.run.prepared import prepare_items
-from anyjev.run.probes import prepare_content_free
 from anyjev.run.rendered import RenderedCell
-from anyjev.run.scoring import finish_from_checkpoint, score_cell
+from anyjev.run.scoring import cell_probes, finish_from_checkpoint, score_cell
 from anyjev.run.server_check import ServerGuard
 from anyjev.rundata.scores import scored_under
 from anyjev.serving.build import resolve_server
@@ -239,7 +238,7 @@ def score_job(job: ScoreJob, task_path: str | os.PathLike[str], out: str | os.Pa
     else:
         tok, checker = tokenizers.get(job.tokenizer)
         prepared = prepare_items(tok, task.items, task.prior_groups(), job.scoring.prompt, checker=checker)
-        probes = prepare_content_free(tok, prepared, job.scoring.prompt) if job.scoring.content_free else []
+        probes = cell_probes(tok, prepared, job.scoring, None)
     finished = finish_from_checkpoint(None, prepared, str(out), identity, options=job.scoring, probes=probes)
     if finished is not None:
         counts, recorded = finished

@@ -5,7 +5,7 @@ files), renders no chat template and tokenises nothing: on a GPU, CPU time the e
 before the job that holds the GPU (on a cluster, in the main Snakemake process, as the other CPU steps).
 
 A cell's entry holds what :func:`anyjev.run.prepared.prepare_items` and
-:func:`anyjev.run.probes.prepare_content_free` give for it, and what it was rendered from (:func:`render_identity`).
+:func:`anyjev.run.scoring.cell_probes` give for it, and what it was rendered from (:func:`render_identity`).
 A scoring job takes an entry only under its own identity, and renders the cell itself otherwise, saying why: an
 entry never stands for prompts other than the ones the job would render. A cell that cannot be rendered (a label
 that is not one token) has no entry: its scoring job renders it and fails it with the cell's own error, as it would
@@ -31,8 +31,8 @@ from anyjev.decision.tokenizer import Tokenizers
 from anyjev.errors import AnyjevError, FileFormatError
 from anyjev.files import file_sha256, replaced_atomically
 from anyjev.run.prepared import PreparedItem, prepare_items
-from anyjev.run.probes import prepare_content_free
 from anyjev.run.provenance import installed_version
+from anyjev.run.scoring import cell_probes
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def render_cells(cells: Mapping[str, Any], out: str | os.PathLike[str]) -> dict[
             loaded = load_task_file(cell.task_file)
             tokenizer, checker = tokenizers.get(job.tokenizer)
             prepared = prepare_items(tokenizer, loaded.items, loaded.prior_groups(), job.scoring.prompt, checker=checker)
-            probes = prepare_content_free(tokenizer, prepared, job.scoring.prompt) if job.scoring.content_free else []
+            probes = cell_probes(tokenizer, prepared, job.scoring, None)
         except AnyjevError as exc:  # the cell's scoring job meets it again, and fails the cell with it
             log.warning("cell %d/%d %s: not rendered (%s: %s); its scoring job renders it", n, len(cells), task,
                         type(exc).__name__, exc)
